@@ -1,0 +1,65 @@
+#pragma once
+// What a model says about itself: features (inputs, outputs, states) per function and
+// metadata. Read from the model's description; mirrors coremltools' view of a model.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coremlrt/tensor.h"
+
+namespace coremlrt {
+
+enum class FeatureKind { MultiArray, Image, Int64, Double, String, Dictionary, Sequence, State };
+
+const char* feature_kind_name(FeatureKind kind);
+
+struct FeatureDescription {
+  std::string name;
+  std::string short_description;
+  FeatureKind kind = FeatureKind::MultiArray;
+  DType dtype = DType::Float32;  // element type of a multi-array (or a state's array)
+  Shape shape;                   // fixed or default shape; may be empty for outputs
+  // Flexible shapes: one (lower, upper) range per dim, upper -1 = unbounded; or a list of
+  // allowed shapes. At most one of the two is set.
+  std::vector<std::pair<int64_t, int64_t>> shape_range;
+  std::vector<Shape> enumerated_shapes;
+  bool optional = false;
+  // Images: size and color space ("RGB", "BGR", "GRAYSCALE", "GRAYSCALE_FLOAT16").
+  int64_t image_width = 0;
+  int64_t image_height = 0;
+  std::string color_space;
+  // The type in words, for messages and `coremlrt info`: "float32 [1, 3, 224, 224]".
+  std::string type_str() const;
+};
+
+struct FunctionDescription {
+  std::string name;
+  std::vector<FeatureDescription> inputs;
+  std::vector<FeatureDescription> outputs;
+  std::vector<FeatureDescription> states;
+  std::string predicted_feature_name;
+  std::string predicted_probabilities_name;
+};
+
+struct ModelMetadata {
+  std::string short_description;
+  std::string version;
+  std::string author;
+  std::string license;
+  std::map<std::string, std::string> user_defined;
+};
+
+struct ModelDescription {
+  int specification_version = 0;
+  std::string model_type;  // "mlProgram", "neuralNetwork", "pipeline", ...
+  bool multifunction = false;
+  // For a single-function model: one entry named "main" built from the top-level features.
+  std::vector<FunctionDescription> functions;
+  std::string default_function;
+  ModelMetadata metadata;
+
+  const FunctionDescription* find_function(const std::string& name) const;
+};
+
+}  // namespace coremlrt

@@ -1,0 +1,76 @@
+#pragma once
+// The C++ API: load a Core ML model once, predict from any number of threads.
+//
+//   auto model = coremlrt::Model::load("model.mlpackage");
+//   auto outputs = model->predict({{"x", coremlrt::Tensor::view(...)}});
+//
+// A Model is immutable after load. predict() takes an execution context from the model's
+// pool for the duration of the call, so concurrent calls never share mutable state.
+// Input tensors are read only during the call; returned tensors belong to the caller.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremlrt/description.h"
+#include "coremlrt/error.h"
+#include "coremlrt/tensor.h"
+
+namespace coremlrt {
+
+struct LoadOptions {
+  // Function of a multifunction package to load; empty = the model's default function.
+  std::string function_name;
+};
+
+using NamedTensors = std::map<std::string, Tensor>;
+
+class Model {
+ public:
+  // Reads, validates and plans the model. Throws Error (file problems, unsupported ops
+  // named with their function and output, unknown function names).
+  static std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& options = {});
+  ~Model();
+
+  const ModelDescription& description() const;
+  // The loaded function's inputs, outputs and states.
+  const FunctionDescription& function() const;
+  const std::string& path() const;
+  size_t weight_bytes() const;
+
+  // Checks every input against the function's declared names, dtypes and shapes, then
+  // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is
+  // returned and no state is changed.
+  NamedTensors predict(const NamedTensors& inputs) const;
+
+  struct Impl;
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// What `coremlrt info` shows: a model's description and, per function, its op histogram
+// and the ops this build cannot run. Works on models that Model::load rejects.
+struct UnsupportedOp {
+  std::string op_type;
+  std::string op_name;
+  std::string output;
+};
+
+struct FunctionReport {
+  std::string name;
+  std::string opset;
+  std::map<std::string, int> op_counts;  // nested blocks included
+  std::vector<UnsupportedOp> unsupported;
+};
+
+struct ModelReport {
+  ModelDescription description;
+  size_t weight_bytes = 0;
+  std::vector<FunctionReport> functions;
+};
+
+ModelReport inspect_model(const std::string& path);
+
+}  // namespace coremlrt

@@ -1,0 +1,12 @@
+"""coremlrt: run Core ML models (.mlpackage ML programs) on Linux.
+
+    import coremlrt
+    model = coremlrt.MLModel("model.mlpackage")
+    outputs = model.predict({"x": array})
+"""
+
+from ._core import Error
+from .model import ComputeUnit, MLModel
+
+__all__ = ["ComputeUnit", "Error", "MLModel"]
+__version__ = "0.1.0"

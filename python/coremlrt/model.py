@@ -1,0 +1,233 @@
+"""MLModel: the coremltools-shaped front of the engine.
+
+Input conversion rules (applied per input, against the dtype the model declares):
+
+* numpy arrays are used as they are when their dtype matches and they are C-contiguous;
+  otherwise they are converted once;
+* nested lists, Python scalars and objects exposing ``__dlpack__`` or ``__array__``
+  (torch tensors, for example) are turned into numpy arrays first;
+* float64, float16 and integer/bool arrays become float32 for float32 inputs, and likewise
+  float16 for float16 inputs;
+* int64 (and other integer or bool) arrays become int32 for int32 inputs when every value
+  fits; float arrays are accepted for int32 inputs only when every value is a whole number;
+* a single value (a scalar or 0-d array) is accepted for an input that holds one element;
+* image inputs take a PIL image or a uint8 ``[H, W, C]`` array and are fed to the model as
+  the float tensor ``[1, C, H, W]`` it declares (channels in the model's color order);
+* anything else (strings, complex, object arrays) raises :class:`coremlrt.Error`.
+
+Outputs are numpy arrays; float16 outputs are returned as float32, as coremltools does.
+"""
+
+import enum
+import os
+
+import numpy as np
+
+from . import _core
+from ._core import Error
+
+
+class ComputeUnit(enum.Enum):
+    """Where Core ML may run a model. coremlrt runs every choice on the CPU."""
+
+    ALL = 1
+    CPU_AND_GPU = 2
+    CPU_ONLY = 3
+    CPU_AND_NE = 4
+
+
+_NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
+                 "int32": np.int32, "int8": np.int8}
+
+
+def _as_array(value):
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, RuntimeError, BufferError, ValueError):
+            pass  # e.g. a torch tensor that requires grad: fall back to __array__
+        if hasattr(value, "detach"):
+            value = value.detach()
+    return np.asarray(value)
+
+
+def _convert(name, value, feature):
+    want_name = feature["dtype"]
+    want = np.dtype(_NUMPY_DTYPES[want_name])
+    try:
+        array = _as_array(value)
+    except Exception as exc:  # noqa: BLE001 - any failure here means "not array-like"
+        raise Error(f"input '{name}': cannot turn a {type(value).__name__} into an array "
+                    f"(expected {feature['type']}): {exc}") from exc
+    have = array.dtype
+    if have != want:
+        if have.kind == "f" and want.kind == "f":
+            array = array.astype(want)
+        elif have.kind in "iub" and want.kind == "f":
+            array = array.astype(want)
+        elif have.kind in "iub" and want.kind == "i":
+            if have.kind != "b" and array.size:
+                info = np.iinfo(want)
+                lo, hi = array.min(), array.max()
+                if lo < info.min or hi > info.max:
+                    raise Error(f"input '{name}': {have} values range over [{lo}, {hi}], which does not fit "
+                                f"the model's {want_name}")
+            array = array.astype(want)
+        elif have.kind == "f" and want.kind == "i":
+            if array.size and not np.all(np.isfinite(array) & (np.floor(array) == array)):
+                raise Error(f"input '{name}': {have} array has non-integer values; the model expects {want_name}")
+            array = array.astype(want)
+        else:
+            raise Error(f"input '{name}': dtype {have} cannot be converted to the model's {want_name} "
+                        f"(expected {feature['type']})")
+    if array.ndim == 0 or (array.size == 1 and feature["shape"] and np.prod(feature["shape"]) == 1
+                           and array.ndim != len(feature["shape"])):
+        if feature["shape"] and int(np.prod(feature["shape"])) == 1:
+            array = array.reshape(feature["shape"])
+    return np.ascontiguousarray(array)
+
+
+def _convert_image(name, value, feature):
+    """PIL image or uint8 [H, W, C] array -> float32 [1, C, H, W] in the model's channel order."""
+    if hasattr(value, "mode") and hasattr(value, "size") and hasattr(value, "convert"):  # PIL.Image
+        mode = {"RGB": "RGB", "BGR": "RGB", "GRAYSCALE": "L", "GRAYSCALE_FLOAT16": "F"}[feature["color_space"]]
+        if value.mode != mode:
+            raise Error(f"image input '{name}' must be a PIL image of mode '{mode}', not '{value.mode}'")
+        value = np.asarray(value)
+    array = np.asarray(value)
+    channels = 1 if feature["color_space"].startswith("GRAYSCALE") else 3
+    if array.ndim == 2 and channels == 1:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] != channels:
+        raise Error(f"image input '{name}' must be an [H, W, {channels}] image; got shape {list(array.shape)}")
+    if feature["color_space"] == "BGR":
+        array = array[:, :, ::-1]
+    dtype = np.float16 if feature["color_space"] == "GRAYSCALE_FLOAT16" else np.float32
+    return np.ascontiguousarray(array.transpose(2, 0, 1)[None].astype(dtype))
+
+
+def _describe(features):
+    return ", ".join(f"{f['name']}: {f['type']}" for f in features) or "none"
+
+
+class _FeatureDescription:
+    """Read-only view of a model's inputs or outputs, like coremltools' description."""
+
+    def __init__(self, features):
+        self._features = {f["name"]: f for f in features}
+
+    def __len__(self):
+        return len(self._features)
+
+    def __contains__(self, name):
+        return name in self._features
+
+    def __iter__(self):
+        return iter(self._features)
+
+    def __getitem__(self, name):
+        if name not in self._features:
+            raise KeyError(f"No feature with name {name}.")
+        return self._features[name]["short_description"]
+
+    def __repr__(self):
+        return "Features(" + ",".join(self._features) + ")"
+
+
+class MLModel:
+    """A Core ML model loaded for prediction, shaped like ``coremltools.models.MLModel``.
+
+    ``MLModel(path, compute_units=ComputeUnit.ALL, function_name=None)`` loads an
+    ``.mlpackage`` folder or an ``.mlmodel`` file. One instance may be used from many
+    threads at once; each ``predict`` call runs with the GIL released.
+    """
+
+    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None):
+        if not isinstance(model, (str, os.PathLike)):
+            raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
+                            f"got {type(model).__name__}")
+        if not (isinstance(compute_units, ComputeUnit) or type(compute_units).__name__ == "ComputeUnit"):
+            raise TypeError('"compute_units" parameter must be of type: coremlrt.ComputeUnit')
+        if function_name is not None and not isinstance(function_name, str):
+            raise TypeError('"function_name" must be a string or None')
+        self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
+        self.compute_unit = compute_units
+        self._model = _core.Model(self.package_path, function_name or "")
+        self._description = self._model.description()
+        self.function_name = self._model.function_name
+        function = next(f for f in self._description["functions"] if f["name"] == self.function_name)
+        self._function = function
+        self._inputs = {f["name"]: f for f in function["inputs"]}
+
+    # -- description ---------------------------------------------------------------------
+    @property
+    def input_description(self):
+        return _FeatureDescription(self._function["inputs"])
+
+    @property
+    def output_description(self):
+        return _FeatureDescription(self._function["outputs"])
+
+    @property
+    def user_defined_metadata(self):
+        return dict(self._description["metadata"]["user_defined"])
+
+    @property
+    def author(self):
+        return self._description["metadata"]["author"]
+
+    @property
+    def license(self):
+        return self._description["metadata"]["license"]
+
+    @property
+    def short_description(self):
+        return self._description["metadata"]["short_description"]
+
+    @property
+    def version(self):
+        return self._description["metadata"]["version"]
+
+    @property
+    def specification_version(self):
+        return self._description["specification_version"]
+
+    @property
+    def weights_bytes(self):
+        return self._model.weight_bytes
+
+    def __repr__(self):
+        return (f"coremlrt.MLModel({self.package_path!r}, function={self.function_name!r}, "
+                f"inputs=[{_describe(self._function['inputs'])}], "
+                f"outputs=[{_describe(self._function['outputs'])}])")
+
+    # -- prediction ----------------------------------------------------------------------
+    def predict(self, data):
+        """Run the model: ``dict`` -> ``dict`` of numpy arrays; a list of dicts -> a list."""
+        if type(data) is list:
+            if not all(type(d) is dict for d in data):
+                raise TypeError('"data" list must contain only dictionaries')
+            return [self._predict_one(d) for d in data]
+        if type(data) is not dict:
+            raise TypeError(f'"data" parameter must be either a dict or list of dict, but got {type(data)}.')
+        return self._predict_one(data)
+
+    def _predict_one(self, data):
+        arrays = {}
+        for name, value in data.items():
+            feature = self._inputs.get(name)
+            if feature is None:
+                raise Error(f"unknown input '{name}'; the model's inputs are: {_describe(self._function['inputs'])}")
+            if feature["kind"] == "image":
+                arrays[name] = _convert_image(name, value, feature)
+            elif feature["kind"] == "multiArray":
+                arrays[name] = _convert(name, value, feature)
+            else:
+                raise Error(f"input '{name}' is a {feature['kind']} feature, which this build cannot take yet")
+        outputs = self._model.predict(arrays)
+        for name, value in outputs.items():
+            if value.dtype == np.float16:
+                outputs[name] = value.astype(np.float32)
+        return outputs

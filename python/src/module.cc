@@ -1,0 +1,198 @@
+// The extension module coremlrt._core: a thin layer over the C++ API.
+//
+// Rules kept here (DESIGN.md laws 1-4): no C++ object outlives a call while holding a
+// Python reference; input arrays are borrowed only for the duration of predict(), which
+// runs with the GIL released; output arrays own engine memory through a capsule whose
+// destructor frees plain C++ memory (no Python object inside), so it is safe on any thread.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "coremlrt/model.h"
+
+namespace nb = nanobind;
+using namespace coremlrt;
+
+namespace {
+
+DType dtype_from_dlpack(nb::dlpack::dtype dt, const std::string& name) {
+  using Code = nb::dlpack::dtype_code;
+  const auto code = static_cast<Code>(dt.code);
+  if (code == Code::Float && dt.bits == 32) return DType::Float32;
+  if (code == Code::Float && dt.bits == 16) return DType::Float16;
+  if (code == Code::Float && dt.bits == 64) return DType::Float64;
+  if (code == Code::Int && dt.bits == 32) return DType::Int32;
+  if (code == Code::Int && dt.bits == 64) return DType::Int64;
+  if (code == Code::Int && dt.bits == 16) return DType::Int16;
+  if (code == Code::Int && dt.bits == 8) return DType::Int8;
+  if (code == Code::UInt && dt.bits == 8) return DType::UInt8;
+  if (code == Code::UInt && dt.bits == 16) return DType::UInt16;
+  if (code == Code::Bool) return DType::Bool;
+  fail("input '", name, "' has an array dtype this engine cannot take");
+}
+
+nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return nb::dtype<float>();
+    case DType::Float16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::Float64: return nb::dtype<double>();
+    case DType::Int32: return nb::dtype<int32_t>();
+    case DType::Int64: return nb::dtype<int64_t>();
+    case DType::Int16: return nb::dtype<int16_t>();
+    case DType::UInt16: return nb::dtype<uint16_t>();
+    case DType::Int8: return nb::dtype<int8_t>();
+    case DType::UInt8: return nb::dtype<uint8_t>();
+    case DType::Bool: return nb::dtype<bool>();
+    default: fail("output dtype ", dtype_name(dtype), " cannot be returned to Python");
+  }
+}
+
+using Array = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu>;
+
+// Hands a tensor to numpy without a copy: the capsule owns a Tensor (and so its storage).
+nb::object to_numpy(Tensor tensor) {
+  auto* owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape(owned->shape.begin(), owned->shape.end());
+  return nb::cast(Array(owned->data, shape.size(), shape.data(), owner, nullptr, dlpack_from_dtype(owned->dtype)));
+}
+
+nb::dict feature_dict(const FeatureDescription& f) {
+  nb::dict d;
+  d["name"] = f.name;
+  d["short_description"] = f.short_description;
+  d["kind"] = feature_kind_name(f.kind);
+  d["dtype"] = dtype_name(f.dtype);
+  d["shape"] = f.shape;
+  nb::list ranges;
+  for (auto [lo, hi] : f.shape_range) ranges.append(nb::make_tuple(lo, hi));
+  d["shape_range"] = ranges;
+  d["enumerated_shapes"] = f.enumerated_shapes;
+  d["optional"] = f.optional;
+  d["image_width"] = f.image_width;
+  d["image_height"] = f.image_height;
+  d["color_space"] = f.color_space;
+  d["type"] = f.type_str();
+  return d;
+}
+
+nb::list features(const std::vector<FeatureDescription>& list) {
+  nb::list out;
+  for (const auto& f : list) out.append(feature_dict(f));
+  return out;
+}
+
+nb::dict description_dict(const ModelDescription& desc) {
+  nb::dict d;
+  d["specification_version"] = desc.specification_version;
+  d["model_type"] = desc.model_type;
+  d["multifunction"] = desc.multifunction;
+  d["default_function"] = desc.default_function;
+  nb::list functions;
+  for (const auto& f : desc.functions) {
+    nb::dict fd;
+    fd["name"] = f.name;
+    fd["inputs"] = features(f.inputs);
+    fd["outputs"] = features(f.outputs);
+    fd["states"] = features(f.states);
+    fd["predicted_feature_name"] = f.predicted_feature_name;
+    fd["predicted_probabilities_name"] = f.predicted_probabilities_name;
+    functions.append(fd);
+  }
+  d["functions"] = functions;
+  nb::dict meta;
+  meta["short_description"] = desc.metadata.short_description;
+  meta["version"] = desc.metadata.version;
+  meta["author"] = desc.metadata.author;
+  meta["license"] = desc.metadata.license;
+  meta["user_defined"] = desc.metadata.user_defined;
+  d["metadata"] = meta;
+  return d;
+}
+
+class PyModel {
+ public:
+  PyModel(const std::string& path, const std::string& function_name) {
+    nb::gil_scoped_release release;
+    model_ = Model::load(path, LoadOptions{function_name});
+  }
+
+  nb::dict description() const { return description_dict(model_->description()); }
+  std::string function_name() const { return model_->function().name; }
+  size_t weight_bytes() const { return model_->weight_bytes(); }
+
+  // `inputs` maps names to C-contiguous arrays already converted to the model's dtypes.
+  nb::dict predict(nb::dict inputs) const {
+    NamedTensors tensors;
+    for (auto [key, value] : inputs) {
+      std::string name = nb::cast<std::string>(key);
+      Array array;
+      if (!nb::try_cast(value, array))
+        fail("input '", name, "' is not a C-contiguous numpy array");
+      Shape shape;
+      for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
+      // Borrowed: `inputs` keeps the arrays alive until this call returns, and the engine
+      // keeps no reference past it.
+      tensors[name] = Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(), nullptr);
+    }
+    NamedTensors outputs;
+    {
+      nb::gil_scoped_release release;
+      outputs = model_->predict(tensors);
+      tensors.clear();
+    }
+    nb::dict result;
+    for (auto& [name, tensor] : outputs) result[name.c_str()] = to_numpy(std::move(tensor));
+    return result;
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;
+};
+
+nb::dict inspect(const std::string& path) {
+  ModelReport report;
+  {
+    nb::gil_scoped_release release;
+    report = inspect_model(path);
+  }
+  nb::dict d;
+  d["description"] = description_dict(report.description);
+  d["weight_bytes"] = report.weight_bytes;
+  nb::list functions;
+  for (const auto& f : report.functions) {
+    nb::dict fd;
+    fd["name"] = f.name;
+    fd["opset"] = f.opset;
+    fd["op_counts"] = f.op_counts;
+    nb::list unsupported;
+    for (const auto& u : f.unsupported) {
+      nb::dict ud;
+      ud["op_type"] = u.op_type;
+      ud["op_name"] = u.op_name;
+      ud["output"] = u.output;
+      unsupported.append(ud);
+    }
+    fd["unsupported"] = unsupported;
+    functions.append(fd);
+  }
+  d["functions"] = functions;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
+  nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+  nb::class_<PyModel>(m, "Model")
+      .def(nb::init<const std::string&, const std::string&>(), nb::arg("path"), nb::arg("function_name") = "")
+      .def("description", &PyModel::description)
+      .def_prop_ro("function_name", &PyModel::function_name)
+      .def_prop_ro("weight_bytes", &PyModel::weight_bytes)
+      .def("predict", &PyModel::predict, nb::arg("inputs"));
+  m.def("inspect", &inspect, nb::arg("path"));
+}

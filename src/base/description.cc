@@ -1,0 +1,51 @@
+#include "coremlrt/description.h"
+
+#include <sstream>
+
+namespace coremlrt {
+
+const char* feature_kind_name(FeatureKind kind) {
+  switch (kind) {
+    case FeatureKind::MultiArray: return "multiArray";
+    case FeatureKind::Image: return "image";
+    case FeatureKind::Int64: return "int64";
+    case FeatureKind::Double: return "double";
+    case FeatureKind::String: return "string";
+    case FeatureKind::Dictionary: return "dictionary";
+    case FeatureKind::Sequence: return "sequence";
+    case FeatureKind::State: return "state";
+  }
+  return "unknown";
+}
+
+std::string FeatureDescription::type_str() const {
+  std::ostringstream out;
+  switch (kind) {
+    case FeatureKind::MultiArray:
+    case FeatureKind::State:
+      if (kind == FeatureKind::State) out << "state ";
+      out << dtype_name(dtype) << " " << (shape.empty() ? std::string("[?]") : shape_str(shape));
+      if (!shape_range.empty()) {
+        out << " range [";
+        for (size_t i = 0; i < shape_range.size(); ++i)
+          out << (i ? ", " : "") << shape_range[i].first << ".."
+              << (shape_range[i].second < 0 ? std::string("inf") : std::to_string(shape_range[i].second));
+        out << "]";
+      }
+      if (!enumerated_shapes.empty()) {
+        out << " one of {";
+        for (size_t i = 0; i < enumerated_shapes.size(); ++i) out << (i ? ", " : "") << shape_str(enumerated_shapes[i]);
+        out << "}";
+      }
+      break;
+    case FeatureKind::Image:
+      out << "image " << color_space << " " << image_width << "x" << image_height;
+      break;
+    default:
+      out << feature_kind_name(kind);
+  }
+  if (optional) out << " (optional)";
+  return out.str();
+}
+
+}  // namespace coremlrt

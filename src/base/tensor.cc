@@ -1,0 +1,75 @@
+#include "coremlrt/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "coremlrt/error.h"
+
+namespace coremlrt {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+HeapStorage::HeapStorage(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  data_ = std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
+  if (!data_) throw std::bad_alloc();
+  size_ = bytes;
+}
+
+HeapStorage::~HeapStorage() { std::free(data_); }
+
+ExternalStorage::ExternalStorage(void* data, size_t size, std::shared_ptr<const void> owner)
+    : owner_(std::move(owner)) {
+  data_ = data;
+  size_ = size;
+}
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  for (int64_t d : t.shape) COREMLRT_CHECK(d >= 0, "negative dimension in shape ", shape_str(t.shape));
+  t.storage = std::make_shared<HeapStorage>(t.nbytes());
+  t.data = t.storage->data();
+  return t;
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<const void> owner) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.storage = std::make_shared<ExternalStorage>(data, t.nbytes(), std::move(owner));
+  t.data = data;
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape new_shape) const {
+  COREMLRT_CHECK(shape_numel(new_shape) == numel(), "cannot reshape ", shape_str(shape), " to ",
+                 shape_str(new_shape));
+  Tensor t = *this;
+  t.shape = std::move(new_shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(dtype, shape);
+  if (nbytes()) std::memcpy(t.data, data, nbytes());
+  return t;
+}
+
+}  // namespace coremlrt

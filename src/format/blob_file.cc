@@ -1,0 +1,146 @@
+#include "format/blob_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "coremlrt/error.h"
+
+namespace coremlrt::format {
+
+namespace {
+
+constexpr uint32_t kSentinel = 0xDEADBEEF;
+constexpr size_t kHeaderSize = 64;
+constexpr size_t kMetadataSize = 64;
+
+template <class T>
+T load_le(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));  // the format and our targets are little-endian
+  return value;
+}
+
+// BlobDataType numbers (coreml-format.md 4.4) -> our dtypes.
+bool blob_dtype(uint32_t code, DType* out) {
+  switch (code) {
+    case 1: *out = DType::Float16; return true;
+    case 2: *out = DType::Float32; return true;
+    case 3: *out = DType::UInt8; return true;
+    case 4: *out = DType::Int8; return true;
+    case 6: *out = DType::Int16; return true;
+    case 7: *out = DType::UInt16; return true;
+    case 8: *out = DType::Int4; return true;
+    case 9: *out = DType::UInt1; return true;
+    case 10: *out = DType::UInt2; return true;
+    case 11: *out = DType::UInt4; return true;
+    case 12: *out = DType::UInt3; return true;
+    case 13: *out = DType::UInt6; return true;
+    case 14: *out = DType::Int32; return true;
+    case 15: *out = DType::UInt32; return true;
+    default: return false;  // BFloat16 (5) and the fp8 types (16, 17) have no engine dtype yet
+  }
+}
+
+}  // namespace
+
+int sub_byte_bits(DType dtype) {
+  switch (dtype) {
+    case DType::UInt1: return 1;
+    case DType::UInt2: return 2;
+    case DType::UInt3: return 3;
+    case DType::Int4:
+    case DType::UInt4: return 4;
+    case DType::UInt6: return 6;
+    default: return 0;
+  }
+}
+
+void unpack_sub_byte(const uint8_t* packed, int64_t count, int bits, bool is_signed, uint8_t* out) {
+  const uint32_t mask = (1u << bits) - 1;
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t bit = static_cast<uint64_t>(i) * bits;
+    uint64_t byte = bit / 8;
+    unsigned shift = bit % 8;
+    uint32_t word = packed[byte];
+    if (shift + bits > 8) word |= static_cast<uint32_t>(packed[byte + 1]) << 8;
+    uint32_t value = (word >> shift) & mask;
+    if (is_signed && (value & (1u << (bits - 1)))) value |= ~mask;  // sign-extend
+    out[i] = static_cast<uint8_t>(value);
+  }
+}
+
+std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  COREMLRT_CHECK(fd >= 0, "cannot open weight file '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail("cannot stat weight file '", path, "'");
+  }
+  std::shared_ptr<BlobFile> file(new BlobFile());
+  file->path_ = path;
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* mapped = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    COREMLRT_CHECK(mapped != MAP_FAILED, "cannot map weight file '", path, "': ", std::strerror(errno));
+    file->bytes_ = static_cast<const uint8_t*>(mapped);
+  } else {
+    ::close(fd);
+  }
+  file->self_ = file;
+  COREMLRT_CHECK(file->size_ >= kHeaderSize, "weight file '", path, "' is ", file->size_,
+                 " bytes: too short for the 64-byte storage header");
+  file->count_ = load_le<uint32_t>(file->bytes_);
+  uint32_t version = load_le<uint32_t>(file->bytes_ + 4);
+  COREMLRT_CHECK(version == 2, "weight file '", path, "' has storage version ", version,
+                 "; expected 2");
+  return file;
+}
+
+BlobFile::~BlobFile() {
+  if (bytes_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
+}
+
+Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape) const {
+  const std::string where = "weight file '" + path_ + "', blob at offset " + std::to_string(metadata_offset);
+  COREMLRT_CHECK(metadata_offset >= kHeaderSize && metadata_offset <= size_ &&
+                     size_ - metadata_offset >= kMetadataSize,
+                 where, ": the metadata record lies outside the file (", size_, " bytes)");
+  const uint8_t* meta = bytes_ + metadata_offset;
+  COREMLRT_CHECK(load_le<uint32_t>(meta) == kSentinel, where,
+                 ": invalid sentinel (expected 0xDEADBEEF); the offset does not point at a blob");
+  uint32_t code = load_le<uint32_t>(meta + 4);
+  uint64_t size_in_bytes = load_le<uint64_t>(meta + 8);
+  uint64_t data_offset = load_le<uint64_t>(meta + 16);
+  uint64_t padding_bits = load_le<uint64_t>(meta + 24);
+  DType stored;
+  COREMLRT_CHECK(blob_dtype(code, &stored), where, ": unsupported blob data type code ", code);
+  COREMLRT_CHECK(stored == dtype, where, ": stored as ", dtype_name(stored), " but the program declares ",
+                 dtype_name(dtype));
+  COREMLRT_CHECK(data_offset <= size_ && size_in_bytes <= size_ - data_offset, where, ": data [",
+                 data_offset, ", +", size_in_bytes, ") runs past the end of the file (", size_, " bytes)");
+  const int64_t count = shape_numel(shape);
+  const int bits = sub_byte_bits(dtype);
+  if (bits == 0) {
+    COREMLRT_CHECK(size_in_bytes == static_cast<uint64_t>(count) * dtype_size(dtype), where, ": holds ",
+                   size_in_bytes, " bytes but shape ", shape_str(shape), " of ", dtype_name(dtype),
+                   " needs ", count * dtype_size(dtype));
+    void* data = const_cast<uint8_t*>(bytes_ + data_offset);  // read-only mapping; tensors are immutable
+    return Tensor::view(dtype, shape, data, self_.lock());
+  }
+  COREMLRT_CHECK(padding_bits < 8 && size_in_bytes * 8 >= padding_bits &&
+                     size_in_bytes * 8 - padding_bits == static_cast<uint64_t>(count) * bits,
+                 where, ": holds ", size_in_bytes * 8 - padding_bits, " bits but shape ", shape_str(shape),
+                 " of ", dtype_name(dtype), " needs ", count * bits);
+  Tensor unpacked = Tensor::empty(dtype, shape);
+  unpack_sub_byte(bytes_ + data_offset, count, bits, dtype == DType::Int4, unpacked.ptr<uint8_t>());
+  return unpacked;
+}
+
+}  // namespace coremlrt::format

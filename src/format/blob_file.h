@@ -1,0 +1,42 @@
+#pragma once
+// weight.bin ("blob storage v2"): a 64-byte header, then 64-byte metadata records each
+// followed by its data. The file is memory-mapped; fp32/fp16/8-bit blobs are returned as
+// views into the mapping (no copy), sub-byte blobs are unpacked to one byte per element.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "coremlrt/tensor.h"
+
+namespace coremlrt::format {
+
+class BlobFile {
+ public:
+  // Maps the file read-only. Throws Error when it cannot be opened or has a bad header.
+  static std::shared_ptr<BlobFile> open(const std::string& path);
+  ~BlobFile();
+
+  // The blob whose metadata record starts at `metadata_offset`, as a tensor of `dtype`
+  // and `shape`. Checks the sentinel, the stored dtype, and that the data lies inside the
+  // file and holds exactly the elements of `shape`.
+  Tensor read(uint64_t metadata_offset, DType dtype, const Shape& shape) const;
+
+  const std::string& path() const { return path_; }
+  size_t size() const { return size_; }
+  uint32_t blob_count() const { return count_; }
+
+ private:
+  BlobFile() = default;
+  std::string path_;
+  const uint8_t* bytes_ = nullptr;
+  size_t size_ = 0;
+  uint32_t count_ = 0;
+  std::weak_ptr<const BlobFile> self_;
+};
+
+// Unpacks LSB-first packed `bits`-wide elements (sign-extending when `is_signed`).
+void unpack_sub_byte(const uint8_t* packed, int64_t count, int bits, bool is_signed, uint8_t* out);
+// Bit width of a sub-byte dtype (0 for others).
+int sub_byte_bits(DType dtype);
+
+}  // namespace coremlrt::format

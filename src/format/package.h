@@ -1,0 +1,17 @@
+#pragma once
+// Locating the model inside what the user passed: an .mlpackage folder (Manifest.json
+// names the root model item) or a single .mlmodel protobuf file.
+#include <string>
+
+namespace coremlrt::format {
+
+struct ModelFiles {
+  std::string model_file;  // the serialized Model protobuf
+  std::string model_dir;   // what "@model_path" stands for in blob references
+  bool is_package = false;
+};
+
+// Throws Error naming the path and what was expected when it is not a model.
+ModelFiles locate_model(const std::string& path);
+
+}  // namespace coremlrt::format

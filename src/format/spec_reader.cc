@@ -1,0 +1,248 @@
+#include "format/spec_reader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "Model.pb.h"
+#include "coremlrt/error.h"
+#include "format/blob_file.h"
+#include "format/value_reader.h"
+
+namespace coremlrt::format {
+
+namespace spec = CoreML::Specification;
+namespace mil = CoreML::Specification::MILSpec;
+
+namespace {
+
+const char* model_type_name(const spec::Model& model) {
+  switch (model.Type_case()) {
+    case spec::Model::kMlProgram: return "mlProgram";
+    case spec::Model::kNeuralNetwork: return "neuralNetwork";
+    case spec::Model::kNeuralNetworkClassifier: return "neuralNetworkClassifier";
+    case spec::Model::kNeuralNetworkRegressor: return "neuralNetworkRegressor";
+    case spec::Model::kPipeline: return "pipeline";
+    case spec::Model::kPipelineClassifier: return "pipelineClassifier";
+    case spec::Model::kPipelineRegressor: return "pipelineRegressor";
+    case spec::Model::kGlmRegressor: return "glmRegressor";
+    case spec::Model::kGlmClassifier: return "glmClassifier";
+    case spec::Model::kSupportVectorRegressor: return "supportVectorRegressor";
+    case spec::Model::kSupportVectorClassifier: return "supportVectorClassifier";
+    case spec::Model::kTreeEnsembleRegressor: return "treeEnsembleRegressor";
+    case spec::Model::kTreeEnsembleClassifier: return "treeEnsembleClassifier";
+    case spec::Model::kKNearestNeighborsClassifier: return "kNearestNeighborsClassifier";
+    case spec::Model::TYPE_NOT_SET: return "none";
+    default: return "other";
+  }
+}
+
+DType array_dtype(spec::ArrayFeatureType::ArrayDataType type) {
+  switch (type) {
+    case spec::ArrayFeatureType::FLOAT32: return DType::Float32;
+    case spec::ArrayFeatureType::DOUBLE: return DType::Float64;
+    case spec::ArrayFeatureType::INT32: return DType::Int32;
+    case spec::ArrayFeatureType::INT8: return DType::Int8;
+    case spec::ArrayFeatureType::FLOAT16: return DType::Float16;
+    default: fail("multi-array feature has unknown data type code ", static_cast<int>(type));
+  }
+}
+
+void read_array(const spec::ArrayFeatureType& array, FeatureDescription& out) {
+  out.dtype = array_dtype(array.datatype());
+  out.shape.assign(array.shape().begin(), array.shape().end());
+  if (array.has_shaperange())
+    for (const auto& range : array.shaperange().sizeranges())
+      out.shape_range.emplace_back(static_cast<int64_t>(range.lowerbound()), range.upperbound());
+  if (array.has_enumeratedshapes())
+    for (const auto& shape : array.enumeratedshapes().shapes())
+      out.enumerated_shapes.emplace_back(shape.shape().begin(), shape.shape().end());
+}
+
+FeatureDescription read_feature(const spec::FeatureDescription& feature) {
+  FeatureDescription out;
+  out.name = feature.name();
+  out.short_description = feature.shortdescription();
+  const spec::FeatureType& type = feature.type();
+  out.optional = type.isoptional();
+  switch (type.Type_case()) {
+    case spec::FeatureType::kMultiArrayType:
+      out.kind = FeatureKind::MultiArray;
+      read_array(type.multiarraytype(), out);
+      break;
+    case spec::FeatureType::kStateType:
+      out.kind = FeatureKind::State;
+      read_array(type.statetype().arraytype(), out);
+      break;
+    case spec::FeatureType::kImageType: {
+      out.kind = FeatureKind::Image;
+      const auto& image = type.imagetype();
+      out.image_width = image.width();
+      out.image_height = image.height();
+      switch (image.colorspace()) {
+        case spec::ImageFeatureType::GRAYSCALE: out.color_space = "GRAYSCALE"; break;
+        case spec::ImageFeatureType::RGB: out.color_space = "RGB"; break;
+        case spec::ImageFeatureType::BGR: out.color_space = "BGR"; break;
+        case spec::ImageFeatureType::GRAYSCALE_FLOAT16: out.color_space = "GRAYSCALE_FLOAT16"; break;
+        default: out.color_space = "INVALID"; break;
+      }
+      break;
+    }
+    case spec::FeatureType::kInt64Type: out.kind = FeatureKind::Int64; out.dtype = DType::Int64; break;
+    case spec::FeatureType::kDoubleType: out.kind = FeatureKind::Double; out.dtype = DType::Float64; break;
+    case spec::FeatureType::kStringType: out.kind = FeatureKind::String; out.dtype = DType::String; break;
+    case spec::FeatureType::kDictionaryType: out.kind = FeatureKind::Dictionary; break;
+    case spec::FeatureType::kSequenceType: out.kind = FeatureKind::Sequence; break;
+    default: fail("feature '", feature.name(), "' has no type");
+  }
+  return out;
+}
+
+template <class Repeated>
+std::vector<FeatureDescription> read_features(const Repeated& features) {
+  std::vector<FeatureDescription> out;
+  for (const auto& feature : features) out.push_back(read_feature(feature));
+  return out;
+}
+
+ModelDescription read_description(const spec::Model& model) {
+  ModelDescription out;
+  out.specification_version = model.specificationversion();
+  out.model_type = model_type_name(model);
+  const spec::ModelDescription& desc = model.description();
+  const spec::Metadata& meta = desc.metadata();
+  out.metadata.short_description = meta.shortdescription();
+  out.metadata.version = meta.versionstring();
+  out.metadata.author = meta.author();
+  out.metadata.license = meta.license();
+  for (const auto& [key, value] : meta.userdefined()) out.metadata.user_defined[key] = value;
+  if (desc.functions_size() > 0) {
+    out.multifunction = true;
+    for (const auto& function : desc.functions()) {
+      FunctionDescription f;
+      f.name = function.name();
+      f.inputs = read_features(function.input());
+      f.outputs = read_features(function.output());
+      f.states = read_features(function.state());
+      f.predicted_feature_name = function.predictedfeaturename();
+      f.predicted_probabilities_name = function.predictedprobabilitiesname();
+      out.functions.push_back(std::move(f));
+    }
+    out.default_function = desc.defaultfunctionname();
+    if (out.default_function.empty()) out.default_function = out.functions.front().name;
+    COREMLRT_CHECK(out.find_function(out.default_function), "model description names default function '",
+                   out.default_function, "', which it does not describe");
+  } else {
+    FunctionDescription f;
+    f.name = "main";
+    f.inputs = read_features(desc.input());
+    f.outputs = read_features(desc.output());
+    f.states = read_features(desc.state());
+    // Older files may list states among the inputs; keep them with the states.
+    for (auto it = f.inputs.begin(); it != f.inputs.end();) {
+      if (it->kind == FeatureKind::State) {
+        f.states.push_back(*it);
+        it = f.inputs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    f.predicted_feature_name = desc.predictedfeaturename();
+    f.predicted_probabilities_name = desc.predictedprobabilitiesname();
+    out.functions.push_back(std::move(f));
+    out.default_function = "main";
+  }
+  return out;
+}
+
+ir::Block read_block(const mil::Block& block, ValueReader& values);
+
+ir::Operation read_operation(const mil::Operation& op, ValueReader& values) {
+  ir::Operation out;
+  out.type = op.type();
+  for (const auto& [key, value] : op.attributes()) {
+    auto constant = std::make_shared<ir::ConstValue>(values.read(value, "attribute '" + key + "' of op type " + op.type()));
+    if (key == "name" && !constant->strings.empty()) out.name = constant->strings[0];
+    out.attributes[key] = std::move(constant);
+  }
+  for (const auto& output : op.outputs()) out.outputs.push_back({output.name(), read_value_type(output.type())});
+  const std::string where = out.describe();
+  for (const auto& [param, argument] : op.inputs()) {
+    std::vector<ir::Binding>& bindings = out.inputs[param];
+    for (const auto& binding : argument.arguments()) {
+      ir::Binding b;
+      if (binding.binding_case() == mil::Argument::Binding::kName) {
+        b.name = binding.name();
+      } else if (binding.binding_case() == mil::Argument::Binding::kValue) {
+        b.value = std::make_shared<ir::ConstValue>(values.read(binding.value(), where + " input '" + param + "'"));
+      } else {
+        fail(where, ": input '", param, "' has an empty binding");
+      }
+      bindings.push_back(std::move(b));
+    }
+  }
+  for (const auto& block : op.blocks()) out.blocks.push_back(read_block(block, values));
+  return out;
+}
+
+ir::Block read_block(const mil::Block& block, ValueReader& values) {
+  ir::Block out;
+  for (const auto& input : block.inputs()) out.inputs.push_back({input.name(), read_value_type(input.type())});
+  out.outputs.assign(block.outputs().begin(), block.outputs().end());
+  for (const auto& op : block.operations()) out.operations.push_back(read_operation(op, values));
+  return out;
+}
+
+ir::Program read_program(const mil::Program& program, ValueReader& values) {
+  ir::Program out;
+  COREMLRT_CHECK(program.version() == 1, "ML program has version ", program.version(), "; expected 1");
+  for (const auto& [name, function] : program.functions()) {
+    ir::Function f;
+    f.name = name;
+    f.opset = function.opset();
+    f.ios_version = ir::ios_version_of_opset(f.opset);
+    for (const auto& input : function.inputs()) f.inputs.push_back({input.name(), read_value_type(input.type())});
+    auto block = function.block_specializations().find(function.opset());
+    COREMLRT_CHECK(block != function.block_specializations().end(), "function '", name,
+                   "' has no block for its opset '", function.opset(), "'");
+    f.block = read_block(block->second, values);
+    out.functions.emplace(name, std::move(f));
+  }
+  COREMLRT_CHECK(!out.functions.empty(), "ML program has no functions");
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  COREMLRT_CHECK(in.good(), "cannot read model file '", path, "'");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+}  // namespace
+
+LoadedModel read_model(const ModelFiles& files) {
+  LoadedModel out;
+  out.files = files;
+  std::string bytes = read_file(files.model_file);
+  spec::Model model;
+  COREMLRT_CHECK(!bytes.empty(), "model file '", files.model_file, "' is empty");
+  COREMLRT_CHECK(model.ParseFromString(bytes), "model file '", files.model_file,
+                 "' is not a valid Core ML model (the protobuf does not parse; truncated or not a model)");
+  COREMLRT_CHECK(model.specificationversion() > 0, "model file '", files.model_file,
+                 "' has no specification version (field missing or corrupt)");
+  COREMLRT_CHECK(model.specificationversion() <= kMaxSpecificationVersion, "model file '", files.model_file,
+                 "' has specification version ", model.specificationversion(), "; this build reads up to ",
+                 kMaxSpecificationVersion);
+  out.description = read_description(model);
+  if (model.Type_case() == spec::Model::kMlProgram) {
+    ValueReader values(files.model_dir);
+    out.program = read_program(model.mlprogram(), values);
+    out.weight_bytes = values.weight_bytes();
+  }
+  return out;
+}
+
+}  // namespace coremlrt::format

@@ -1,0 +1,26 @@
+#pragma once
+// Reads a Model protobuf (through our own .proto subset) into a ModelDescription and, for
+// ML programs, an ir::Program whose constants are tensors (blob-backed ones are views into
+// the memory-mapped weight files).
+#include <memory>
+#include <string>
+
+#include "coremlrt/description.h"
+#include "format/package.h"
+#include "ir/program.h"
+
+namespace coremlrt::format {
+
+struct LoadedModel {
+  ModelFiles files;
+  ModelDescription description;
+  ir::Program program;        // empty unless description.model_type == "mlProgram"
+  size_t weight_bytes = 0;    // bytes of all weight files the program references
+};
+
+// Highest specification version this build reads (Core ML 9 / iOS 26).
+constexpr int kMaxSpecificationVersion = 10;
+
+LoadedModel read_model(const ModelFiles& files);
+
+}  // namespace coremlrt::format

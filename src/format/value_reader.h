@@ -1,0 +1,32 @@
+#pragma once
+// MIL types and values from the protobuf into ir:: types and constants.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "MIL.pb.h"
+#include "format/blob_file.h"
+#include "ir/program.h"
+
+namespace coremlrt::format {
+
+ir::ValueType read_value_type(const CoreML::Specification::MILSpec::ValueType& type);
+// MIL DataType -> engine dtype; throws for types the engine has no representation for.
+DType mil_dtype(CoreML::Specification::MILSpec::DataType type);
+
+class ValueReader {
+ public:
+  // `model_dir` is what "@model_path" in blob file names stands for.
+  explicit ValueReader(std::string model_dir) : model_dir_(std::move(model_dir)) {}
+
+  // `where` names the value's owner for error messages.
+  ir::ConstValue read(const CoreML::Specification::MILSpec::Value& value, const std::string& where);
+  size_t weight_bytes() const;
+
+ private:
+  const BlobFile& blob_file(const std::string& file_name, const std::string& where);
+  std::string model_dir_;
+  std::map<std::string, std::shared_ptr<BlobFile>> files_;
+};
+
+}  // namespace coremlrt::format

@@ -1,0 +1,155 @@
+// Elementwise binary ops (coreml-format.md 5.2): x and y share one dtype and broadcast
+// NumPy-style. Arithmetic on fp16 is done in float and rounded once per element.
+#include <cmath>
+
+#include "ops/register.h"
+#include "ops/util.h"
+
+namespace coremlrt::ops {
+
+namespace {
+
+// Python semantics: floor division rounds toward -inf, mod takes the sign of the divisor.
+template <class C>
+C floor_div(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    if (y == 0) return 0;  // undefined in MIL; never trap
+    C q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+  } else {
+    return std::floor(x / y);
+  }
+}
+
+template <class C>
+C mod(C x, C y) {
+  if constexpr (std::is_integral_v<C>) {
+    if (y == 0) return 0;
+    C r = x % y;
+    return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+  } else {
+    C r = std::fmod(x, y);
+    return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+  }
+}
+
+template <class C>
+C int_pow(C base, C exponent) {
+  if (exponent < 0) return base == 1 ? 1 : (base == -1 ? (exponent % 2 ? -1 : 1) : 0);
+  C result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) result *= base;
+    base *= base;
+    exponent >>= 1;
+  }
+  return result;
+}
+
+enum class Op { Add, Sub, Mul, RealDiv, FloorDiv, Mod, Pow, Maximum, Minimum,
+                Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual,
+                LogicalAnd, LogicalOr, LogicalXor };
+
+bool is_comparison(Op op) { return op >= Op::Equal; }
+
+template <Op kOp, class C>
+auto apply(C x, C y) {
+  if constexpr (kOp == Op::Add) return x + y;
+  else if constexpr (kOp == Op::Sub) return x - y;
+  else if constexpr (kOp == Op::Mul) return x * y;
+  else if constexpr (kOp == Op::RealDiv) {
+    if constexpr (std::is_integral_v<C>) return y == 0 ? C(0) : C(x / y);
+    else return x / y;
+  } else if constexpr (kOp == Op::FloorDiv) return floor_div(x, y);
+  else if constexpr (kOp == Op::Mod) return mod(x, y);
+  else if constexpr (kOp == Op::Pow) {
+    if constexpr (std::is_integral_v<C>) return int_pow(x, y);
+    else return C(std::pow(x, y));
+  } else if constexpr (kOp == Op::Maximum) return std::isnan(double(x)) ? x : (x > y || std::isnan(double(y)) ? x : y);
+  else if constexpr (kOp == Op::Minimum) return std::isnan(double(x)) ? x : (x < y || std::isnan(double(y)) ? x : y);
+  else if constexpr (kOp == Op::Equal) return uint8_t(x == y);
+  else if constexpr (kOp == Op::NotEqual) return uint8_t(x != y);
+  else if constexpr (kOp == Op::Greater) return uint8_t(x > y);
+  else if constexpr (kOp == Op::GreaterEqual) return uint8_t(x >= y);
+  else if constexpr (kOp == Op::Less) return uint8_t(x < y);
+  else if constexpr (kOp == Op::LessEqual) return uint8_t(x <= y);
+  else if constexpr (kOp == Op::LogicalAnd) return uint8_t(x && y);
+  else if constexpr (kOp == Op::LogicalOr) return uint8_t(x || y);
+  else return uint8_t(bool(x) != bool(y));
+}
+
+template <Op kOp, class T>
+void run_typed(KernelContext& ctx, const Tensor& x, const Tensor& y) {
+  using C = compute_t<T>;
+  using Out = std::conditional_t<(kOp >= Op::Equal), uint8_t, T>;
+  const Shape shape = x.shape == y.shape ? x.shape : broadcast_shapes(x.shape, y.shape);
+  Tensor& out = ctx.allocate_output(0, kOp >= Op::Equal ? DType::Bool : x.dtype, shape);
+  const T* a = x.ptr<T>();
+  const T* b = y.ptr<T>();
+  Out* o = out.ptr<Out>();
+  const int64_t n = out.numel();
+  if (x.shape == y.shape) {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(apply<kOp, C>(C(a[i]), C(b[i])));
+  } else if (y.numel() == 1) {
+    const C scalar = C(b[0]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(apply<kOp, C>(C(a[i]), scalar));
+  } else if (x.numel() == 1) {
+    const C scalar = C(a[0]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(apply<kOp, C>(scalar, C(b[i])));
+  } else {
+    for_each_broadcast(shape, broadcast_strides(x.shape, shape), broadcast_strides(y.shape, shape),
+                       [&](int64_t i, int64_t ia, int64_t ib) {
+                         o[i] = static_cast<Out>(apply<kOp, C>(C(a[ia]), C(b[ib])));
+                       });
+  }
+}
+
+template <Op kOp>
+void register_binary(KernelRegistry& registry, const char* name) {
+  registry.add(name, [name](KernelBuilder& b) {
+    const int x = b.input("x");
+    const int y = b.input("y");
+    const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype;
+    b.check(dx == dy, "x is ", dtype_name(dx), " but y is ", dtype_name(dy), "; both must have the same dtype");
+    if constexpr (kOp >= Op::LogicalAnd) {
+      b.check(dx == DType::Bool, "expects bool inputs, got ", dtype_name(dx));
+    } else {
+      b.check(dx == DType::Float32 || dx == DType::Float16 || dx == DType::Int32, "expects fp16, fp32 or int32 inputs, got ",
+              dtype_name(dx));
+    }
+    return make_kernel([x, y, name](KernelContext& ctx) {
+      const Tensor& tx = ctx.input(x);
+      const Tensor& ty = ctx.input(y);
+      if (tx.dtype != ty.dtype) ctx.fail("x is ", dtype_name(tx.dtype), " but y is ", dtype_name(ty.dtype));
+      if constexpr (kOp >= Op::LogicalAnd) {
+        run_typed<kOp, uint8_t>(ctx, tx, ty);
+      } else {
+        dispatch_float_int(tx.dtype, name, [&](auto tag) { run_typed<kOp, typename decltype(tag)::type>(ctx, tx, ty); });
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_elementwise_binary_kernels(KernelRegistry& registry) {
+  register_binary<Op::Add>(registry, "add");
+  register_binary<Op::Sub>(registry, "sub");
+  register_binary<Op::Mul>(registry, "mul");
+  register_binary<Op::RealDiv>(registry, "real_div");
+  register_binary<Op::FloorDiv>(registry, "floor_div");
+  register_binary<Op::Mod>(registry, "mod");
+  register_binary<Op::Pow>(registry, "pow");
+  register_binary<Op::Maximum>(registry, "maximum");
+  register_binary<Op::Minimum>(registry, "minimum");
+  register_binary<Op::Equal>(registry, "equal");
+  register_binary<Op::NotEqual>(registry, "not_equal");
+  register_binary<Op::Greater>(registry, "greater");
+  register_binary<Op::GreaterEqual>(registry, "greater_equal");
+  register_binary<Op::Less>(registry, "less");
+  register_binary<Op::LessEqual>(registry, "less_equal");
+  register_binary<Op::LogicalAnd>(registry, "logical_and");
+  register_binary<Op::LogicalOr>(registry, "logical_or");
+  register_binary<Op::LogicalXor>(registry, "logical_xor");
+}
+
+}  // namespace coremlrt::ops

@@ -1,0 +1,121 @@
+#pragma once
+// The contract between the planner and op kernels.
+//
+// At load, the planner hands each operation to its kernel factory through a KernelBuilder:
+// the factory reads constant parameters (axes, pad types, ...), checks them, asks for the
+// indices of the runtime inputs it needs, and returns an immutable Kernel. At predict time
+// the kernel's run() reads its inputs and writes its outputs through a KernelContext that
+// belongs to one execution context, so one Kernel may run on many threads at once.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coremlrt/error.h"
+#include "coremlrt/tensor.h"
+#include "ir/program.h"
+
+namespace coremlrt::ops {
+
+// Implemented by the runtime for one step of one execution context.
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  // The tensor bound to an input index that KernelBuilder returned.
+  virtual const Tensor& input(int index) const = 0;
+  // A fresh output buffer (from the context's pool), stored as output `output_index`.
+  virtual Tensor& allocate_output(int output_index, DType dtype, Shape shape) = 0;
+  // Stores a tensor produced otherwise (for example a reshaped view of an input).
+  virtual void set_output(int output_index, Tensor tensor) = 0;
+  // "function 'main', op 'x' (add) producing 'y'", for errors raised while running.
+  virtual std::string where() const = 0;
+
+  template <class... Parts>
+  [[noreturn]] void fail(Parts&&... parts) const {
+    coremlrt::fail(where(), ": ", std::forward<Parts>(parts)...);
+  }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void run(KernelContext& context) const = 0;
+};
+
+// Wraps a callable `void(KernelContext&)` as a Kernel.
+template <class Fn>
+std::unique_ptr<Kernel> make_kernel(Fn fn) {
+  struct Lambda final : Kernel {
+    explicit Lambda(Fn f) : fn(std::move(f)) {}
+    void run(KernelContext& context) const override { fn(context); }
+    Fn fn;
+  };
+  return std::make_unique<Lambda>(std::move(fn));
+}
+
+class KernelBuilder {
+ public:
+  virtual ~KernelBuilder() = default;
+  virtual const ir::Operation& op() const = 0;
+  virtual const ir::Function& function() const = 0;
+  int ios_version() const { return function().ios_version; }
+
+  // Runtime (or constant) inputs, by parameter name. The returned index is what
+  // KernelContext::input takes. `input` throws when the parameter is absent.
+  virtual int input(const std::string& param) = 0;
+  virtual int optional_input(const std::string& param) = 0;  // -1 when absent
+  virtual std::vector<int> variadic_input(const std::string& param) = 0;
+  virtual bool has(const std::string& param) const = 0;
+  // Declared type of the (first) value bound to `param`.
+  virtual const ir::ValueType& input_type(const std::string& param) const = 0;
+  const ir::ValueType& output_type(int index) const;
+
+  // Compile-time value of a parameter (input or attribute); nullptr when absent. Throws
+  // when the parameter is bound to a value only known at run time.
+  virtual const ir::ConstValue* constant(const std::string& param) const = 0;
+  int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
+  std::vector<int64_t> const_ints(const std::string& param,
+                                  std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
+  double const_float(const std::string& param, std::optional<double> fallback = std::nullopt) const;
+  bool const_bool(const std::string& param, std::optional<bool> fallback = std::nullopt) const;
+  std::vector<bool> const_bools(const std::string& param,
+                                std::optional<std::vector<bool>> fallback = std::nullopt) const;
+  std::string const_string(const std::string& param, std::optional<std::string> fallback = std::nullopt) const;
+
+  // Throws Error prefixed with the function and op description.
+  template <class... Parts>
+  [[noreturn]] void fail(Parts&&... parts) const {
+    coremlrt::fail("function '", function().name, "', ", op().describe(), ": ", std::forward<Parts>(parts)...);
+  }
+  template <class... Parts>
+  void check(bool condition, Parts&&... parts) const {
+    if (!condition) fail(std::forward<Parts>(parts)...);
+  }
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(KernelBuilder&)>;
+
+// Op type (+ opset range) -> kernel factory. Filled once by register_cpu_kernels().
+class KernelRegistry {
+ public:
+  // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios]. A second
+  // registration overlapping the same range is a programming error.
+  void add(const std::string& op_type, KernelFactory factory, int min_ios = 15, int max_ios = 99);
+  const KernelFactory* find(const std::string& op_type, int ios_version) const;
+  struct Entry {
+    std::string op_type;
+    int min_ios;
+    int max_ios;
+    KernelFactory factory;
+  };
+  const std::vector<Entry>& entries() const { return entries_; }
+
+  // The registry of every CPU kernel in this build.
+  static const KernelRegistry& cpu();
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+}  // namespace coremlrt::ops

@@ -1,0 +1,22 @@
+#include "ops/register.h"
+
+namespace coremlrt::ops {
+
+void register_cpu_kernels(KernelRegistry& registry) {
+  register_elementwise_binary_kernels(registry);
+  register_elementwise_unary_kernels(registry);
+  register_activation_kernels(registry);
+  register_reduction_kernels(registry);
+  register_linear_kernels(registry);
+  register_conv_kernels(registry);
+  register_pool_kernels(registry);
+  register_normalization_kernels(registry);
+  register_shape_kernels(registry);
+  register_gather_kernels(registry);
+  register_constexpr_kernels(registry);
+  register_state_kernels(registry);
+  register_attention_kernels(registry);
+  register_misc_kernels(registry);
+}
+
+}  // namespace coremlrt::ops

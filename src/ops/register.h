@@ -1,0 +1,24 @@
+#pragma once
+// Explicit, nested registration: one function per op family, no static initialisers.
+#include "ops/kernel.h"
+
+namespace coremlrt::ops {
+
+void register_cpu_kernels(KernelRegistry& registry);
+
+void register_elementwise_binary_kernels(KernelRegistry& registry);
+void register_elementwise_unary_kernels(KernelRegistry& registry);
+void register_activation_kernels(KernelRegistry& registry);
+void register_reduction_kernels(KernelRegistry& registry);
+void register_linear_kernels(KernelRegistry& registry);
+void register_conv_kernels(KernelRegistry& registry);
+void register_pool_kernels(KernelRegistry& registry);
+void register_normalization_kernels(KernelRegistry& registry);
+void register_shape_kernels(KernelRegistry& registry);
+void register_gather_kernels(KernelRegistry& registry);
+void register_constexpr_kernels(KernelRegistry& registry);
+void register_state_kernels(KernelRegistry& registry);
+void register_attention_kernels(KernelRegistry& registry);
+void register_misc_kernels(KernelRegistry& registry);
+
+}  // namespace coremlrt::ops

@@ -1,0 +1,98 @@
+#pragma once
+// Small tools shared by kernels: dtype dispatch, broadcasting, axes.
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "coremlrt/error.h"
+#include "coremlrt/tensor.h"
+
+namespace coremlrt::ops {
+
+// The type arithmetic on T is done in: float for half, T otherwise.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, half>, float, T>;
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) for the C++ type of `dtype`; `what` names the caller in errors.
+template <class Fn>
+void dispatch_float(DType dtype, const char* what, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: fn(TypeTag<float>{}); return;
+    case DType::Float16: fn(TypeTag<half>{}); return;
+    default: fail(what, ": unsupported dtype ", dtype_name(dtype), " (expected fp16 or fp32)");
+  }
+}
+
+// fp16, fp32 and int32: the "FI" type set of the MIL op tables.
+template <class Fn>
+void dispatch_float_int(DType dtype, const char* what, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: fn(TypeTag<float>{}); return;
+    case DType::Float16: fn(TypeTag<half>{}); return;
+    case DType::Int32: fn(TypeTag<int32_t>{}); return;
+    default: fail(what, ": unsupported dtype ", dtype_name(dtype), " (expected fp16, fp32 or int32)");
+  }
+}
+
+// Every plain dtype (no sub-byte, no string). Bool is dispatched as uint8_t storage.
+template <class Fn>
+void dispatch_all(DType dtype, const char* what, Fn&& fn) {
+  switch (dtype) {
+    case DType::Float32: fn(TypeTag<float>{}); return;
+    case DType::Float16: fn(TypeTag<half>{}); return;
+    case DType::Float64: fn(TypeTag<double>{}); return;
+    case DType::Int32: fn(TypeTag<int32_t>{}); return;
+    case DType::Int64: fn(TypeTag<int64_t>{}); return;
+    case DType::Int16: fn(TypeTag<int16_t>{}); return;
+    case DType::UInt16: fn(TypeTag<uint16_t>{}); return;
+    case DType::Int8: fn(TypeTag<int8_t>{}); return;
+    case DType::UInt8:
+    case DType::Bool: fn(TypeTag<uint8_t>{}); return;
+    case DType::UInt32: fn(TypeTag<uint32_t>{}); return;
+    case DType::UInt64: fn(TypeTag<uint64_t>{}); return;
+    default: fail(what, ": unsupported dtype ", dtype_name(dtype));
+  }
+}
+
+// NumPy broadcasting of two shapes; throws naming both when they are incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// Row-major strides in elements.
+std::vector<int64_t> contiguous_strides(const Shape& shape);
+
+// Strides for reading `input` as if broadcast to `output` (0 where a dim is stretched).
+std::vector<int64_t> broadcast_strides(const Shape& input, const Shape& output);
+
+// Maps axis in [-rank, rank) to [0, rank); throws otherwise.
+int64_t normalize_axis(int64_t axis, int64_t rank);
+
+// Visits every output element of a broadcast: fn(out_index, offset_a, offset_b).
+template <class Fn>
+void for_each_broadcast(const Shape& out, const std::vector<int64_t>& stride_a,
+                        const std::vector<int64_t>& stride_b, Fn&& fn) {
+  const int64_t total = shape_numel(out);
+  const size_t rank = out.size();
+  if (total == 0) return;
+  std::vector<int64_t> index(rank, 0);
+  int64_t a = 0, b = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    fn(i, a, b);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < out[d]) {
+        a += stride_a[d];
+        b += stride_b[d];
+        break;
+      }
+      a -= stride_a[d] * (out[d] - 1);
+      b -= stride_b[d] * (out[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace coremlrt::ops

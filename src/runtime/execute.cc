@@ -1,0 +1,135 @@
+#include "runtime/execute.h"
+
+#include <cstring>
+
+namespace coremlrt::runtime {
+
+Tensor BufferPool::allocate(DType dtype, Shape shape) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  auto it = free_.lower_bound(bytes);
+  // Reuse a free buffer unless it is much larger than needed.
+  if (it != free_.end() && it->first <= 2 * bytes + 4096) {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.storage = std::move(it->second);
+    t.data = t.storage->data();
+    pooled_bytes_ -= it->first;
+    free_.erase(it);
+    return t;
+  }
+  return Tensor::empty(dtype, std::move(shape));
+}
+
+void BufferPool::recycle(Tensor&& tensor) {
+  std::shared_ptr<Storage> storage = std::move(tensor.storage);
+  tensor = Tensor();
+  if (!storage || !storage->engine_owned() || storage.use_count() != 1) return;
+  pooled_bytes_ += storage->size();
+  size_t size = storage->size();
+  free_.emplace(size, std::move(storage));
+}
+
+void BufferPool::clear() {
+  free_.clear();
+  pooled_bytes_ = 0;
+}
+
+namespace {
+
+bool matches_declared(const Tensor& t, const ir::ValueType& type) {
+  if (type.kind != ir::TypeKind::Tensor) return true;
+  if (t.dtype != type.dtype) return false;
+  if (type.rank < 0) return true;
+  if (t.rank() != type.rank) return false;
+  for (size_t i = 0; i < type.dims.size(); ++i)
+    if (type.dims[i] >= 0 && type.dims[i] != t.shape[i]) return false;
+  return true;
+}
+
+class StepContext final : public ops::KernelContext {
+ public:
+  StepContext(const Plan& plan, const PlannedStep& step, std::vector<Tensor>& slots, BufferPool* pool)
+      : plan_(plan), step_(step), slots_(slots), pool_(pool) {}
+
+  const Tensor& input(int index) const override {
+    if (index < 0 || index >= static_cast<int>(step_.input_slots.size()))
+      fail("kernel asked for input #", index, ", which it did not request at load");
+    int slot = step_.input_slots[index];
+    const Tensor& constant = plan_.constants[slot];
+    return constant.defined() ? constant : slots_[slot];
+  }
+  Tensor& allocate_output(int output_index, DType dtype, Shape shape) override {
+    Tensor& out = output_slot(output_index);
+    out = pool_ ? pool_->allocate(dtype, std::move(shape)) : Tensor::empty(dtype, std::move(shape));
+    return out;
+  }
+  void set_output(int output_index, Tensor tensor) override { output_slot(output_index) = std::move(tensor); }
+  std::string where() const override { return "function '" + plan_.function->name + "', " + step_.op->describe(); }
+
+  // Every output set, with the dtype and static dims the program declares.
+  void check_outputs() const {
+    for (size_t i = 0; i < step_.output_slots.size(); ++i) {
+      const Tensor& t = slots_[step_.output_slots[i]];
+      const ir::ValueType& declared = step_.op->outputs[i].type;
+      if (!t.defined()) fail("kernel did not produce output '", step_.op->outputs[i].name, "'");
+      if (!matches_declared(t, declared))
+        fail("output '", step_.op->outputs[i].name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
+             " but the program declares ", declared.str());
+    }
+  }
+
+ private:
+  Tensor& output_slot(int index) {
+    if (index < 0 || index >= static_cast<int>(step_.output_slots.size()))
+      fail("kernel wrote output #", index, ", which the op does not have");
+    return slots_[step_.output_slots[index]];
+  }
+  const Plan& plan_;
+  const PlannedStep& step_;
+  std::vector<Tensor>& slots_;
+  BufferPool* pool_;
+};
+
+}  // namespace
+
+std::vector<Tensor> ExecutionContext::run(std::vector<Tensor> inputs) {
+  COREMLRT_CHECK(inputs.size() == plan_.input_slots.size(), "function '", plan_.function->name, "' takes ",
+                 plan_.input_slots.size(), " inputs; got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) slots_[plan_.input_slots[i]] = std::move(inputs[i]);
+  struct ClearSlots {  // whatever happens, no caller tensor stays referenced after run()
+    std::vector<Tensor>& slots;
+    BufferPool& pool;
+    ~ClearSlots() {
+      for (Tensor& t : slots)
+        if (t.defined()) pool.recycle(std::move(t));
+    }
+  } clear{slots_, pool_};
+  for (const PlannedStep& step : plan_.steps) {
+    StepContext context(plan_, step, slots_, &pool_);
+    step.kernel->run(context);
+    context.check_outputs();
+    for (int slot : step.release_slots) pool_.recycle(std::move(slots_[slot]));
+  }
+  std::vector<Tensor> outputs;
+  for (int slot : plan_.output_slots) {
+    const Tensor& constant = plan_.constants[slot];
+    Tensor t = constant.defined() ? constant : slots_[slot];
+    // Outputs that view memory the caller does not own outright are copied.
+    bool exclusive = t.storage && t.storage->engine_owned() && !constant.defined();
+    outputs.push_back(exclusive ? std::move(t) : t.clone());
+  }
+  return outputs;
+}
+
+std::vector<Tensor> run_step_once(const Plan& plan, const PlannedStep& step) {
+  std::vector<Tensor> slots(plan.slot_count());
+  StepContext context(plan, step, slots, nullptr);
+  step.kernel->run(context);
+  context.check_outputs();
+  std::vector<Tensor> outputs;
+  for (int slot : step.output_slots) outputs.push_back(std::move(slots[slot]));
+  return outputs;
+}
+
+}  // namespace coremlrt::runtime

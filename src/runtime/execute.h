@@ -1,0 +1,50 @@
+#pragma once
+// Running a Plan. Everything mutable for one prediction lives in an ExecutionContext: the
+// slot table and a pool of buffers recycled between steps (liveness) and between calls.
+// A context is used by one thread at a time; the Plan it runs is shared.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace coremlrt::runtime {
+
+// Engine buffers that are free for reuse, by size.
+class BufferPool {
+ public:
+  Tensor allocate(DType dtype, Shape shape);
+  // Takes back `tensor`'s storage if the engine owns it and nothing else refers to it.
+  void recycle(Tensor&& tensor);
+  void clear();
+  size_t pooled_bytes() const { return pooled_bytes_; }
+
+ private:
+  std::multimap<size_t, std::shared_ptr<Storage>> free_;
+  size_t pooled_bytes_ = 0;
+};
+
+class ExecutionContext {
+ public:
+  explicit ExecutionContext(const Plan& plan) : plan_(plan), slots_(plan.slot_count()) {}
+
+  // Binds `inputs` (one per function input, in declaration order), runs every step and
+  // returns the function outputs in block order. Returned tensors belong to the caller:
+  // none of them aliases an input, a constant or this context's pool.
+  std::vector<Tensor> run(std::vector<Tensor> inputs);
+
+  const Plan& plan() const { return plan_; }
+  BufferPool& pool() { return pool_; }
+  std::vector<Tensor>& slots() { return slots_; }
+
+ private:
+  const Plan& plan_;
+  std::vector<Tensor> slots_;
+  BufferPool pool_;
+};
+
+// Runs one step whose inputs are all constants of `plan` (constant folding at load).
+std::vector<Tensor> run_step_once(const Plan& plan, const PlannedStep& step);
+
+}  // namespace coremlrt::runtime

@@ -1,0 +1,199 @@
+#include "coremlrt/model.h"
+
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "format/spec_reader.h"
+#include "runtime/execute.h"
+#include "runtime/plan.h"
+
+namespace coremlrt {
+
+struct Model::Impl {
+  std::string path;
+  format::LoadedModel loaded;
+  const ir::Function* function = nullptr;
+  const FunctionDescription* function_description = nullptr;
+  std::unique_ptr<runtime::Plan> plan;
+
+  // Execution contexts not in use; predict() takes one and puts it back.
+  mutable std::mutex pool_mutex;
+  mutable std::vector<std::unique_ptr<runtime::ExecutionContext>> idle_contexts;
+
+  std::unique_ptr<runtime::ExecutionContext> take_context() const {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    if (idle_contexts.empty()) return std::make_unique<runtime::ExecutionContext>(*plan);
+    auto context = std::move(idle_contexts.back());
+    idle_contexts.pop_back();
+    return context;
+  }
+  void return_context(std::unique_ptr<runtime::ExecutionContext> context) const {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    idle_contexts.push_back(std::move(context));
+  }
+  std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
+};
+
+namespace {
+
+std::string names_of(const std::vector<FeatureDescription>& features) {
+  std::string out;
+  for (const auto& f : features) out += (out.empty() ? "'" : ", '") + f.name + "'";
+  return out.empty() ? "none" : out;
+}
+
+std::string expected_shape(const FeatureDescription& feature, const ir::ValueType& type) {
+  std::ostringstream out;
+  if (!feature.enumerated_shapes.empty()) {
+    out << "one of";
+    for (const Shape& s : feature.enumerated_shapes) out << " " << shape_str(s);
+  } else if (!feature.shape_range.empty()) {
+    out << "[";
+    for (size_t i = 0; i < feature.shape_range.size(); ++i) {
+      auto [lo, hi] = feature.shape_range[i];
+      out << (i ? ", " : "") << lo << ".." << (hi < 0 ? std::string("inf") : std::to_string(hi));
+    }
+    out << "]";
+  } else if (type.is_static()) {
+    out << shape_str(Shape(type.dims.begin(), type.dims.end()));
+  } else {
+    out << type.str();
+  }
+  return out.str();
+}
+
+bool shape_allowed(const Shape& shape, const FeatureDescription& feature, const ir::ValueType& type) {
+  if (type.rank >= 0 && static_cast<int64_t>(shape.size()) != type.rank) return false;
+  for (size_t i = 0; i < type.dims.size(); ++i)
+    if (type.dims[i] >= 0 && type.dims[i] != shape[i]) return false;
+  if (!feature.enumerated_shapes.empty()) {
+    for (const Shape& s : feature.enumerated_shapes)
+      if (s == shape) return true;
+    return false;
+  }
+  if (!feature.shape_range.empty()) {
+    if (feature.shape_range.size() != shape.size()) return false;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      auto [lo, hi] = feature.shape_range[i];
+      if (shape[i] < lo || (hi >= 0 && shape[i] > hi)) return false;
+    }
+  }
+  return true;
+}
+
+void count_ops(const ir::Block& block, const ir::Function& function, const ops::KernelRegistry& registry,
+               FunctionReport& report) {
+  for (const ir::Operation& op : block.operations) {
+    ++report.op_counts[op.type];
+    if (op.type != "const" && !registry.find(op.type, function.ios_version))
+      report.unsupported.push_back({op.type, op.name, op.outputs.empty() ? "" : op.outputs[0].name});
+    for (const ir::Block& nested : op.blocks) count_ops(nested, function, registry, report);
+  }
+}
+
+}  // namespace
+
+const FunctionDescription* ModelDescription::find_function(const std::string& name) const {
+  for (const auto& f : functions)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->loaded = format::read_model(format::locate_model(path));
+  const ModelDescription& description = impl->loaded.description;
+  COREMLRT_CHECK(description.model_type == "mlProgram", "model '", path, "' is of type '", description.model_type,
+                 "'; this build runs ML programs (mlProgram) only");
+  std::string name = options.function_name.empty() ? description.default_function : options.function_name;
+  if (!description.multifunction && !options.function_name.empty())
+    COREMLRT_CHECK(options.function_name == "main", "model '", path, "' has a single function, 'main'; "
+                   "function_name '", options.function_name, "' does not exist");
+  auto fn = impl->loaded.program.functions.find(name);
+  if (fn == impl->loaded.program.functions.end() || !description.find_function(name)) {
+    std::string available;
+    for (const auto& f : description.functions) available += (available.empty() ? "'" : ", '") + f.name + "'";
+    fail("model '", path, "' has no function '", name, "'; available functions: ", available);
+  }
+  impl->function = &fn->second;
+  impl->function_description = description.find_function(name);
+  ir::validate_function(*impl->function);
+  try {
+    impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu());
+  } catch (const Error& e) {
+    fail("model '", path, "': ", e.what());
+  }
+  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+}
+
+const ModelDescription& Model::description() const { return impl_->loaded.description; }
+const FunctionDescription& Model::function() const { return *impl_->function_description; }
+const std::string& Model::path() const { return impl_->path; }
+size_t Model::weight_bytes() const { return impl_->loaded.weight_bytes; }
+
+NamedTensors Model::predict(const NamedTensors& inputs) const {
+  const Impl& m = *impl_;
+  const FunctionDescription& desc = *m.function_description;
+  for (const auto& [name, tensor] : inputs) {
+    bool known = false;
+    for (const auto& f : desc.inputs) known = known || f.name == name;
+    COREMLRT_CHECK(known, m.where(), ": unknown input '", name, "'; the model's inputs are ", names_of(desc.inputs));
+  }
+  COREMLRT_CHECK(desc.states.empty(), m.where(), " has states (", names_of(desc.states),
+                 "); predicting stateful models is not supported by this build yet");
+  std::vector<Tensor> bound;
+  for (const ir::NamedValue& input : m.function->inputs) {
+    const FeatureDescription* feature = nullptr;
+    for (const auto& f : desc.inputs)
+      if (f.name == input.name) feature = &f;
+    COREMLRT_CHECK(feature, m.where(), ": program input '", input.name, "' is not in the model description");
+    auto it = inputs.find(input.name);
+    COREMLRT_CHECK(it != inputs.end(), m.where(), ": missing input '", input.name, "' (expected ",
+                   dtype_name(input.type.dtype), " ", expected_shape(*feature, input.type), "); the model's inputs are ",
+                   names_of(desc.inputs));
+    const Tensor& t = it->second;
+    COREMLRT_CHECK(input.type.kind == ir::TypeKind::Tensor, m.where(), ": input '", input.name, "' has type ",
+                   input.type.str(), ", which this build cannot bind");
+    COREMLRT_CHECK(t.dtype == input.type.dtype, m.where(), ": input '", input.name, "' has dtype ",
+                   dtype_name(t.dtype), "; expected ", dtype_name(input.type.dtype));
+    COREMLRT_CHECK(shape_allowed(t.shape, *feature, input.type), m.where(), ": input '", input.name, "' has shape ",
+                   shape_str(t.shape), "; expected ", expected_shape(*feature, input.type));
+    COREMLRT_CHECK(t.data || t.nbytes() == 0, m.where(), ": input '", input.name, "' has no data");
+    bound.push_back(t);
+  }
+  auto context = m.take_context();
+  std::vector<Tensor> results;
+  try {
+    results = context->run(std::move(bound));
+  } catch (...) {
+    m.return_context(std::move(context));
+    throw;
+  }
+  m.return_context(std::move(context));
+  NamedTensors outputs;
+  const auto& names = m.function->block.outputs;
+  for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results[i]);
+  return outputs;
+}
+
+ModelReport inspect_model(const std::string& path) {
+  format::LoadedModel loaded = format::read_model(format::locate_model(path));
+  ModelReport report;
+  report.description = loaded.description;
+  report.weight_bytes = loaded.weight_bytes;
+  for (const auto& [name, function] : loaded.program.functions) {
+    FunctionReport f;
+    f.name = name;
+    f.opset = function.opset;
+    count_ops(function.block, function, ops::KernelRegistry::cpu(), f);
+    report.functions.push_back(std::move(f));
+  }
+  return report;
+}
+
+}  // namespace coremlrt
