@@ -17,6 +17,8 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_state_kernels(registry);
   register_attention_kernels(registry);
   register_misc_kernels(registry);
+  register_recurrent_kernels(registry);
+  register_resize_kernels(registry);
 }
 
 }  // namespace coremlrt::ops

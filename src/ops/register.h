@@ -20,5 +20,7 @@ void register_constexpr_kernels(KernelRegistry& registry);
 void register_state_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);
 void register_misc_kernels(KernelRegistry& registry);
+void register_recurrent_kernels(KernelRegistry& registry);
+void register_resize_kernels(KernelRegistry& registry);
 
 }  // namespace coremlrt::ops
