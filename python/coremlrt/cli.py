@@ -1,0 +1,114 @@
+"""The ``coremlrt`` command.
+
+    coremlrt info MODEL
+    coremlrt predict MODEL --input NAME=FILE.npy [--input ...] [--inputs FILE.npz]
+                           [--function NAME] [--output OUT.npz]
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+from . import _core
+from .model import Error, MLModel
+
+
+def _print_features(title, features, out):
+    print(f"    {title}:", file=out)
+    if not features:
+        print("      (none)", file=out)
+    for f in features:
+        line = f"      {f['name']}: {f['type']}"
+        if f["short_description"]:
+            line += f"  -- {f['short_description']}"
+        print(line, file=out)
+
+
+def cmd_info(args, out=sys.stdout):
+    report = _core.inspect(args.model)
+    desc = report["description"]
+    meta = desc["metadata"]
+    print(f"model: {args.model}", file=out)
+    print(f"  type: {desc['model_type']}, specification version {desc['specification_version']}", file=out)
+    for key in ("author", "license", "short_description", "version"):
+        if meta[key]:
+            print(f"  {key}: {meta[key]}", file=out)
+    for key, value in sorted(meta["user_defined"].items()):
+        print(f"  metadata {key}: {value}", file=out)
+    print(f"  weights: {report['weight_bytes']} bytes", file=out)
+    opsets = {f["name"]: f for f in report["functions"]}
+    print(f"  functions ({len(desc['functions'])}):", file=out)
+    unsupported_total = 0
+    for function in desc["functions"]:
+        default = " (default)" if function["name"] == desc["default_function"] else ""
+        program = opsets.get(function["name"], {})
+        opset = f", opset {program['opset']}" if program else ""
+        print(f"  - {function['name']}{default}{opset}", file=out)
+        _print_features("inputs", function["inputs"], out)
+        _print_features("outputs", function["outputs"], out)
+        _print_features("states", function["states"], out)
+        if program:
+            counts = program["op_counts"]
+            print(f"    ops ({sum(counts.values())}): " +
+                  ", ".join(f"{op} x{n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+                  file=out)
+            unsupported = program["unsupported"]
+            unsupported_total += len(unsupported)
+            if unsupported:
+                print(f"    unsupported by this build ({len(unsupported)}):", file=out)
+                for u in unsupported:
+                    print(f"      {u['op_type']} (op '{u['op_name']}', output '{u['output']}')", file=out)
+    if desc["model_type"] != "mlProgram":
+        print(f"  unsupported: model type '{desc['model_type']}' (this build runs ML programs)", file=out)
+    elif unsupported_total == 0:
+        print("  every op is supported by this build", file=out)
+    return 0
+
+
+def _parse_inputs(args):
+    inputs = {}
+    if args.inputs:
+        with np.load(args.inputs) as npz:
+            inputs.update({name: npz[name] for name in npz.files})
+    for item in args.input or []:
+        if "=" not in item:
+            raise Error(f"--input takes NAME=FILE.npy, got '{item}'")
+        name, path = item.split("=", 1)
+        inputs[name] = np.load(path)
+    return inputs
+
+
+def cmd_predict(args, out=sys.stdout):
+    model = MLModel(args.model, function_name=args.function)
+    outputs = model.predict(_parse_inputs(args))
+    if args.output:
+        np.savez(args.output, **outputs)
+        print(f"wrote {len(outputs)} output(s) to {args.output}", file=out)
+    for name, value in outputs.items():
+        print(f"{name}: {value.dtype} {list(value.shape)}", file=out)
+        print(np.array2string(value, threshold=20, edgeitems=3, precision=5), file=out)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="coremlrt", description="Run Core ML models on Linux.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="describe a model: features, functions, ops, unsupported ops")
+    info.add_argument("model")
+    predict = sub.add_parser("predict", help="run a prediction on .npy/.npz inputs")
+    predict.add_argument("model")
+    predict.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input array (repeatable)")
+    predict.add_argument("--inputs", metavar="FILE.npz", help="every array of an .npz file, by name")
+    predict.add_argument("--function", default=None, help="function of a multifunction model")
+    predict.add_argument("--output", metavar="OUT.npz", help="write the outputs to this .npz file")
+    args = parser.parse_args(argv)
+    try:
+        return {"info": cmd_info, "predict": cmd_predict}[args.command](args)
+    except (Error, OSError, ValueError) as exc:
+        print(f"coremlrt: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

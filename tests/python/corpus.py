@@ -1,0 +1,68 @@
+"""Access to the shared conformance corpus (../shared/corpus beside the checkout)."""
+
+import json
+import os
+
+import numpy as np
+
+CORPUS_DIR = os.environ.get(
+    "COREMLRT_CORPUS",
+    os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus"))
+
+
+def case_names():
+    if not os.path.isdir(CORPUS_DIR):
+        return []
+    return sorted(n for n in os.listdir(CORPUS_DIR) if os.path.isfile(os.path.join(CORPUS_DIR, n, "case.json")))
+
+
+def load_case(name):
+    with open(os.path.join(CORPUS_DIR, name, "case.json")) as f:
+        return json.load(f)
+
+
+def model_path(name, case):
+    return os.path.join(CORPUS_DIR, name, case.get("model_file", "model.mlpackage"))
+
+
+def step_arrays(name, case, step):
+    """(inputs, expected) dicts for one step of a case."""
+    base = os.path.join(CORPUS_DIR, name)
+    if case["steps"] == 1:
+        files = ("inputs.npz", "expected.npz")
+    else:
+        files = (f"step_{step}_inputs.npz", f"step_{step}_expected.npz")
+    with np.load(os.path.join(base, files[0])) as i, np.load(os.path.join(base, files[1])) as e:
+        return dict(i), dict(e)
+
+
+def tolerance(case, output):
+    override = (case.get("per_output_tolerance") or {}).get(output)
+    if override:
+        return float(override["rtol"]), float(override["atol"])
+    return float(case["rtol"]), float(case["atol"])
+
+
+def mismatches(case, expected, actual):
+    """Describe every output that misses its tolerance (the corpus README's rule)."""
+    problems = []
+    for name, exp in expected.items():
+        if name not in actual:
+            problems.append(f"{name}: missing from outputs {sorted(actual)}")
+            continue
+        act = np.asarray(actual[name])
+        exp = np.asarray(exp)
+        if exp.dtype.kind in "US":
+            if str(exp) != str(act):
+                problems.append(f"{name}: {act!r} != {exp!r}")
+            continue
+        if act.shape != exp.shape:
+            problems.append(f"{name}: shape {act.shape} != expected {exp.shape}")
+            continue
+        rtol, atol = tolerance(case, name)
+        err = np.abs(act.astype(np.float64) - exp.astype(np.float64))
+        bad = ~(err <= atol + rtol * np.abs(exp.astype(np.float64)))
+        if bad.any():
+            problems.append(f"{name}: {int(bad.sum())}/{bad.size} elements off, max abs err {err.max():.3g} "
+                            f"(rtol {rtol}, atol {atol})")
+    return problems

@@ -1,0 +1,63 @@
+"""Every case of the shared corpus through coremlrt.MLModel(...).predict.
+
+A case is an expected failure only when this build provably cannot run it yet: `inspect`
+reports ops without a kernel, the model type is not an ML program, or the case needs
+states. Those are decided before predicting, never from the result, so a wrong answer is
+always a failure. The cases in MUST_PASS may not be expected failures at all.
+"""
+
+import numpy as np
+import pytest
+
+import coremlrt
+from coremlrt import _core
+from corpus import case_names, load_case, mismatches, model_path, step_arrays
+
+MUST_PASS = {
+    "repro_add", "repro_add_fp32", "torch_mlp", "torch_mlp_fp32",
+    # elementwise binary and unary
+    "mil_add_bcast", "mil_add_bcast_fp16", "mil_add_fp16_io", "mil_sub_bcast", "mil_mul_bcast",
+    "mil_mul_bcast_fp16", "mil_real_div_bcast", "mil_floor_div_fp32", "mil_pow_bcast", "mil_maximum_bcast",
+    "mil_minimum_bcast", "mil_equal_bcast", "mil_less_bcast", "mil_compare_logical", "mil_select",
+    "mil_abs", "mil_exp", "mil_exp_fp16", "mil_log", "mil_sqrt", "mil_rsqrt", "mil_tanh", "mil_erf",
+    "mil_round", "mil_clip", "mil_relu", "mil_sigmoid", "mil_silu", "mil_gelu_exact", "mil_gelu_exact_fp16",
+    "mil_gelu_tanh",
+    # reductions, softmax, matmul/linear, layout, cast
+    "mil_reduce_sum_mean_max", "mil_reduce_argmax", "mil_softmax", "mil_softmax_fp16", "mil_matmul",
+    "mil_matmul_fp16", "mil_matmul_const_weight", "mil_linear", "mil_linear_fp16", "mil_reshape_transpose",
+    "mil_concat_split", "mil_slice", "mil_cast",
+}
+
+
+def blockers(name, case):
+    """Why this build cannot run the case yet, or None."""
+    if case["format"] != "mlprogram":
+        return f"model type {case['format']} is not supported yet"
+    report = _core.inspect(model_path(name, case))
+    missing = sorted({u["op_type"] for f in report["functions"] for u in f["unsupported"]})
+    if missing:
+        return "missing ops: " + ", ".join(missing)
+    if case.get("states"):
+        return "stateful prediction is not supported yet"
+    return None
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_corpus_case(name):
+    case = load_case(name)
+    reason = blockers(name, case)
+    if reason:
+        assert name not in MUST_PASS, f"{name} must pass but: {reason}"
+        pytest.xfail(reason)
+    model = coremlrt.MLModel(model_path(name, case), function_name=case.get("function_name"))
+    for step in range(case["steps"]):
+        inputs, expected = step_arrays(name, case, step)
+        outputs = model.predict(inputs)
+        problems = mismatches(case, expected, outputs)
+        assert not problems, f"step {step}: " + "; ".join(problems)
+
+
+def test_must_pass_cases_exist():
+    names = set(case_names())
+    assert names, "corpus not found; set COREMLRT_CORPUS or place ../shared/corpus beside the checkout"
+    assert MUST_PASS <= names, f"missing corpus cases: {sorted(MUST_PASS - names)}"
