@@ -1,0 +1,106 @@
+#include "format/blob_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "coremlrt/error.h"
+
+namespace coremlrt::format {
+namespace {
+
+// Writes a blob-storage v2 file by hand, exactly as the format describes it.
+class BlobWriter {
+ public:
+  BlobWriter() : bytes_(64, 0) { put32(4, 2); }
+  // Returns the metadata offset of the new blob.
+  uint64_t add(uint32_t blob_dtype, const void* data, uint64_t size, uint64_t padding_bits = 0) {
+    bytes_.resize((bytes_.size() + 63) / 64 * 64, 0);
+    uint64_t meta = bytes_.size();
+    bytes_.resize(meta + 64 + size, 0);
+    put32(meta, 0xDEADBEEF);
+    put32(meta + 4, blob_dtype);
+    put64(meta + 8, size);
+    put64(meta + 16, meta + 64);
+    put64(meta + 24, padding_bits);
+    std::memcpy(bytes_.data() + meta + 64, data, size);
+    put32(0, ++count_);
+    return meta;
+  }
+  std::string save(const std::string& name) {
+    std::string path = ::testing::TempDir() + "/" + name;
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes_.data()), bytes_.size());
+    return path;
+  }
+  std::vector<uint8_t>& bytes() { return bytes_; }
+
+ private:
+  void put32(uint64_t at, uint32_t v) { std::memcpy(bytes_.data() + at, &v, 4); }
+  void put64(uint64_t at, uint64_t v) { std::memcpy(bytes_.data() + at, &v, 8); }
+  std::vector<uint8_t> bytes_;
+  uint32_t count_ = 0;
+};
+
+TEST(BlobFile, ReadsFloat32AsViewIntoMapping) {
+  BlobWriter writer;
+  float values[12];
+  for (int i = 0; i < 12; ++i) values[i] = 0.5f * i;
+  uint64_t offset = writer.add(2, values, sizeof(values));
+  auto file = BlobFile::open(writer.save("f32.bin"));
+  Tensor t = file->read(offset, DType::Float32, {3, 4});
+  EXPECT_FALSE(t.storage->engine_owned());  // a view, not a copy
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 64, 0u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(t.ptr<float>()[i], 0.5f * i);
+}
+
+TEST(BlobFile, UnpacksSubByteTypes) {
+  BlobWriter writer;
+  // int4 values -8, 7, -1, 3 packed LSB first: 0x78, 0x3F.
+  const uint8_t int4[] = {0x78, 0x3F};
+  uint64_t a = writer.add(8, int4, sizeof(int4));
+  // uint3 values 1..5 (15 bits, 1 padding bit): bits 001 010 011 100 101 from the LSB.
+  const uint8_t uint3[] = {0b11010001, 0b01011000};
+  uint64_t b = writer.add(12, uint3, sizeof(uint3), 1);
+  auto file = BlobFile::open(writer.save("sub.bin"));
+  Tensor t4 = file->read(a, DType::Int4, {4});
+  EXPECT_EQ(std::vector<int8_t>(t4.ptr<int8_t>(), t4.ptr<int8_t>() + 4), (std::vector<int8_t>{-8, 7, -1, 3}));
+  Tensor t3 = file->read(b, DType::UInt3, {5});
+  EXPECT_EQ(std::vector<uint8_t>(t3.ptr<uint8_t>(), t3.ptr<uint8_t>() + 5), (std::vector<uint8_t>{1, 2, 3, 4, 5}));
+}
+
+TEST(BlobFile, RejectsDamage) {
+  BlobWriter writer;
+  float values[4] = {1, 2, 3, 4};
+  uint64_t offset = writer.add(2, values, sizeof(values));
+  auto file = BlobFile::open(writer.save("ok.bin"));
+  EXPECT_THROW(file->read(offset, DType::Float16, {8}), Error);      // stored dtype differs
+  EXPECT_THROW(file->read(offset, DType::Float32, {5}), Error);      // size does not match shape
+  EXPECT_THROW(file->read(offset + 8, DType::Float32, {4}), Error);  // no sentinel there
+  EXPECT_THROW(file->read(1 << 20, DType::Float32, {4}), Error);     // past the end
+
+  writer.bytes().resize(offset + 64 + 8);  // data cut short
+  auto cut = BlobFile::open(writer.save("cut.bin"));
+  try {
+    cut->read(offset, DType::Float32, {4});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs past the end of the file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BlobFile, RejectsBadHeader) {
+  std::string path = ::testing::TempDir() + "/short.bin";
+  std::ofstream(path, std::ios::binary) << "tiny";
+  EXPECT_THROW(BlobFile::open(path), Error);
+  BlobWriter writer;
+  writer.bytes()[4] = 1;  // storage version 1
+  EXPECT_THROW(BlobFile::open(writer.save("v1.bin")), Error);
+  EXPECT_THROW(BlobFile::open(::testing::TempDir() + "/does-not-exist.bin"), Error);
+}
+
+}  // namespace
+}  // namespace coremlrt::format

@@ -1,0 +1,96 @@
+#include "coremlrt/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+namespace coremlrt {
+namespace {
+
+const std::string kCorpus = COREMLRT_CORPUS_DIR;
+
+std::string corpus_model(const std::string& name) {
+  std::string path = kCorpus + "/" + name + "/model.mlpackage";
+  if (!std::filesystem::exists(path)) return "";
+  return path;
+}
+
+// repro_add computes cast(fp32->fp16) -> add 1 -> cast(fp16->fp32).
+float reference_add_one(float x) { return static_cast<float>(static_cast<half>(static_cast<float>(static_cast<half>(x)) + 1.0f)); }
+
+TEST(Model, LoadsAndPredictsThroughTheCppApi) {
+  std::string path = corpus_model("repro_add");
+  if (path.empty()) GTEST_SKIP() << "corpus not found at " << kCorpus;
+  auto model = Model::load(path);
+  ASSERT_EQ(model->function().inputs.size(), 1u);
+  EXPECT_EQ(model->function().inputs[0].name, "x");
+  EXPECT_EQ(model->function().inputs[0].shape, (Shape{1, 64, 512}));
+  std::vector<float> x(64 * 512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * i) * 10;
+  auto outputs = model->predict({{"x", Tensor::view(DType::Float32, {1, 64, 512}, x.data(), nullptr)}});
+  const Tensor& y = outputs.at("add_0");
+  ASSERT_EQ(y.dtype, DType::Float32);
+  ASSERT_EQ(y.shape, (Shape{1, 64, 512}));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y.ptr<float>()[i], reference_add_one(x[i])) << i;
+  EXPECT_NE(y.data, x.data());
+}
+
+TEST(Model, ConcurrentPredictionsMatchSerialOnes) {
+  std::string path = corpus_model("repro_add");
+  if (path.empty()) GTEST_SKIP() << "corpus not found";
+  auto model = Model::load(path);
+  auto run = [&](float seed, std::vector<float>* out) {
+    std::vector<float> x(64 * 512, seed);
+    for (int round = 0; round < 20; ++round) {
+      auto y = model->predict({{"x", Tensor::view(DType::Float32, {1, 64, 512}, x.data(), nullptr)}}).at("add_0");
+      out->assign(y.ptr<float>(), y.ptr<float>() + y.numel());
+    }
+  };
+  std::vector<float> a, b;
+  std::thread ta(run, 1.5f, &a), tb(run, -2.25f, &b);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(a, std::vector<float>(a.size(), 2.5f));
+  EXPECT_EQ(b, std::vector<float>(b.size(), -1.25f));
+}
+
+TEST(Model, RejectsWrongInputsWithClearMessages) {
+  std::string path = corpus_model("repro_add");
+  if (path.empty()) GTEST_SKIP() << "corpus not found";
+  auto model = Model::load(path);
+  std::vector<float> x(64 * 512);
+  auto expect_error = [&](const NamedTensors& inputs, const std::string& fragment) {
+    try {
+      model->predict(inputs);
+      FAIL() << "expected an Error containing: " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error({}, "missing input 'x' (expected float32 [1, 64, 512])");
+  expect_error({{"x", Tensor::view(DType::Float32, {64, 512}, x.data(), nullptr)}}, "has shape [64, 512]; expected [1, 64, 512]");
+  expect_error({{"x", Tensor::view(DType::Int32, {1, 64, 512}, x.data(), nullptr)}}, "has dtype int32; expected float32");
+  expect_error({{"x", Tensor::view(DType::Float32, {1, 64, 512}, x.data(), nullptr)}, {"y", Tensor::empty(DType::Float32, {1})}},
+               "unknown input 'y'");
+}
+
+TEST(Model, InspectReportsOpsWithoutLoading) {
+  std::string path = corpus_model("repro_add");
+  if (path.empty()) GTEST_SKIP() << "corpus not found";
+  ModelReport report = inspect_model(path);
+  ASSERT_EQ(report.functions.size(), 1u);
+  EXPECT_EQ(report.functions[0].opset, "CoreML8");
+  EXPECT_EQ(report.functions[0].op_counts.at("add"), 1);
+  EXPECT_EQ(report.functions[0].op_counts.at("cast"), 2);
+  EXPECT_TRUE(report.functions[0].unsupported.empty());
+}
+
+TEST(Model, MissingPathIsAnError) {
+  EXPECT_THROW(Model::load("/nonexistent/model.mlpackage"), Error);
+}
+
+}  // namespace
+}  // namespace coremlrt
