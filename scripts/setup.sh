@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what coremlrt needs on Debian 12 (system packages, Python packages), then builds
+# and installs coremlrt itself with `pip install .`. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends \
+    g++ cmake ninja-build libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev >/dev/null
+fi
+
+# coremltools and torch make the test models the way users make them; torch 2.13.0 is the
+# CPU build this environment provides.
+python3 -m pip install -q --disable-pip-version-check numpy pytest "coremltools==9.0" "torch==2.13.0"
+python3 -m pip install -q --disable-pip-version-check .
