@@ -31,6 +31,10 @@ enum class DType : uint8_t {
   UInt3,
   UInt4,
   UInt6,
+  // Narrow float formats the weight format can hold; constants only (see float_formats.h).
+  BFloat16,
+  Float8E4M3FN,
+  Float8E5M2,
   String,  // only for immediate string constants (attributes such as pad_type)
 };
 

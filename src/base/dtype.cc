@@ -7,6 +7,7 @@ size_t dtype_size(DType dtype) {
     case DType::Int16:
     case DType::UInt16:
     case DType::Float16:
+    case DType::BFloat16:
       return 2;
     case DType::Int32:
     case DType::UInt32:
@@ -43,13 +44,17 @@ const char* dtype_name(DType dtype) {
     case DType::UInt3: return "uint3";
     case DType::UInt4: return "uint4";
     case DType::UInt6: return "uint6";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float8E4M3FN: return "float8_e4m3fn";
+    case DType::Float8E5M2: return "float8_e5m2";
     case DType::String: return "string";
   }
   return "unknown";
 }
 
 bool is_float(DType dtype) {
-  return dtype == DType::Float16 || dtype == DType::Float32 || dtype == DType::Float64;
+  return dtype == DType::Float16 || dtype == DType::Float32 || dtype == DType::Float64 ||
+         dtype == DType::BFloat16 || dtype == DType::Float8E4M3FN || dtype == DType::Float8E5M2;
 }
 
 bool is_integer(DType dtype) {

@@ -42,7 +42,10 @@ bool blob_dtype(uint32_t code, DType* out) {
     case 13: *out = DType::UInt6; return true;
     case 14: *out = DType::Int32; return true;
     case 15: *out = DType::UInt32; return true;
-    default: return false;  // BFloat16 (5) and the fp8 types (16, 17) have no engine dtype yet
+    case 5: *out = DType::BFloat16; return true;
+    case 16: *out = DType::Float8E4M3FN; return true;
+    case 17: *out = DType::Float8E5M2; return true;
+    default: return false;
   }
 }
 

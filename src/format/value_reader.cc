@@ -31,6 +31,9 @@ DType mil_dtype(mil::DataType type) {
     case mil::UINT1: return DType::UInt1;
     case mil::UINT6: return DType::UInt6;
     case mil::UINT3: return DType::UInt3;
+    case mil::BFLOAT16: return DType::BFloat16;
+    case mil::FLOAT8E4M3FN: return DType::Float8E4M3FN;
+    case mil::FLOAT8E5M2: return DType::Float8E5M2;
     default:
       fail("MIL data type ", mil::DataType_Name(type), " (", static_cast<int>(type),
            ") is not supported by this build");

@@ -1,7 +1,205 @@
+// Activations (coreml-format.md 5.1): x is fp16 or fp32 and the output keeps its dtype and
+// shape. fp16 is computed in float and rounded once on store. Parameters (alpha, beta) are
+// read as doubles, which also covers the iOS17 redefinitions where their dtype is
+// independent of x, so one registration serves every opset.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
 #include "ops/register.h"
+#include "ops/util.h"
 
 namespace coremlrt::ops {
 
-void register_activation_kernels(KernelRegistry& registry) {}
+namespace {
+
+void check_float_x(const KernelBuilder& b) {
+  const DType dtype = b.input_type("x").dtype;
+  b.check(dtype == DType::Float32 || dtype == DType::Float16, "x has unsupported dtype ", dtype_name(dtype),
+          " (expected fp16 or fp32)");
+}
+
+// The kernel computing out[i] = fn(x[i]) in float.
+template <class Fn>
+std::unique_ptr<Kernel> pointwise(KernelBuilder& b, Fn fn) {
+  check_float_x(b);
+  const int x = b.input("x");
+  return make_kernel([x, fn](KernelContext& ctx) {
+    const Tensor& in = ctx.input(x);
+    Tensor& out = ctx.allocate_output(0, in.dtype, in.shape);
+    dispatch_float(in.dtype, "activation", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = in.ptr<T>();
+      T* dst = out.ptr<T>();
+      for (int64_t i = 0, n = in.numel(); i < n; ++i) dst[i] = static_cast<T>(fn(static_cast<float>(src[i])));
+    });
+  });
+}
+
+template <class Fn>
+void add_pointwise(KernelRegistry& registry, const char* name, Fn fn) {
+  registry.add(name, [fn](KernelBuilder& b) { return pointwise(b, fn); });
+}
+
+// Registers an op whose function takes (x, alpha, beta) with constant scalar parameters.
+template <class Fn>
+void add_with_params(KernelRegistry& registry, const char* name, bool has_beta, Fn fn) {
+  registry.add(name, [has_beta, fn](KernelBuilder& b) {
+    const float alpha = static_cast<float>(b.const_float("alpha"));
+    const float beta = has_beta ? static_cast<float>(b.const_float("beta")) : 0.0f;
+    return pointwise(b, [alpha, beta, fn](float v) { return fn(v, alpha, beta); });
+  });
+}
+
+// A constant 1-D float tensor (fp16 or fp32) as floats.
+std::vector<float> const_floats(const KernelBuilder& b, const char* name) {
+  const ir::ConstValue* value = b.constant(name);
+  b.check(value && value->type.kind == ir::TypeKind::Tensor, "missing constant tensor parameter '", name, "'");
+  const Tensor& t = value->tensor;
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  dispatch_float(t.dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(t.ptr<T>()[i]);
+  });
+  return out;
+}
+
+// Per-channel activations (prelu, softplus_parametric): x is [B, C, ...] and parameter
+// vectors of length C apply along axis 1. fn(v, channel).
+template <class Fn>
+std::unique_ptr<Kernel> per_channel(KernelBuilder& b, int64_t channels, Fn fn) {
+  check_float_x(b);
+  const int x = b.input("x");
+  return make_kernel([x, channels, fn](KernelContext& ctx) {
+    const Tensor& in = ctx.input(x);
+    if (in.rank() < 2 || in.shape[1] != channels)
+      ctx.fail("x of shape ", shape_str(in.shape), " does not have ", channels, " channels on axis 1");
+    Tensor& out = ctx.allocate_output(0, in.dtype, in.shape);
+    int64_t inner = 1;
+    for (int64_t d = 2; d < in.rank(); ++d) inner *= in.shape[d];
+    const int64_t outer = in.shape[0];
+    dispatch_float(in.dtype, "activation", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = in.ptr<T>();
+      T* dst = out.ptr<T>();
+      int64_t i = 0;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < channels; ++c)
+          for (int64_t k = 0; k < inner; ++k, ++i) dst[i] = static_cast<T>(fn(static_cast<float>(src[i]), c));
+    });
+  });
+}
+
+// Checks a per-channel parameter against x's declared type where it is known.
+void check_channel_param(const KernelBuilder& b, const char* name, size_t count, int64_t min_rank, int64_t max_rank) {
+  b.check(b.constant(name)->type.rank == 1, "parameter '", name, "' must be rank 1");
+  const ir::ValueType& x = b.input_type("x");
+  if (x.rank < 0) return;
+  b.check(x.rank >= min_rank && x.rank <= max_rank, "x has rank ", x.rank, ", expected ", min_rank, " to ", max_rank);
+  b.check(x.dims[1] < 0 || x.dims[1] == static_cast<int64_t>(count), "parameter '", name, "' has ", count,
+          " values but x has ", x.dims[1], " channels");
+}
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// log(1 + e^v) without overflow for large v or loss of precision for very negative v.
+float softplus(float v) { return std::max(v, 0.0f) + std::log1p(std::exp(-std::abs(v))); }
+
+std::unique_ptr<Kernel> make_gelu(KernelBuilder& b) {
+  const std::string mode = b.const_string("mode", "EXACT");
+  if (mode == "EXACT")
+    return pointwise(b, [](float v) { return 0.5f * v * (1.0f + std::erf(v * static_cast<float>(M_SQRT1_2))); });
+  if (mode == "TANH_APPROXIMATION") {
+    return pointwise(b, [](float v) {
+      const float k = static_cast<float>(std::sqrt(2.0 / M_PI));
+      return 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+    });
+  }
+  if (mode == "SIGMOID_APPROXIMATION") return pointwise(b, [](float v) { return v * sigmoid(1.702f * v); });
+  b.fail("unsupported mode '", mode, "' (expected EXACT, TANH_APPROXIMATION or SIGMOID_APPROXIMATION)");
+}
+
+// exp(x - max) / sum(exp(x - max)) along one axis; max subtraction keeps exp from overflowing.
+std::unique_ptr<Kernel> make_softmax(KernelBuilder& b) {
+  check_float_x(b);
+  const int x = b.input("x");
+  const int64_t axis = b.const_int("axis", -1);
+  const int64_t rank = b.input_type("x").rank;
+  if (rank >= 0) b.check(axis >= -rank && axis < std::max<int64_t>(rank, 1), "axis ", axis, " is out of range for rank ", rank);
+  return make_kernel([x, axis](KernelContext& ctx) {
+    const Tensor& in = ctx.input(x);
+    const int64_t ax = normalize_axis(axis, in.rank());
+    int64_t outer = 1, inner = 1;
+    const int64_t len = in.rank() == 0 ? 1 : in.shape[ax];
+    for (int64_t d = 0; d < ax; ++d) outer *= in.shape[d];
+    for (int64_t d = ax + 1; d < in.rank(); ++d) inner *= in.shape[d];
+    Tensor& out = ctx.allocate_output(0, in.dtype, in.shape);
+    dispatch_float(in.dtype, "softmax", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::vector<float> e(static_cast<size_t>(len));
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t k = 0; k < inner; ++k) {
+          const T* src = in.ptr<T>() + o * len * inner + k;
+          T* dst = out.ptr<T>() + o * len * inner + k;
+          float m = -INFINITY;
+          for (int64_t j = 0; j < len; ++j) m = std::max(m, static_cast<float>(src[j * inner]));
+          double sum = 0;
+          for (int64_t j = 0; j < len; ++j) {
+            e[j] = std::exp(static_cast<float>(src[j * inner]) - m);
+            sum += e[j];
+          }
+          const float scale = static_cast<float>(1.0 / sum);
+          for (int64_t j = 0; j < len; ++j) dst[j * inner] = static_cast<T>(e[j] * scale);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_activation_kernels(KernelRegistry& registry) {
+  // std::max/min return their first argument when it is NaN, so NaN passes through.
+  add_pointwise(registry, "relu", [](float v) { return std::max(v, 0.0f); });
+  add_pointwise(registry, "relu6", [](float v) { return std::min(std::max(v, 0.0f), 6.0f); });
+  add_pointwise(registry, "sigmoid", sigmoid);
+  add_pointwise(registry, "silu", [](float v) { return v * sigmoid(v); });
+  add_pointwise(registry, "softplus", softplus);
+  add_pointwise(registry, "softsign", [](float v) { return v / (1.0f + std::abs(v)); });
+
+  add_with_params(registry, "elu", false, [](float v, float a, float) { return v > 0.0f ? v : a * std::expm1(v); });
+  add_with_params(registry, "leaky_relu", false, [](float v, float a, float) { return v >= 0.0f ? v : a * v; });
+  add_with_params(registry, "thresholded_relu", false, [](float v, float a, float) { return v >= a ? v : 0.0f; });
+  add_with_params(registry, "linear_activation", true, [](float v, float a, float b) { return a * v + b; });
+  add_with_params(registry, "scaled_tanh", true, [](float v, float a, float b) { return a * std::tanh(b * v); });
+  add_with_params(registry, "sigmoid_hard", true,
+                  [](float v, float a, float b) { return std::min(std::max(a * v + b, 0.0f), 1.0f); });
+  add_with_params(registry, "clamped_relu", true,
+                  [](float v, float a, float b) { return std::min(b, v >= 0.0f ? v : a * v); });
+
+  registry.add("prelu", [](KernelBuilder& b) {
+    const std::vector<float> alpha = const_floats(b, "alpha");
+    check_channel_param(b, "alpha", alpha.size(), 3, 5);
+    // Only rank 4 may have distinct per-channel slopes (a restriction of the op definition).
+    const int64_t rank = b.input_type("x").rank;
+    if (rank == 3 || rank == 5)
+      for (float a : alpha)
+        b.check(std::abs(a - alpha[0]) <= 1e-5f, "rank ", rank, " x requires all alpha values to be equal");
+    return per_channel(b, static_cast<int64_t>(alpha.size()),
+                       [alpha](float v, int64_t c) { return v > 0.0f ? v : alpha[c] * v; });
+  });
+  registry.add("softplus_parametric", [](KernelBuilder& b) {
+    const std::vector<float> alpha = const_floats(b, "alpha"), beta = const_floats(b, "beta");
+    check_channel_param(b, "alpha", alpha.size(), 3, INT64_MAX);
+    check_channel_param(b, "beta", beta.size(), 3, INT64_MAX);
+    b.check(alpha.size() == beta.size(), "alpha and beta must have the same length");
+    return per_channel(b, static_cast<int64_t>(alpha.size()),
+                       [alpha, beta](float v, int64_t c) { return alpha[c] * softplus(beta[c] * v); });
+  });
+
+  registry.add("gelu", make_gelu);
+  registry.add("softmax", make_softmax);
+}
 
 }  // namespace coremlrt::ops

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "coremlrt/float_formats.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
@@ -38,8 +39,24 @@ To convert(From value) {
 
 }  // namespace
 
+// The narrow float formats of weight files, widened to fp32.
+Tensor widen_narrow_float(const Tensor& in) {
+  Tensor out = Tensor::empty(DType::Float32, in.shape);
+  float* dst = out.ptr<float>();
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    switch (in.dtype) {
+      case DType::BFloat16: dst[i] = bfloat16_to_float(in.ptr<uint16_t>()[i]); break;
+      case DType::Float8E4M3FN: dst[i] = float8_e4m3fn_to_float(in.ptr<uint8_t>()[i]); break;
+      default: dst[i] = float8_e5m2_to_float(in.ptr<uint8_t>()[i]); break;
+    }
+  }
+  return out;
+}
+
 // Copies `in` into a new tensor of dtype `to` (bool: nonzero -> 1).
 Tensor cast_tensor(const Tensor& in, DType to, Tensor out) {
+  if (in.dtype == DType::BFloat16 || in.dtype == DType::Float8E4M3FN || in.dtype == DType::Float8E5M2)
+    return cast_tensor(widen_narrow_float(in), to, std::move(out));
   dispatch_all(in.dtype, "cast", [&](auto from_tag) {
     using From = typename decltype(from_tag)::type;
     dispatch_all(to, "cast", [&](auto to_tag) {

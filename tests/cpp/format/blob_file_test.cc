@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "coremlrt/error.h"
+#include "coremlrt/float_formats.h"
+#include <cmath>
 
 namespace coremlrt::format {
 namespace {
@@ -100,6 +102,35 @@ TEST(BlobFile, RejectsBadHeader) {
   writer.bytes()[4] = 1;  // storage version 1
   EXPECT_THROW(BlobFile::open(writer.save("v1.bin")), Error);
   EXPECT_THROW(BlobFile::open(::testing::TempDir() + "/does-not-exist.bin"), Error);
+}
+
+}  // namespace
+}  // namespace coremlrt::format
+
+namespace coremlrt::format {
+namespace {
+
+TEST(BlobFile, ReadsNarrowFloatFormatsAsViews) {
+  BlobWriter writer;
+  const uint16_t bf16[] = {0x3F80, 0xC040};  // 1.0, -3.0
+  const uint8_t e4m3[] = {0x38, 0xC4, 0x7F, 0x01};  // 1.0, -3.0, NaN, 2^-9
+  const uint8_t e5m2[] = {0x3C, 0x7C, 0xC2};  // 1.0, inf, -3.0
+  uint64_t a = writer.add(5, bf16, sizeof(bf16));
+  uint64_t b = writer.add(16, e4m3, sizeof(e4m3));
+  uint64_t c = writer.add(17, e5m2, sizeof(e5m2));
+  auto file = BlobFile::open(writer.save("narrow.bin"));
+  Tensor tb = file->read(a, DType::BFloat16, {2});
+  EXPECT_EQ(bfloat16_to_float(tb.ptr<uint16_t>()[0]), 1.0f);
+  EXPECT_EQ(bfloat16_to_float(tb.ptr<uint16_t>()[1]), -3.0f);
+  Tensor t4 = file->read(b, DType::Float8E4M3FN, {4});
+  EXPECT_EQ(float8_e4m3fn_to_float(t4.ptr<uint8_t>()[0]), 1.0f);
+  EXPECT_EQ(float8_e4m3fn_to_float(t4.ptr<uint8_t>()[1]), -3.0f);
+  EXPECT_TRUE(std::isnan(float8_e4m3fn_to_float(t4.ptr<uint8_t>()[2])));
+  EXPECT_EQ(float8_e4m3fn_to_float(t4.ptr<uint8_t>()[3]), std::ldexp(1.0f, -9));
+  Tensor t5 = file->read(c, DType::Float8E5M2, {3});
+  EXPECT_EQ(float8_e5m2_to_float(t5.ptr<uint8_t>()[0]), 1.0f);
+  EXPECT_TRUE(std::isinf(float8_e5m2_to_float(t5.ptr<uint8_t>()[1])));
+  EXPECT_EQ(float8_e5m2_to_float(t5.ptr<uint8_t>()[2]), -3.0f);
 }
 
 }  // namespace
