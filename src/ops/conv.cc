@@ -1,7 +1,311 @@
+// conv and conv_transpose (coreml-format.md 5.5) for 1-3 spatial dims, computed in float
+// through im2col / col2im and the shared GEMM. Shapes of 1 or 2 spatial dims are handled as
+// 3-D with leading unit dims, so one code path serves all ranks.
+#include <algorithm>
+#include <array>
+
 #include "ops/register.h"
+#include "ops/util.h"
 
 namespace coremlrt::ops {
 
-void register_conv_kernels(KernelRegistry& registry) {}
+// Shared float helpers, defined in linear.cc.
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool accumulate);
+std::vector<float> to_floats(const Tensor& t);
+const float* read_floats(const Tensor& t, std::vector<float>& scratch);
+float* float_output(Tensor& out, std::vector<float>& scratch);
+void commit_float_output(Tensor& out, const float* data);
+bool is_constant(const KernelBuilder& b, const std::string& param);
+
+namespace {
+
+using Dims = std::array<int64_t, 3>;
+
+// Constant parameters common to both ops, with spatial lists right-aligned into 3 dims.
+struct ConvParams {
+  int spatial = 0;  // S, the real number of spatial dims
+  Dims strides{1, 1, 1}, dilations{1, 1, 1};
+  Dims pad_before{0, 0, 0}, pad_after{0, 0, 0};  // custom pads only
+  std::string pad_type;
+  int64_t groups = 1;
+};
+
+Dims to_dims(const std::vector<int64_t>& v, int64_t fill) {
+  Dims d{fill, fill, fill};
+  std::copy(v.begin(), v.end(), d.begin() + (3 - v.size()));
+  return d;
+}
+
+ConvParams read_params(KernelBuilder& b, int spatial, bool transpose) {
+  ConvParams p;
+  b.check(spatial >= 1 && spatial <= 3, "supports 1 to 3 spatial dims, weight has ", spatial);
+  p.spatial = spatial;
+  const auto ones = std::vector<int64_t>(spatial, 1);
+  const auto strides = b.const_ints("strides", ones), dilations = b.const_ints("dilations", ones);
+  b.check(static_cast<int>(strides.size()) == spatial, "strides must have ", spatial, " values");
+  b.check(static_cast<int>(dilations.size()) == spatial, "dilations must have ", spatial, " values");
+  for (int i = 0; i < spatial; ++i)
+    b.check(strides[i] >= 1 && dilations[i] >= 1, "strides and dilations must be >= 1");
+  p.strides = to_dims(strides, 1);
+  p.dilations = to_dims(dilations, 1);
+  p.groups = b.const_int("groups", 1);
+  b.check(p.groups >= 1, "groups must be >= 1");
+  p.pad_type = b.const_string("pad_type", "valid");
+  const bool same_lower = p.pad_type == "same_lower" && !transpose;
+  b.check(p.pad_type == "valid" || p.pad_type == "same" || p.pad_type == "custom" || same_lower,
+          "unsupported pad_type '", p.pad_type, "'");
+  b.check(!same_lower || b.ios_version() >= 16, "pad_type same_lower needs the iOS16 opset or later");
+  if (p.pad_type == "custom") {
+    const auto pad = b.const_ints("pad", std::vector<int64_t>(2 * spatial, 0));
+    b.check(static_cast<int>(pad.size()) == 2 * spatial, "pad must have ", 2 * spatial, " values");
+    for (int i = 0; i < spatial; ++i) {
+      b.check(pad[2 * i] >= 0 && pad[2 * i + 1] >= 0, "pad values must be >= 0");
+      p.pad_before[3 - spatial + i] = pad[2 * i];
+      p.pad_after[3 - spatial + i] = pad[2 * i + 1];
+    }
+  }
+  return p;
+}
+
+// The spatial part of a [n, C, *D] shape as 3 dims.
+Dims spatial_dims(const Shape& shape) {
+  return to_dims(std::vector<int64_t>(shape.begin() + 2, shape.end()), 1);
+}
+
+// A float operand that is either prepared at load (constant) or read at run time.
+struct FloatOperand {
+  int index = -1;
+  bool prepared = false;
+  std::vector<float> data;
+  Shape shape;
+
+  static FloatOperand make(KernelBuilder& b, const std::string& param) {
+    FloatOperand o;
+    if (!b.has(param)) return o;
+    o.index = b.input(param);
+    if (is_constant(b, param)) {
+      const Tensor& t = b.constant(param)->tensor;
+      b.check(is_float(t.dtype), param, " must be floating point, got ", dtype_name(t.dtype));
+      o.prepared = true;
+      o.data = to_floats(t);
+      o.shape = t.shape;
+    }
+    return o;
+  }
+  bool present() const { return index >= 0; }
+  const Shape& shape_in(const KernelContext& ctx) const { return prepared ? shape : ctx.input(index).shape; }
+  const float* get(const KernelContext& ctx, std::vector<float>& scratch) const {
+    return prepared ? data.data() : read_floats(ctx.input(index), scratch);
+  }
+};
+
+// Range [lo, hi) of output positions o with 0 <= o * stride + offset < size.
+std::pair<int64_t, int64_t> valid_range(int64_t offset, int64_t stride, int64_t size, int64_t count) {
+  int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  int64_t hi = size - 1 - offset < 0 ? 0 : (size - 1 - offset) / stride + 1;
+  lo = std::min(lo, count);
+  hi = std::clamp(hi, lo, count);
+  return {lo, hi};
+}
+
+// Unfolds one group of one image: cols[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw] or 0
+// in the padding.
+void im2col(const float* x, int64_t channels, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
+            const Dims& pad, float* cols) {
+  const int64_t out_plane = out[0] * out[1] * out[2];
+  float* dst = cols;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t kd = 0; kd < k[0]; ++kd)
+      for (int64_t kh = 0; kh < k[1]; ++kh)
+        for (int64_t kw = 0; kw < k[2]; ++kw, dst += out_plane) {
+          const int64_t off_w = kw * p.dilations[2] - pad[2];
+          const auto [lo, hi] = valid_range(off_w, p.strides[2], in[2], out[2]);
+          float* row = dst;
+          for (int64_t od = 0; od < out[0]; ++od) {
+            const int64_t id = od * p.strides[0] + kd * p.dilations[0] - pad[0];
+            for (int64_t oh = 0; oh < out[1]; ++oh, row += out[2]) {
+              const int64_t ih = oh * p.strides[1] + kh * p.dilations[1] - pad[1];
+              if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1]) {
+                std::fill(row, row + out[2], 0.0f);
+                continue;
+              }
+              const float* src = x + ((c * in[0] + id) * in[1] + ih) * in[2];
+              std::fill(row, row + lo, 0.0f);
+              for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[ow * p.strides[2] + off_w];
+              std::fill(row + hi, row + out[2], 0.0f);
+            }
+          }
+        }
+}
+
+// The inverse scatter for conv_transpose: out[c, od, oh, ow] += cols[(c, kd, kh, kw), (id, ih, iw)]
+// with o = i * stride + k * dilation - pad.
+void col2im(const float* cols, int64_t channels, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
+            const Dims& pad, float* y) {
+  const int64_t in_plane = in[0] * in[1] * in[2];
+  const float* src = cols;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t kd = 0; kd < k[0]; ++kd)
+      for (int64_t kh = 0; kh < k[1]; ++kh)
+        for (int64_t kw = 0; kw < k[2]; ++kw, src += in_plane) {
+          const int64_t off_w = kw * p.dilations[2] - pad[2];
+          const auto [lo, hi] = valid_range(off_w, p.strides[2], out[2], in[2]);
+          const float* row = src;
+          for (int64_t id = 0; id < in[0]; ++id) {
+            const int64_t od = id * p.strides[0] + kd * p.dilations[0] - pad[0];
+            for (int64_t ih = 0; ih < in[1]; ++ih, row += in[2]) {
+              const int64_t oh = ih * p.strides[1] + kh * p.dilations[1] - pad[1];
+              if (od < 0 || od >= out[0] || oh < 0 || oh >= out[1]) continue;
+              float* dst = y + ((c * out[0] + od) * out[1] + oh) * out[2];
+              for (int64_t iw = lo; iw < hi; ++iw) dst[iw * p.strides[2] + off_w] += row[iw];
+            }
+          }
+        }
+}
+
+// Writes bias[c] (or 0) over each channel plane of one image.
+void fill_bias(float* y, int64_t channels, int64_t plane, const float* bias) {
+  for (int64_t c = 0; c < channels; ++c) std::fill(y + c * plane, y + (c + 1) * plane, bias ? bias[c] : 0.0f);
+}
+
+std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
+  const int x = b.input("x");
+  const DType dx = b.input_type("x").dtype;
+  b.check(dx == DType::Float32 || dx == DType::Float16, "x must be fp16 or fp32, got ", dtype_name(dx));
+  b.check(b.output_type(0).dtype == dx, "output dtype must equal x's");
+  const FloatOperand weight = FloatOperand::make(b, "weight"), bias = FloatOperand::make(b, "bias");
+  b.check(weight.present(), "missing weight");
+  const int64_t w_rank = weight.prepared ? static_cast<int64_t>(weight.shape.size()) : b.input_type("weight").rank;
+  const ConvParams p = read_params(b, static_cast<int>(w_rank - 2), false);
+  if (weight.prepared)
+    b.check(weight.shape[0] % p.groups == 0, "C_out ", weight.shape[0], " is not divisible by groups ", p.groups);
+
+  return make_kernel([x, weight, bias, p](KernelContext& ctx) {
+    const Tensor& tx = ctx.input(x);
+    const Shape& ws = weight.shape_in(ctx);
+    if (tx.rank() != p.spatial + 2 || static_cast<int>(ws.size()) != p.spatial + 2)
+      ctx.fail("x ", shape_str(tx.shape), " and weight ", shape_str(ws), " must have rank ", p.spatial + 2);
+    const int64_t n = tx.shape[0], c_in = tx.shape[1], c_out = ws[0], cg_in = ws[1], groups = p.groups;
+    if (cg_in * groups != c_in || c_out % groups != 0)
+      ctx.fail("x has ", c_in, " channels; weight ", shape_str(ws), " with groups ", groups, " does not match");
+    if (bias.present() && shape_numel(bias.shape_in(ctx)) != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
+    const Dims in = spatial_dims(tx.shape), k = spatial_dims(ws);
+    Dims out, pad;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t k_eff = (k[i] - 1) * p.dilations[i] + 1, s = p.strides[i];
+      if (p.pad_type == "same" || p.pad_type == "same_lower") {
+        out[i] = (in[i] + s - 1) / s;
+        const int64_t total = std::max<int64_t>(0, (out[i] - 1) * s + k_eff - in[i]);
+        pad[i] = p.pad_type == "same" ? total / 2 : total - total / 2;  // the odd pixel goes after / before
+      } else {
+        pad[i] = p.pad_before[i];
+        const int64_t span = in[i] + p.pad_before[i] + p.pad_after[i] - k_eff;
+        if (span < 0) ctx.fail("kernel (effective size ", k_eff, ") is larger than the padded input ", shape_str(tx.shape));
+        out[i] = span / s + 1;
+      }
+    }
+    Shape out_shape = {n, c_out};
+    for (int i = 3 - p.spatial; i < 3; ++i) out_shape.push_back(out[i]);
+    Tensor& y = ctx.allocate_output(0, tx.dtype, out_shape);
+
+    std::vector<float> xs, ws_buf, bs, ys, cols;
+    const float* xp = read_floats(tx, xs);
+    const float* wp = weight.get(ctx, ws_buf);
+    const float* bp = bias.present() ? bias.get(ctx, bs) : nullptr;
+    float* yp = float_output(y, ys);
+    const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
+    const int64_t kp = k[0] * k[1] * k[2], cg_out = c_out / groups, kdim = cg_in * kp;
+    // A 1x1 kernel with unit stride and no padding reads x directly as the [C_in, plane] operand.
+    const bool pointwise = kp == 1 && in == out && pad == Dims{0, 0, 0};
+    if (!pointwise) cols.resize(static_cast<size_t>(kdim * out_plane));
+    for (int64_t img = 0; img < n; ++img) {
+      float* y_img = yp + img * c_out * out_plane;
+      fill_bias(y_img, c_out, out_plane, bp);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* x_g = xp + (img * c_in + g * cg_in) * in_plane;
+        if (!pointwise) im2col(x_g, cg_in, in, k, out, p, pad, cols.data());
+        gemm(cg_out, out_plane, kdim, wp + g * cg_out * kdim, kdim, 1, pointwise ? x_g : cols.data(), out_plane,
+             y_img + g * cg_out * out_plane, out_plane, true);
+      }
+    }
+    commit_float_output(y, yp);
+  });
+}
+
+std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
+  const int x = b.input("x");
+  const DType dx = b.input_type("x").dtype;
+  b.check(dx == DType::Float32 || dx == DType::Float16, "x must be fp16 or fp32, got ", dtype_name(dx));
+  b.check(b.output_type(0).dtype == dx, "output dtype must equal x's");
+  const FloatOperand weight = FloatOperand::make(b, "weight"), bias = FloatOperand::make(b, "bias");
+  b.check(weight.present(), "missing weight");
+  const int64_t w_rank = weight.prepared ? static_cast<int64_t>(weight.shape.size()) : b.input_type("weight").rank;
+  const ConvParams p = read_params(b, static_cast<int>(w_rank - 2), true);
+  // output_shape is [n, C_out, *D_out]; a list of only the spatial sizes is accepted too.
+  std::vector<int64_t> output_shape = b.const_ints("output_shape", std::vector<int64_t>{});
+  if (!output_shape.empty()) {
+    b.check(static_cast<int>(output_shape.size()) == p.spatial + 2 || static_cast<int>(output_shape.size()) == p.spatial,
+            "output_shape must have ", p.spatial + 2, " values");
+    output_shape.erase(output_shape.begin(), output_shape.end() - p.spatial);
+  }
+  const bool has_out_shape = !output_shape.empty();
+  const Dims fixed_out = has_out_shape ? to_dims(output_shape, 1) : Dims{};
+
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& tx = ctx.input(x);
+    const Shape& ws = weight.shape_in(ctx);
+    if (tx.rank() != p.spatial + 2 || static_cast<int>(ws.size()) != p.spatial + 2)
+      ctx.fail("x ", shape_str(tx.shape), " and weight ", shape_str(ws), " must have rank ", p.spatial + 2);
+    const int64_t n = tx.shape[0], c_in = tx.shape[1], groups = p.groups, cg_out = ws[1], c_out = cg_out * groups;
+    if (ws[0] != c_in || c_in % groups != 0)
+      ctx.fail("x has ", c_in, " channels; weight ", shape_str(ws), " with groups ", groups, " does not match");
+    if (bias.present() && shape_numel(bias.shape_in(ctx)) != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
+    const Dims in = spatial_dims(tx.shape), k = spatial_dims(ws);
+    Dims out, pad;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t k_eff = (k[i] - 1) * p.dilations[i] + 1, s = p.strides[i];
+      const int64_t full = (in[i] - 1) * s + k_eff;  // extent before any cropping
+      if (p.pad_type == "same") {
+        out[i] = has_out_shape ? fixed_out[i] : in[i] * s;
+        pad[i] = std::max<int64_t>(0, full - out[i]) / 2;
+      } else {
+        pad[i] = p.pad_before[i];
+        out[i] = has_out_shape ? fixed_out[i] : full - p.pad_before[i] - p.pad_after[i];
+      }
+      if (out[i] < 0) ctx.fail("negative output size for x ", shape_str(tx.shape));
+    }
+    Shape out_shape = {n, c_out};
+    for (int i = 3 - p.spatial; i < 3; ++i) out_shape.push_back(out[i]);
+    Tensor& y = ctx.allocate_output(0, tx.dtype, out_shape);
+
+    std::vector<float> xs, ws_buf, bs, ys, cols;
+    const float* xp = read_floats(tx, xs);
+    const float* wp = weight.get(ctx, ws_buf);
+    const float* bp = bias.present() ? bias.get(ctx, bs) : nullptr;
+    float* yp = float_output(y, ys);
+    const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
+    const int64_t kp = k[0] * k[1] * k[2], cg_in = c_in / groups, rows = cg_out * kp;
+    cols.resize(static_cast<size_t>(rows * in_plane));
+    for (int64_t img = 0; img < n; ++img) {
+      float* y_img = yp + img * c_out * out_plane;
+      fill_bias(y_img, c_out, out_plane, bp);
+      for (int64_t g = 0; g < groups; ++g) {
+        // weight rows for this group form [cg_in, cg_out * kp]; read transposed as the A operand.
+        gemm(rows, in_plane, cg_in, wp + g * cg_in * rows, 1, rows, xp + (img * c_in + g * cg_in) * in_plane, in_plane,
+             cols.data(), in_plane, false);
+        col2im(cols.data(), cg_out, in, k, out, p, pad, y_img + g * cg_out * out_plane);
+      }
+    }
+    commit_float_output(y, yp);
+  });
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelRegistry& registry) {
+  registry.add("conv", make_conv);
+  registry.add("conv_transpose", make_conv_transpose);
+}
 
 }  // namespace coremlrt::ops
