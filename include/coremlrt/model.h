@@ -7,6 +7,7 @@
 // A Model is immutable after load. predict() takes an execution context from the model's
 // pool for the duration of the call, so concurrent calls never share mutable state.
 // Input tensors are read only during the call; returned tensors belong to the caller.
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,17 @@ namespace coremlrt {
 struct LoadOptions {
   // Function of a multifunction package to load; empty = the model's default function.
   std::string function_name;
+  // How long an execution context (per-prediction buffers) may stay idle before a
+  // background thread frees it. Negative: keep idle contexts until the model is destroyed.
+  std::chrono::milliseconds context_linger{1000};
+};
+
+// Counters about a model's execution contexts, for monitoring and tests.
+struct ModelStats {
+  size_t contexts_created = 0;
+  size_t contexts_reset = 0;  // freed after lingering idle
+  size_t contexts_idle = 0;
+  size_t pooled_bytes = 0;    // buffers kept by idle contexts for reuse
 };
 
 using NamedTensors = std::map<std::string, Tensor>;
@@ -42,6 +54,8 @@ class Model {
   // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is
   // returned and no state is changed.
   NamedTensors predict(const NamedTensors& inputs) const;
+
+  ModelStats stats() const;
 
   struct Impl;
 

@@ -18,8 +18,10 @@ Input conversion rules (applied per input, against the dtype the model declares)
 Outputs are numpy arrays; float16 outputs are returned as float32, as coremltools does.
 """
 
+import asyncio
 import enum
 import os
+import threading
 
 import numpy as np
 
@@ -54,10 +56,11 @@ def _as_array(value):
 
 
 def _convert(name, value, feature):
+    """Returns (array for the engine, whether it is the caller's own memory)."""
     want_name = feature["dtype"]
     want = np.dtype(_NUMPY_DTYPES[want_name])
     try:
-        array = _as_array(value)
+        array = source = _as_array(value)
     except Exception as exc:  # noqa: BLE001 - any failure here means "not array-like"
         raise Error(f"input '{name}': cannot turn a {type(value).__name__} into an array "
                     f"(expected {feature['type']}): {exc}") from exc
@@ -86,7 +89,9 @@ def _convert(name, value, feature):
                            and array.ndim != len(feature["shape"])):
         if feature["shape"] and int(np.prod(feature["shape"])) == 1:
             array = array.reshape(feature["shape"])
-    return np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array)
+    caller_memory = not isinstance(value, (list, tuple, int, float, bool)) and np.may_share_memory(array, source)
+    return array, caller_memory
 
 
 def _convert_image(name, value, feature):
@@ -105,7 +110,7 @@ def _convert_image(name, value, feature):
     if feature["color_space"] == "BGR":
         array = array[:, :, ::-1]
     dtype = np.float16 if feature["color_space"] == "GRAYSCALE_FLOAT16" else np.float32
-    return np.ascontiguousarray(array.transpose(2, 0, 1)[None].astype(dtype))
+    return np.ascontiguousarray(array.transpose(2, 0, 1)[None].astype(dtype)), False
 
 
 def _describe(features):
@@ -141,10 +146,15 @@ class MLModel:
 
     ``MLModel(path, compute_units=ComputeUnit.ALL, function_name=None)`` loads an
     ``.mlpackage`` folder or an ``.mlmodel`` file. One instance may be used from many
-    threads at once; each ``predict`` call runs with the GIL released.
+    threads at once; loading and each ``predict`` call run with the GIL released.
+
+    Each prediction runs in an execution context (its working buffers) taken from a
+    per-model pool. A context idle for ``context_linger`` seconds (default 1.0) is freed
+    by a background thread, so a process that stops predicting returns to its post-load
+    memory; a negative value keeps idle contexts for the model's lifetime.
     """
 
-    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None):
+    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -154,7 +164,10 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
-        self._model = _core.Model(self.package_path, function_name or "")
+        self._model = _core.Model(self.package_path, function_name or "", float(context_linger))
+        self._counter_lock = threading.Lock()
+        self._inputs_zero_copy = 0
+        self._inputs_converted = 0
         self._description = self._model.description()
         self.function_name = self._model.function_name
         function = next(f for f in self._description["functions"] if f["name"] == self.function_name)
@@ -198,6 +211,20 @@ class MLModel:
     def weights_bytes(self):
         return self._model.weight_bytes
 
+    def statistics(self):
+        """Counters for monitoring and tests.
+
+        ``inputs_zero_copy``: inputs the engine read in place (the caller's array already had
+        the model's dtype and a C-contiguous layout); ``inputs_converted``: inputs converted
+        once into new memory first; ``contexts_*`` and ``pooled_bytes``: the execution-context
+        pool (created, freed after lingering, idle now, buffer bytes they keep).
+        """
+        stats = dict(self._model.stats())
+        with self._counter_lock:
+            stats["inputs_zero_copy"] = self._inputs_zero_copy
+            stats["inputs_converted"] = self._inputs_converted
+        return stats
+
     def __repr__(self):
         return (f"coremlrt.MLModel({self.package_path!r}, function={self.function_name!r}, "
                 f"inputs=[{_describe(self._function['inputs'])}], "
@@ -214,18 +241,28 @@ class MLModel:
             raise TypeError(f'"data" parameter must be either a dict or list of dict, but got {type(data)}.')
         return self._predict_one(data)
 
+    async def predict_async(self, data):
+        """``await model.predict_async(data)``: predict on a worker thread without blocking
+        the event loop (the engine releases the GIL while it computes)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.predict, data)
+
     def _predict_one(self, data):
         arrays = {}
+        in_place = 0
         for name, value in data.items():
             feature = self._inputs.get(name)
             if feature is None:
                 raise Error(f"unknown input '{name}'; the model's inputs are: {_describe(self._function['inputs'])}")
             if feature["kind"] == "image":
-                arrays[name] = _convert_image(name, value, feature)
+                arrays[name], zero_copy = _convert_image(name, value, feature)
             elif feature["kind"] == "multiArray":
-                arrays[name] = _convert(name, value, feature)
+                arrays[name], zero_copy = _convert(name, value, feature)
             else:
                 raise Error(f"input '{name}' is a {feature['kind']} feature, which this build cannot take yet")
+            in_place += zero_copy
+        with self._counter_lock:
+            self._inputs_zero_copy += in_place
+            self._inputs_converted += len(arrays) - in_place
         outputs = self._model.predict(arrays)
         for name, value in outputs.items():
             if value.dtype == np.float16:

@@ -1,9 +1,11 @@
 // The extension module coremlrt._core: a thin layer over the C++ API.
 //
-// Rules kept here (DESIGN.md laws 1-4): no C++ object outlives a call while holding a
-// Python reference; input arrays are borrowed only for the duration of predict(), which
-// runs with the GIL released; output arrays own engine memory through a capsule whose
-// destructor frees plain C++ memory (no Python object inside), so it is safe on any thread.
+// Rules kept here (DESIGN.md laws 1-4): a Python object reaches the engine only as a
+// Tensor view whose owner handle is a PyOwner (py_owner.h), the one type that holds Python
+// references from C++; predict() and loading run with the GIL released; the binding drops
+// its input references after taking the GIL back, on the calling thread, so a caller's
+// array is freed the moment the caller lets go of it. Output arrays own engine memory
+// through a capsule holding a plain C++ Tensor, safe to release on any thread.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -12,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "coremlrt/model.h"
+#include "py_owner.h"
 
 namespace nb = nanobind;
 using namespace coremlrt;
@@ -115,9 +118,23 @@ nb::dict description_dict(const ModelDescription& desc) {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& function_name) {
+  PyModel(const std::string& path, const std::string& function_name, double linger_seconds) {
+    LoadOptions options;
+    options.function_name = function_name;
+    options.context_linger = std::chrono::milliseconds(
+        linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
     nb::gil_scoped_release release;
-    model_ = Model::load(path, LoadOptions{function_name});
+    model_ = Model::load(path, options);
+  }
+
+  nb::dict stats() const {
+    ModelStats s = model_->stats();
+    nb::dict d;
+    d["contexts_created"] = s.contexts_created;
+    d["contexts_reset"] = s.contexts_reset;
+    d["contexts_idle"] = s.contexts_idle;
+    d["pooled_bytes"] = s.pooled_bytes;
+    return d;
   }
 
   nb::dict description() const { return description_dict(model_->description()); }
@@ -134,16 +151,17 @@ class PyModel {
         fail("input '", name, "' is not a C-contiguous numpy array");
       Shape shape;
       for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
-      // Borrowed: `inputs` keeps the arrays alive until this call returns, and the engine
-      // keeps no reference past it.
-      tensors[name] = Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(), nullptr);
+      // A zero-copy view; the PyOwner keeps the array alive for as long as any tensor
+      // refers to it (the engine lets go before predict returns: law 4).
+      tensors[name] = Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(),
+                                   python::PyOwner::share(value.ptr()));
     }
     NamedTensors outputs;
     {
       nb::gil_scoped_release release;
       outputs = model_->predict(tensors);
-      tensors.clear();
     }
+    tensors.clear();  // drops the input references here, on the calling thread, GIL held
     nb::dict result;
     for (auto& [name, tensor] : outputs) result[name.c_str()] = to_numpy(std::move(tensor));
     return result;
@@ -189,7 +207,9 @@ NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
   nb::class_<PyModel>(m, "Model")
-      .def(nb::init<const std::string&, const std::string&>(), nb::arg("path"), nb::arg("function_name") = "")
+      .def(nb::init<const std::string&, const std::string&, double>(), nb::arg("path"),
+           nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0)
+      .def("stats", &PyModel::stats)
       .def("description", &PyModel::description)
       .def_prop_ro("function_name", &PyModel::function_name)
       .def_prop_ro("weight_bytes", &PyModel::weight_bytes)

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "format/spec_reader.h"
-#include "runtime/execute.h"
+#include "runtime/context_pool.h"
 #include "runtime/plan.h"
 
 namespace coremlrt {
@@ -16,22 +16,8 @@ struct Model::Impl {
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
   std::unique_ptr<runtime::Plan> plan;
-
-  // Execution contexts not in use; predict() takes one and puts it back.
-  mutable std::mutex pool_mutex;
-  mutable std::vector<std::unique_ptr<runtime::ExecutionContext>> idle_contexts;
-
-  std::unique_ptr<runtime::ExecutionContext> take_context() const {
-    std::lock_guard<std::mutex> lock(pool_mutex);
-    if (idle_contexts.empty()) return std::make_unique<runtime::ExecutionContext>(*plan);
-    auto context = std::move(idle_contexts.back());
-    idle_contexts.pop_back();
-    return context;
-  }
-  void return_context(std::unique_ptr<runtime::ExecutionContext> context) const {
-    std::lock_guard<std::mutex> lock(pool_mutex);
-    idle_contexts.push_back(std::move(context));
-  }
+  // Declared after the plan so that it is destroyed (and its reaper joined) first.
+  mutable std::unique_ptr<runtime::ContextPool> contexts;
   std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
 };
 
@@ -128,6 +114,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   } catch (const Error& e) {
     fail("model '", path, "': ", e.what());
   }
+  impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
@@ -135,6 +122,16 @@ const ModelDescription& Model::description() const { return impl_->loaded.descri
 const FunctionDescription& Model::function() const { return *impl_->function_description; }
 const std::string& Model::path() const { return impl_->path; }
 size_t Model::weight_bytes() const { return impl_->loaded.weight_bytes; }
+
+ModelStats Model::stats() const {
+  runtime::ContextPoolStats pool = impl_->contexts->stats();
+  ModelStats stats;
+  stats.contexts_created = pool.contexts_created;
+  stats.contexts_reset = pool.contexts_reset;
+  stats.contexts_idle = pool.contexts_idle;
+  stats.pooled_bytes = pool.pooled_bytes;
+  return stats;
+}
 
 NamedTensors Model::predict(const NamedTensors& inputs) const {
   const Impl& m = *impl_;
@@ -166,15 +163,11 @@ NamedTensors Model::predict(const NamedTensors& inputs) const {
     COREMLRT_CHECK(t.data || t.nbytes() == 0, m.where(), ": input '", input.name, "' has no data");
     bound.push_back(t);
   }
-  auto context = m.take_context();
   std::vector<Tensor> results;
-  try {
+  {
+    runtime::ContextPool::Lease context = m.contexts->acquire();
     results = context->run(std::move(bound));
-  } catch (...) {
-    m.return_context(std::move(context));
-    throw;
   }
-  m.return_context(std::move(context));
   NamedTensors outputs;
   const auto& names = m.function->block.outputs;
   for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results[i]);
