@@ -16,6 +16,11 @@
 #include "coremlrt/model.h"
 #include "py_owner.h"
 
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <thread>
+
 namespace nb = nanobind;
 using namespace coremlrt;
 
@@ -116,6 +121,27 @@ nb::dict description_dict(const ModelDescription& desc) {
   return d;
 }
 
+// Runs `f` with the GIL released and takes the GIL back in ordinary code, not in a
+// destructor: Python 3.11-3.13 end a thread that asks for the GIL after finalization has
+// begun with pthread_exit, whose forced unwinding aborts the process if it crosses a
+// noexcept frame (as an RAII guard's destructor is). A daemon thread that finishes a
+// prediction while the interpreter exits parks instead; the process is ending.
+template <class F>
+auto without_gil(F&& f) {
+  PyThreadState* state = PyEval_SaveThread();
+  std::exception_ptr error;
+  std::optional<decltype(f())> result;
+  try {
+    result.emplace(f());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  while (python::PyOwner::interpreter_finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+  PyEval_RestoreThread(state);
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
+}
+
 class PyModel {
  public:
   PyModel(const std::string& path, const std::string& function_name, double linger_seconds) {
@@ -123,8 +149,7 @@ class PyModel {
     options.function_name = function_name;
     options.context_linger = std::chrono::milliseconds(
         linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
-    nb::gil_scoped_release release;
-    model_ = Model::load(path, options);
+    model_ = without_gil([&] { return Model::load(path, options); });
   }
 
   nb::dict stats() const {
@@ -156,11 +181,7 @@ class PyModel {
       tensors[name] = Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(),
                                    python::PyOwner::share(value.ptr()));
     }
-    NamedTensors outputs;
-    {
-      nb::gil_scoped_release release;
-      outputs = model_->predict(tensors);
-    }
+    NamedTensors outputs = without_gil([&] { return model_->predict(tensors); });
     tensors.clear();  // drops the input references here, on the calling thread, GIL held
     nb::dict result;
     for (auto& [name, tensor] : outputs) result[name.c_str()] = to_numpy(std::move(tensor));
@@ -172,11 +193,7 @@ class PyModel {
 };
 
 nb::dict inspect(const std::string& path) {
-  ModelReport report;
-  {
-    nb::gil_scoped_release release;
-    report = inspect_model(path);
-  }
+  ModelReport report = without_gil([&] { return inspect_model(path); });
   nb::dict d;
   d["description"] = description_dict(report.description);
   d["weight_bytes"] = report.weight_bytes;

@@ -29,14 +29,15 @@ class PyOwner {
   // An owner handle for the engine that keeps `object` alive. Requires the GIL.
   static std::shared_ptr<const void> share(PyObject* object) { return std::make_shared<PyOwner>(object); }
 
- private:
-  static bool interpreter_finalizing() {
+ static bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing();
 #else
     return _Py_IsFinalizing();
 #endif
   }
+
+ private:
   PyObject* object_;
 };
 

@@ -1,5 +1,7 @@
 #include "coremlrt/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -23,15 +25,30 @@ std::string shape_str(const Shape& shape) {
   return out.str();
 }
 
+namespace {
+// Buffers from this size up are mapped directly, so that freeing them always gives the
+// pages back to the system (malloc may keep large freed chunks in its heap).
+constexpr size_t kMapThreshold = 256 << 10;
+}  // namespace
+
 HeapStorage::HeapStorage(size_t bytes) {
   constexpr size_t kAlign = 64;
+  size_ = bytes;
+  if (bytes >= kMapThreshold) {
+    void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) throw std::bad_alloc();
+    data_ = mapped;
+    return;
+  }
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   data_ = std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
   if (!data_) throw std::bad_alloc();
-  size_ = bytes;
 }
 
-HeapStorage::~HeapStorage() { std::free(data_); }
+HeapStorage::~HeapStorage() {
+  if (size_ >= kMapThreshold) ::munmap(data_, size_);
+  else std::free(data_);
+}
 
 ExternalStorage::ExternalStorage(void* data, size_t size, std::shared_ptr<const void> owner)
     : owner_(std::move(owner)) {

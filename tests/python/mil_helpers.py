@@ -21,3 +21,32 @@ def save_program(prog, directory, name="model", fp16=False, target=None):
     path = os.path.join(str(directory), name + ".mlpackage")
     model.save(path)
     return path
+
+
+def matmul_chain(directory, depth=8, size=256, name="chain"):
+    """y = tanh(...tanh(x @ W1)... @ Wdepth) for x fp32 [size, size]: a compute-bound model.
+
+    Returns (path, weights) so that tests can compute the reference with numpy.
+    """
+    import numpy as np
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(depth * 1000 + size)
+    weights = [(rng.standard_normal((size, size)) / np.sqrt(size)).astype(np.float32) for _ in range(depth)]
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(size, size))], opset_version=ct.target.iOS18)
+    def prog(x):
+        for w in weights:
+            x = mb.tanh(x=mb.matmul(x=x, y=w))
+        return mb.identity(x=x, name="y")
+
+    return save_program(prog, directory, name=name), weights
+
+
+def matmul_chain_reference(x, weights):
+    import numpy as np
+
+    y = x.astype(np.float64)
+    for w in weights:
+        y = np.tanh(y @ w.astype(np.float64))
+    return y
