@@ -107,7 +107,14 @@ std::vector<Tensor> ExecutionContext::run(std::vector<Tensor> inputs) {
   } clear{slots_, pool_};
   for (const PlannedStep& step : plan_.steps) {
     StepContext context(plan_, step, slots_, &pool_);
-    step.kernel->run(context);
+    try {
+      step.kernel->run(context);
+    } catch (const Error& e) {
+      // Shared helpers (broadcasting, dispatch) do not know which op called them.
+      const std::string where = context.where();
+      if (std::string(e.what()).rfind(where, 0) == 0) throw;
+      throw Error(where + ": " + e.what());
+    }
     context.check_outputs();
     for (int slot : step.release_slots) pool_.recycle(std::move(slots_[slot]));
   }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The sanitizer part of the test kit (run by scripts/test.sh; expects scripts/setup.sh done):
+#  * the C++ suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
+#  * the Python extension built with ASan + UBSan, running the lifetime, error and corpus
+#    tests (the interpreter itself is not instrumented; the ASan runtime is preloaded);
+#  * the C++ threading tests built with ThreadSanitizer.
+# Any sanitizer report fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=abort_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=address,undefined \
+  -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_BUILD_PYTHON=ON >/dev/null
+cmake --build build/asan --parallel 2
+echo "== C++ suite under ASan+UBSan"
+build/asan/coremlrt_tests --gtest_brief=1
+
+echo "== Python lifetime, error and corpus tests under ASan+UBSan"
+# Python's own allocations are not tracked: leaks are checked by the C++ run above.
+LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 \
+  PYTHONPATH=build/asan/python python3 -m pytest -q -p no:cacheprovider \
+  tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
+
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=thread \
+  -DCOREMLRT_BUILD_TESTS=ON >/dev/null
+cmake --build build/tsan --parallel 2 --target coremlrt_tests
+echo "== C++ threading tests under TSan"
+build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*'
