@@ -20,7 +20,8 @@ build/asan/coremlrt_tests --gtest_brief=1
 
 echo "== Python lifetime, error and corpus tests under ASan+UBSan"
 # Python's own allocations are not tracked: leaks are checked by the C++ run above.
-LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 \
+# libstdc++ is preloaded too so that ASan can intercept C++ throws from the extension.
+LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 \
   PYTHONPATH=build/asan/python python3 -m pytest -q -p no:cacheprovider \
   tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
 

@@ -74,6 +74,8 @@ class KernelBuilder {
   // Compile-time value of a parameter (input or attribute); nullptr when absent. Throws
   // when the parameter is bound to a value only known at run time.
   virtual const ir::ConstValue* constant(const std::string& param) const = 0;
+  // True when `param` is present and known at load (so constant() would return it).
+  virtual bool is_constant(const std::string& param) const = 0;
   int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
   std::vector<int64_t> const_ints(const std::string& param,
                                   std::optional<std::vector<int64_t>> fallback = std::nullopt) const;

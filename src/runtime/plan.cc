@@ -45,6 +45,14 @@ class StepBuilder final : public ops::KernelBuilder {
   bool has(const std::string& param) const override { return find(param) || op_.attributes.count(param); }
   const ir::ValueType& input_type(const std::string& param) const override;
   const ir::ConstValue* constant(const std::string& param) const override;
+  bool is_constant(const std::string& param) const override {
+    if (const std::vector<ir::Binding>* bindings = find(param)) {
+      for (const ir::Binding& b : *bindings)
+        if (!b.value && !plan_.constant_of(plan_.slot_of(b.name))) return false;
+      return true;
+    }
+    return op_.attributes.count(param) && param != "name";
+  }
 
   std::vector<int> input_slots;
 
