@@ -45,14 +45,7 @@ class StepBuilder final : public ops::KernelBuilder {
   bool has(const std::string& param) const override { return find(param) || op_.attributes.count(param); }
   const ir::ValueType& input_type(const std::string& param) const override;
   const ir::ConstValue* constant(const std::string& param) const override;
-  bool is_constant(const std::string& param) const override {
-    if (const std::vector<ir::Binding>* bindings = find(param)) {
-      for (const ir::Binding& b : *bindings)
-        if (!b.value && !plan_.constant_of(plan_.slot_of(b.name))) return false;
-      return true;
-    }
-    return op_.attributes.count(param) && param != "name";
-  }
+  bool is_constant(const std::string& param) const override;
 
   std::vector<int> input_slots;
 
@@ -212,6 +205,15 @@ const ir::ConstValue* StepBuilder::constant(const std::string& param) const {
   auto attr = op_.attributes.find(param);
   if (attr != op_.attributes.end() && param != "name") return attr->second.get();
   return nullptr;
+}
+
+bool StepBuilder::is_constant(const std::string& param) const {
+  if (const std::vector<ir::Binding>* bindings = find(param)) {
+    for (const ir::Binding& b : *bindings)
+      if (!b.value && !plan_.constant_of(plan_.slot_of(b.name))) return false;
+    return true;
+  }
+  return op_.attributes.count(param) && param != "name";
 }
 
 }  // namespace
