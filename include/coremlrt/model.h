@@ -15,6 +15,7 @@
 
 #include "coremlrt/description.h"
 #include "coremlrt/error.h"
+#include "coremlrt/state.h"
 #include "coremlrt/tensor.h"
 
 namespace coremlrt {
@@ -52,8 +53,12 @@ class Model {
 
   // Checks every input against the function's declared names, dtypes and shapes, then
   // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is
-  // returned and no state is changed.
-  NamedTensors predict(const NamedTensors& inputs) const;
+  // returned and no state is changed. A function that declares states needs `state`
+  // (from make_state() of this or a compatible model); the state is updated on success.
+  NamedTensors predict(const NamedTensors& inputs, State* state = nullptr) const;
+
+  // A zero-filled state for the loaded function's state declarations.
+  std::shared_ptr<State> make_state() const;
 
   ModelStats stats() const;
 

@@ -6,7 +6,7 @@
 """
 
 from ._core import Error
-from .model import ComputeUnit, MLModel
+from .model import ComputeUnit, MLModel, MLState
 
-__all__ = ["ComputeUnit", "Error", "MLModel"]
+__all__ = ["ComputeUnit", "Error", "MLModel", "MLState"]
 __version__ = "0.1.0"

@@ -141,6 +141,35 @@ class _FeatureDescription:
         return "Features(" + ",".join(self._features) + ")"
 
 
+class MLState:
+    """The states of a stateful model (a KV cache, say), carried across predictions.
+
+    Made by :meth:`MLModel.make_state`; pass it as ``predict(data, state=...)``. It may be
+    shared by instances of different functions of one package when their state
+    declarations match. A state serves one prediction at a time: using it from two
+    concurrent predictions raises :class:`coremlrt.Error`.
+    """
+
+    def __init__(self, core_state, declarations):
+        self._state = core_state
+        self._declarations = {d["name"]: d for d in declarations}
+
+    def read_state(self, name):
+        """A copy of the named state as a numpy array (float16 states come back as float32)."""
+        value = self._state.read_state(name)
+        return value.astype(np.float32) if value.dtype == np.float16 else value
+
+    def write_state(self, name, value):
+        """Replaces the named state with ``value`` (converted to the state's dtype; the shape must match)."""
+        if name not in self._declarations:
+            raise Error(f"state has no tensor named '{name}'; its states are {sorted(self._declarations)}")
+        array, _ = _convert(f"state '{name}'", value, self._declarations[name])
+        self._state.write_state(name, array)
+
+    def __repr__(self):
+        return "coremlrt.MLState(" + ", ".join(f"{n}: {d['type']}" for n, d in self._declarations.items()) + ")"
+
+
 class MLModel:
     """A Core ML model loaded for prediction, shaped like ``coremltools.models.MLModel``.
 
@@ -231,22 +260,36 @@ class MLModel:
                 f"outputs=[{_describe(self._function['outputs'])}])")
 
     # -- prediction ----------------------------------------------------------------------
-    def predict(self, data):
-        """Run the model: ``dict`` -> ``dict`` of numpy arrays; a list of dicts -> a list."""
+    def make_state(self):
+        """A zero-filled :class:`MLState` for this function's state declarations."""
+        if not self._function["states"]:
+            raise Error(f"function '{self.function_name}' of {self.package_path} declares no states")
+        return MLState(self._model.make_state(), self._function["states"])
+
+    def predict(self, data, state=None):
+        """Run the model: ``dict`` -> ``dict`` of numpy arrays; a list of dicts -> a list.
+
+        ``state`` (from :meth:`make_state`) is required by stateful models and is updated in
+        place when the prediction succeeds; batch (list) prediction cannot take a state.
+        """
+        if state is not None and not isinstance(state, MLState):
+            raise TypeError(f'"state" must be an MLState made by make_state(), not {type(state).__name__}')
         if type(data) is list:
             if not all(type(d) is dict for d in data):
                 raise TypeError('"data" list must contain only dictionaries')
-            return [self._predict_one(d) for d in data]
+            if state is not None:
+                raise Error("State can only be used for unbatched predictions")
+            return [self._predict_one(d, None) for d in data]
         if type(data) is not dict:
             raise TypeError(f'"data" parameter must be either a dict or list of dict, but got {type(data)}.')
-        return self._predict_one(data)
+        return self._predict_one(data, state)
 
-    async def predict_async(self, data):
+    async def predict_async(self, data, state=None):
         """``await model.predict_async(data)``: predict on a worker thread without blocking
         the event loop (the engine releases the GIL while it computes)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.predict, data)
+        return await asyncio.get_running_loop().run_in_executor(None, self.predict, data, state)
 
-    def _predict_one(self, data):
+    def _predict_one(self, data, state):
         arrays = {}
         in_place = 0
         for name, value in data.items():
@@ -263,7 +306,7 @@ class MLModel:
         with self._counter_lock:
             self._inputs_zero_copy += in_place
             self._inputs_converted += len(arrays) - in_place
-        outputs = self._model.predict(arrays)
+        outputs = self._model.predict(arrays, state._state if state is not None else None)
         for name, value in outputs.items():
             if value.dtype == np.float16:
                 outputs[name] = value.astype(np.float32)

@@ -39,7 +39,7 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const std::string& name) {
   if (code == Code::UInt && dt.bits == 8) return DType::UInt8;
   if (code == Code::UInt && dt.bits == 16) return DType::UInt16;
   if (code == Code::Bool) return DType::Bool;
-  fail("input '", name, "' has an array dtype this engine cannot take");
+  fail(name, " has an array dtype this engine cannot take");
 }
 
 nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
@@ -142,6 +142,39 @@ auto without_gil(F&& f) {
   return std::move(*result);
 }
 
+// A numpy array (already of the right dtype, C-contiguous) as a zero-copy engine view.
+Tensor view_of(nb::handle value, const std::string& name) {
+  Array array;
+  if (!nb::try_cast(value, array)) fail("'", name, "' is not a C-contiguous numpy array");
+  Shape shape;
+  for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
+  // The PyOwner keeps the array alive for as long as any tensor refers to it (the engine
+  // lets go before the call returns: law 4).
+  return Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(), python::PyOwner::share(value.ptr()));
+}
+
+class PyState {
+ public:
+  explicit PyState(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  nb::object read_state(const std::string& name) const { return to_numpy(state_->read(name)); }
+  void write_state(const std::string& name, nb::handle array) {
+    Tensor value = view_of(array, name);
+    without_gil([&] {
+      state_->write(name, value);
+      return 0;
+    });
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& d : state_->declarations()) out.push_back(d.name);
+    return out;
+  }
+  State* get() const { return state_.get(); }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
 class PyModel {
  public:
   PyModel(const std::string& path, const std::string& function_name, double linger_seconds) {
@@ -166,22 +199,17 @@ class PyModel {
   std::string function_name() const { return model_->function().name; }
   size_t weight_bytes() const { return model_->weight_bytes(); }
 
+  PyState make_state() const { return PyState(model_->make_state()); }
+
   // `inputs` maps names to C-contiguous arrays already converted to the model's dtypes.
-  nb::dict predict(nb::dict inputs) const {
+  nb::dict predict(nb::dict inputs, PyState* state) const {
     NamedTensors tensors;
     for (auto [key, value] : inputs) {
       std::string name = nb::cast<std::string>(key);
-      Array array;
-      if (!nb::try_cast(value, array))
-        fail("input '", name, "' is not a C-contiguous numpy array");
-      Shape shape;
-      for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
-      // A zero-copy view; the PyOwner keeps the array alive for as long as any tensor
-      // refers to it (the engine lets go before predict returns: law 4).
-      tensors[name] = Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(),
-                                   python::PyOwner::share(value.ptr()));
+      tensors[name] = view_of(value, "input '" + name + "'");
     }
-    NamedTensors outputs = without_gil([&] { return model_->predict(tensors); });
+    State* engine_state = state ? state->get() : nullptr;
+    NamedTensors outputs = without_gil([&] { return model_->predict(tensors, engine_state); });
     tensors.clear();  // drops the input references here, on the calling thread, GIL held
     nb::dict result;
     for (auto& [name, tensor] : outputs) result[name.c_str()] = to_numpy(std::move(tensor));
@@ -230,6 +258,11 @@ NB_MODULE(_core, m) {
       .def("description", &PyModel::description)
       .def_prop_ro("function_name", &PyModel::function_name)
       .def_prop_ro("weight_bytes", &PyModel::weight_bytes)
-      .def("predict", &PyModel::predict, nb::arg("inputs"));
+      .def("make_state", &PyModel::make_state)
+      .def("predict", &PyModel::predict, nb::arg("inputs"), nb::arg("state").none() = nb::none());
+  nb::class_<PyState>(m, "State")
+      .def("read_state", &PyState::read_state, nb::arg("name"))
+      .def("write_state", &PyState::write_state, nb::arg("name"), nb::arg("value"))
+      .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
 }

@@ -28,6 +28,9 @@ class KernelContext {
   virtual Tensor& allocate_output(int output_index, DType dtype, Shape shape) = 0;
   // Stores a tensor produced otherwise (for example a reshaped view of an input).
   virtual void set_output(int output_index, Tensor tensor) = 0;
+  // Gives the state bound to input `index` a new value for the rest of this prediction
+  // (write_state). The caller's state object takes it only if the whole prediction succeeds.
+  virtual void replace_state(int index, Tensor value) = 0;
   // "function 'main', op 'x' (add) producing 'y'", for errors raised while running.
   virtual std::string where() const = 0;
 

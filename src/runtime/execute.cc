@@ -65,6 +65,13 @@ class StepContext final : public ops::KernelContext {
     return out;
   }
   void set_output(int output_index, Tensor tensor) override { output_slot(output_index) = std::move(tensor); }
+  void replace_state(int index, Tensor value) override {
+    if (index < 0 || index >= static_cast<int>(step_.input_slots.size()))
+      fail("kernel replaced input #", index, ", which it did not request at load");
+    const int slot = step_.input_slots[index];
+    if (plan_.slot_types[slot].kind != ir::TypeKind::State) fail("input #", index, " is not a state");
+    slots_[slot] = std::move(value);
+  }
   std::string where() const override { return "function '" + plan_.function->name + "', " + step_.op->describe(); }
 
   // Every output set, with the dtype and static dims the program declares.
@@ -93,7 +100,7 @@ class StepContext final : public ops::KernelContext {
 
 }  // namespace
 
-std::vector<Tensor> ExecutionContext::run(std::vector<Tensor> inputs) {
+ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
   COREMLRT_CHECK(inputs.size() == plan_.input_slots.size(), "function '", plan_.function->name, "' takes ",
                  plan_.input_slots.size(), " inputs; got ", inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) slots_[plan_.input_slots[i]] = std::move(inputs[i]);
@@ -118,15 +125,27 @@ std::vector<Tensor> ExecutionContext::run(std::vector<Tensor> inputs) {
     context.check_outputs();
     for (int slot : step.release_slots) pool_.recycle(std::move(slots_[slot]));
   }
-  std::vector<Tensor> outputs;
+  // Results that view memory the caller does not own outright (its inputs, constants)
+  // are copied.
+  auto owned = [](Tensor t, bool constant) {
+    bool exclusive = t.storage && t.storage->engine_owned() && !constant;
+    return exclusive ? t : t.clone();
+  };
+  Result result;
   for (int slot : plan_.output_slots) {
     const Tensor& constant = plan_.constants[slot];
-    Tensor t = constant.defined() ? constant : slots_[slot];
-    // Outputs that view memory the caller does not own outright are copied.
-    bool exclusive = t.storage && t.storage->engine_owned() && !constant.defined();
-    outputs.push_back(exclusive ? std::move(t) : t.clone());
+    result.outputs.push_back(owned(constant.defined() ? constant : slots_[slot], constant.defined()));
   }
-  return outputs;
+  for (size_t i = 0; i < plan_.input_slots.size(); ++i) {
+    const int slot = plan_.input_slots[i];
+    if (plan_.slot_types[slot].kind != ir::TypeKind::State) continue;
+    Tensor value = slots_[slot];
+    // A state keeps its value past this call: never share a buffer with an output.
+    for (const Tensor& out : result.outputs)
+      if (out.storage == value.storage) value = value.clone();
+    result.states.push_back(owned(std::move(value), false));
+  }
+  return result;
 }
 
 std::vector<Tensor> run_step_once(const Plan& plan, const PlannedStep& step) {

@@ -29,10 +29,15 @@ class ExecutionContext {
  public:
   explicit ExecutionContext(const Plan& plan) : plan_(plan), slots_(plan.slot_count()) {}
 
-  // Binds `inputs` (one per function input, in declaration order), runs every step and
-  // returns the function outputs in block order. Returned tensors belong to the caller:
-  // none of them aliases an input, a constant or this context's pool.
-  std::vector<Tensor> run(std::vector<Tensor> inputs);
+  struct Result {
+    std::vector<Tensor> outputs;  // block outputs, in order
+    std::vector<Tensor> states;   // final value of each state input, in input order
+  };
+  // Binds `inputs` (one per function input, in declaration order; a state input is bound
+  // to the state's current value), runs every step and returns the outputs and the states'
+  // final values. Returned tensors belong to the caller: none aliases an input, a constant
+  // or this context's pool.
+  Result run(std::vector<Tensor> inputs);
 
   const Plan& plan() const { return plan_; }
   BufferPool& pool() { return pool_; }

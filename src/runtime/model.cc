@@ -1,6 +1,7 @@
 #include "coremlrt/model.h"
 
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -109,6 +110,17 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->function = &fn->second;
   impl->function_description = description.find_function(name);
   ir::validate_function(*impl->function);
+  for (const ir::NamedValue& input : impl->function->inputs) {
+    if (input.type.kind != ir::TypeKind::State) continue;
+    const FeatureDescription* declared = nullptr;
+    for (const auto& d : impl->function_description->states)
+      if (d.name == input.name) declared = &d;
+    COREMLRT_CHECK(declared && input.type.element && input.type.element->is_static() &&
+                       declared->dtype == input.type.element->dtype &&
+                       declared->shape == Shape(input.type.element->dims.begin(), input.type.element->dims.end()),
+                   "model '", path, "', function '", name, "': state input '", input.name,
+                   "' does not match the model description's states (", input.type.str(), ")");
+  }
   try {
     impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu());
   } catch (const Error& e) {
@@ -133,7 +145,9 @@ ModelStats Model::stats() const {
   return stats;
 }
 
-NamedTensors Model::predict(const NamedTensors& inputs) const {
+std::shared_ptr<State> Model::make_state() const { return std::make_shared<State>(impl_->function_description->states); }
+
+NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
   const Impl& m = *impl_;
   const FunctionDescription& desc = *m.function_description;
   for (const auto& [name, tensor] : inputs) {
@@ -141,10 +155,30 @@ NamedTensors Model::predict(const NamedTensors& inputs) const {
     for (const auto& f : desc.inputs) known = known || f.name == name;
     COREMLRT_CHECK(known, m.where(), ": unknown input '", name, "'; the model's inputs are ", names_of(desc.inputs));
   }
-  COREMLRT_CHECK(desc.states.empty(), m.where(), " has states (", names_of(desc.states),
-                 "); predicting stateful models is not supported by this build yet");
+  const bool stateful = !desc.states.empty();
+  COREMLRT_CHECK(stateful || !state, m.where(), " declares no states, but a state was passed");
+  COREMLRT_CHECK(!stateful || state, m.where(), " has states (", names_of(desc.states),
+                 "); pass a state made by make_state()");
+  std::optional<State::Use> use;
+  if (stateful) use.emplace(*state, m.where());
   std::vector<Tensor> bound;
+  std::vector<std::string> state_names;
   for (const ir::NamedValue& input : m.function->inputs) {
+    if (input.type.kind == ir::TypeKind::State) {
+      const FeatureDescription* held = nullptr;
+      for (const auto& d : state->declarations())
+        if (d.name == input.name) held = &d;
+      const ir::ValueType& wrapped = *input.type.element;
+      const Shape want(wrapped.dims.begin(), wrapped.dims.end());
+      COREMLRT_CHECK(held && held->dtype == wrapped.dtype && held->shape == want, m.where(), ": the state passed ",
+                     held ? "holds '" + input.name + "' as " + std::string(dtype_name(held->dtype)) + " " + shape_str(held->shape)
+                          : "has no '" + input.name + "'",
+                     "; this function declares state '", input.name, "' as ", dtype_name(wrapped.dtype), " ",
+                     shape_str(want));
+      bound.push_back(use->value(input.name));
+      state_names.push_back(input.name);
+      continue;
+    }
     const FeatureDescription* feature = nullptr;
     for (const auto& f : desc.inputs)
       if (f.name == input.name) feature = &f;
@@ -163,14 +197,15 @@ NamedTensors Model::predict(const NamedTensors& inputs) const {
     COREMLRT_CHECK(t.data || t.nbytes() == 0, m.where(), ": input '", input.name, "' has no data");
     bound.push_back(t);
   }
-  std::vector<Tensor> results;
+  runtime::ExecutionContext::Result results;
   {
     runtime::ContextPool::Lease context = m.contexts->acquire();
     results = context->run(std::move(bound));
   }
+  for (size_t i = 0; i < state_names.size(); ++i) use->commit(state_names[i], std::move(results.states[i]));
   NamedTensors outputs;
   const auto& names = m.function->block.outputs;
-  for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results[i]);
+  for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results.outputs[i]);
   return outputs;
 }
 

@@ -146,7 +146,7 @@ class PlanBuilder {
   }
 
   // A value's buffer may be reused after the last step that reads it, unless it is a
-  // function output or a constant.
+  // function output, a constant or a state.
   void compute_releases() {
     std::vector<int> last_use(plan_->slot_count(), -1);
     for (size_t i = 0; i < plan_->steps.size(); ++i) {
@@ -156,7 +156,10 @@ class PlanBuilder {
     }
     std::set<int> kept(plan_->output_slots.begin(), plan_->output_slots.end());
     for (size_t slot = 0; slot < last_use.size(); ++slot) {
-      if (last_use[slot] < 0 || kept.count(static_cast<int>(slot)) || plan_->constants[slot].defined()) continue;
+      // States stay bound until the end: their final values are read after the last step.
+      if (last_use[slot] < 0 || kept.count(static_cast<int>(slot)) || plan_->constants[slot].defined() ||
+          plan_->slot_types[slot].kind == ir::TypeKind::State)
+        continue;
       plan_->steps[last_use[slot]].release_slots.push_back(static_cast<int>(slot));
     }
   }

@@ -36,6 +36,15 @@ def step_arrays(name, case, step):
         return dict(i), dict(e)
 
 
+def step_states(name, step):
+    """Expected state contents after a step of a stateful case ({} when not recorded)."""
+    path = os.path.join(CORPUS_DIR, name, f"step_{step}_states.npz")
+    if not os.path.isfile(path):
+        return {}
+    with np.load(path) as states:
+        return dict(states)
+
+
 def tolerance(case, output):
     override = (case.get("per_output_tolerance") or {}).get(output)
     if override:

@@ -11,7 +11,7 @@ import pytest
 
 import coremlrt
 from coremlrt import _core
-from corpus import case_names, load_case, mismatches, model_path, step_arrays
+from corpus import case_names, load_case, mismatches, model_path, step_arrays, step_states
 
 MUST_PASS = {
     "repro_add", "repro_add_fp32", "torch_mlp", "torch_mlp_fp32",
@@ -37,8 +37,6 @@ def blockers(name, case):
     missing = sorted({u["op_type"] for f in report["functions"] for u in f["unsupported"]})
     if missing:
         return "missing ops: " + ", ".join(missing)
-    if case.get("states"):
-        return "stateful prediction is not supported yet"
     return None
 
 
@@ -49,12 +47,21 @@ def test_corpus_case(name):
     if reason:
         assert name not in MUST_PASS, f"{name} must pass but: {reason}"
         pytest.xfail(reason)
-    model = coremlrt.MLModel(model_path(name, case), function_name=case.get("function_name"))
-    for step in range(case["steps"]):
+    path = model_path(name, case)
+    functions = case.get("step_functions") or [case.get("function_name")] * case["steps"]
+    models = {f: coremlrt.MLModel(path, function_name=f) for f in set(functions)}
+    # One state carried across the steps, shared by the instances of every function.
+    state = models[functions[0]].make_state() if case.get("states") else None
+    for step, function in enumerate(functions):
         inputs, expected = step_arrays(name, case, step)
-        outputs = model.predict(inputs)
+        outputs = models[function].predict(inputs, state=state)
         problems = mismatches(case, expected, outputs)
-        assert not problems, f"step {step}: " + "; ".join(problems)
+        assert not problems, f"step {step} ({function or 'default function'}): " + "; ".join(problems)
+        if state is not None:
+            expected_states = step_states(name, step)
+            for state_name, value in expected_states.items():
+                problems = mismatches(case, {state_name: value}, {state_name: state.read_state(state_name)})
+                assert not problems, f"state after step {step}: " + "; ".join(problems)
 
 
 def test_must_pass_cases_exist():
