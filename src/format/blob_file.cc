@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "coremlrt/error.h"
 
@@ -103,6 +105,22 @@ std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
   uint32_t version = load_le<uint32_t>(file->bytes_ + 4);
   COREMLRT_CHECK(version == 2, "weight file '", path, "' has storage version ", version,
                  "; expected 2");
+  return file;
+}
+
+std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
+  struct stat st {};
+  COREMLRT_CHECK(::stat(path.c_str(), &st) == 0, "cannot open weight file '", path, "': ", std::strerror(errno));
+  const std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                          std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                          std::to_string(st.st_mtim.tv_nsec);
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<BlobFile>> mapped;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::shared_ptr<BlobFile> file = mapped[key].lock()) return file;
+  for (auto it = mapped.begin(); it != mapped.end();) it = it->second.expired() ? mapped.erase(it) : std::next(it);
+  std::shared_ptr<BlobFile> file = open(path);
+  mapped[key] = file;
   return file;
 }
 

@@ -14,6 +14,10 @@ class BlobFile {
  public:
   // Maps the file read-only. Throws Error when it cannot be opened or has a bad header.
   static std::shared_ptr<BlobFile> open(const std::string& path);
+  // Like open(), but every caller in the process that opens the same unchanged file
+  // (same device, inode, size and modification time) while it is mapped shares one
+  // mapping: instances of the functions of one package share their weights.
+  static std::shared_ptr<BlobFile> open_shared(const std::string& path);
   ~BlobFile();
 
   // The blob whose metadata record starts at `metadata_offset`, as a tensor of `dtype`

@@ -199,7 +199,7 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
   auto it = files_.find(path);
   if (it == files_.end()) {
     COREMLRT_CHECK(fs::is_regular_file(path), where, ": weight file '", path, "' does not exist");
-    it = files_.emplace(path, BlobFile::open(path)).first;
+    it = files_.emplace(path, BlobFile::open_shared(path)).first;
   }
   return *it->second;
 }

@@ -49,8 +49,6 @@ enum class Op { Add, Sub, Mul, RealDiv, FloorDiv, Mod, Pow, Maximum, Minimum,
                 Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual,
                 LogicalAnd, LogicalOr, LogicalXor };
 
-bool is_comparison(Op op) { return op >= Op::Equal; }
-
 template <Op kOp, class C>
 auto apply(C x, C y) {
   if constexpr (kOp == Op::Add) return x + y;

@@ -2,6 +2,24 @@
 
 namespace coremlrt::ops {
 
+// On x86-64 the loops are also compiled for x86-64-v3 (F16C, AVX2), picked at load time
+// when the CPU has it; elsewhere the plain loop is used.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define COREMLRT_CONVERSION_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define COREMLRT_CONVERSION_CLONES
+#endif
+
+COREMLRT_CONVERSION_CLONES
+void half_to_float(const half* src, float* dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+COREMLRT_CONVERSION_CLONES
+void float_to_half(const float* src, half* dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<half>(src[i]);
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());
   Shape out(rank);

@@ -59,6 +59,12 @@ void dispatch_all(DType dtype, const char* what, Fn&& fn) {
   }
 }
 
+// Bulk fp16 <-> fp32 conversion, using the CPU's conversion instructions where it has them
+// (chosen at run time). Kernels convert fp16 operands in blocks with these rather than
+// element by element.
+void half_to_float(const half* src, float* dst, int64_t count);
+void float_to_half(const float* src, half* dst, int64_t count);
+
 // NumPy broadcasting of two shapes; throws naming both when they are incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 
