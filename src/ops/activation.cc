@@ -176,7 +176,7 @@ void register_activation_kernels(KernelRegistry& registry) {
   add_with_params(registry, "sigmoid_hard", true,
                   [](float v, float a, float b) { return std::min(std::max(a * v + b, 0.0f), 1.0f); });
   add_with_params(registry, "clamped_relu", true,
-                  [](float v, float a, float b) { return std::min(b, v >= 0.0f ? v : a * v); });
+                  [](float v, float a, float b) { return std::min(v >= 0.0f ? v : a * v, b); });
 
   registry.add("prelu", [](KernelBuilder& b) {
     const std::vector<float> alpha = const_floats(b, "alpha");
