@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest) and
-# the Python suite (pytest, against the installed package and ../shared/corpus).
+# Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
+# Python suite (pytest, against the installed package and ../shared/corpus), and the
+# sanitizer runs (ASan+UBSan, TSan: scripts/test_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,6 +10,8 @@ cmake -S . -B build/tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMLRT_BUILD_T
 cmake --build build/tests --parallel 2
 ctest --test-dir build/tests --output-on-failure
 
-# Run from tests/ so that `import coremlrt` finds the installed package, not the source tree.
-cd tests/python
-python3 -m pytest -q -p no:cacheprovider -c ../../pyproject.toml --rootdir ../.. .
+# The source tree keeps the package under python/, so `import coremlrt` finds the
+# installed package.
+python3 -m pytest -q -p no:cacheprovider tests/python
+
+bash scripts/test_sanitizers.sh
