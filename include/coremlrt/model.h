@@ -92,4 +92,13 @@ struct ModelReport {
 
 ModelReport inspect_model(const std::string& path);
 
+// The op types this build has kernels for, each with the iOS opset range it covers
+// (max_ios 99 = every later opset).
+struct SupportedOp {
+  std::string op_type;
+  int min_ios = 15;
+  int max_ios = 99;
+};
+std::vector<SupportedOp> supported_ops();
+
 }  // namespace coremlrt

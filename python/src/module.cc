@@ -265,4 +265,9 @@ NB_MODULE(_core, m) {
       .def("write_state", &PyState::write_state, nb::arg("name"), nb::arg("value"))
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
+  m.def("supported_ops", [] {
+    nb::list out;
+    for (const auto& op : supported_ops()) out.append(nb::make_tuple(op.op_type, op.min_ios, op.max_ios));
+    return out;
+  });
 }

@@ -1,6 +1,8 @@
 #include "coremlrt/model.h"
 
+#include <algorithm>
 #include <mutex>
+#include <tuple>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -222,6 +224,15 @@ ModelReport inspect_model(const std::string& path) {
     report.functions.push_back(std::move(f));
   }
   return report;
+}
+
+std::vector<SupportedOp> supported_ops() {
+  std::vector<SupportedOp> out;
+  for (const auto& entry : ops::KernelRegistry::cpu().entries()) out.push_back({entry.op_type, entry.min_ios, entry.max_ios});
+  std::sort(out.begin(), out.end(), [](const SupportedOp& a, const SupportedOp& b) {
+    return std::tie(a.op_type, a.min_ios) < std::tie(b.op_type, b.min_ios);
+  });
+  return out;
 }
 
 }  // namespace coremlrt
