@@ -1,7 +1,120 @@
+// scaled_dot_product_attention (coreml-format.md 5.20):
+// softmax(Q K^T / sqrt(E) + mask) V over the last axis, computed in float per batch matrix.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "ops/register.h"
+#include "ops/util.h"
 
 namespace coremlrt::ops {
 
-void register_attention_kernels(KernelRegistry& registry) {}
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool accumulate);  // linear.cc
+const float* read_floats(const Tensor& t, std::vector<float>& scratch);
+float* float_output(Tensor& out, std::vector<float>& scratch);
+void commit_float_output(Tensor& out, const float* data);
+
+namespace {
+
+bool float_dtype(DType d) { return d == DType::Float32 || d == DType::Float16; }
+
+// The mask as additive floats: bool True (attend) -> 0, False -> -inf; float masks as is.
+std::vector<float> additive_mask(const Tensor& m) {
+  std::vector<float> out(static_cast<size_t>(m.numel()));
+  if (m.dtype == DType::Bool) {
+    const uint8_t* p = m.ptr<uint8_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i] ? 0.0f : -std::numeric_limits<float>::infinity();
+  } else {
+    std::vector<float> scratch;
+    const float* p = read_floats(m, scratch);
+    std::copy(p, p + out.size(), out.begin());
+  }
+  return out;
+}
+
+std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
+  const int q = b.input("query"), k = b.input("key"), v = b.input("value");
+  const int mask = b.optional_input("attn_mask");
+  const DType dq = b.input_type("query").dtype;
+  b.check(float_dtype(dq), "query must be fp16 or fp32, got ", dtype_name(dq));
+  b.check(b.input_type("key").dtype == dq && b.input_type("value").dtype == dq, "query, key and value must share a dtype");
+  b.check(b.output_type(0).dtype == dq, "output dtype must equal query's");
+  if (mask >= 0) {
+    const DType dm = b.input_type("attn_mask").dtype;
+    b.check(dm == DType::Bool || float_dtype(dm), "attn_mask must be bool, fp16 or fp32, got ", dtype_name(dm));
+  }
+  return make_kernel([q, k, v, mask](KernelContext& ctx) {
+    const Tensor& tq = ctx.input(q);
+    const Tensor& tk = ctx.input(k);
+    const Tensor& tv = ctx.input(v);
+    const int64_t rank = tq.rank();
+    if (rank < 3 || tk.rank() != rank || tv.rank() != rank)
+      ctx.fail("query, key and value must share a rank >= 3, got ", shape_str(tq.shape), ", ", shape_str(tk.shape),
+               ", ", shape_str(tv.shape));
+    const Shape batch(tq.shape.begin(), tq.shape.end() - 2);
+    if (!std::equal(batch.begin(), batch.end(), tk.shape.begin()) || !std::equal(batch.begin(), batch.end(), tv.shape.begin()))
+      ctx.fail("query, key and value must share batch dims: ", shape_str(tq.shape), ", ", shape_str(tk.shape), ", ",
+               shape_str(tv.shape));
+    const int64_t L = tq.shape[rank - 2], E = tq.shape[rank - 1], S = tk.shape[rank - 2], EV = tv.shape[rank - 1];
+    if (tk.shape[rank - 1] != E || tv.shape[rank - 2] != S)
+      ctx.fail("mismatched attention shapes: query ", shape_str(tq.shape), ", key ", shape_str(tk.shape), ", value ",
+               shape_str(tv.shape));
+    Shape out_shape = batch;
+    out_shape.push_back(L);
+    out_shape.push_back(EV);
+    Tensor& out = ctx.allocate_output(0, tq.dtype, out_shape);
+
+    // Mask strides over [batch..., L, S]; 0 where the mask broadcasts.
+    Shape scores_shape = batch;
+    scores_shape.push_back(L);
+    scores_shape.push_back(S);
+    std::vector<float> mask_values;
+    std::vector<int64_t> mask_strides(scores_shape.size(), 0);
+    if (mask >= 0) {
+      const Tensor& tm = ctx.input(mask);
+      if (tm.rank() > static_cast<int64_t>(scores_shape.size()) || broadcast_shapes(tm.shape, scores_shape) != scores_shape)
+        ctx.fail("attn_mask ", shape_str(tm.shape), " does not broadcast to ", shape_str(scores_shape));
+      mask_values = additive_mask(tm);
+      mask_strides = broadcast_strides(tm.shape, scores_shape);
+    }
+    const std::vector<int64_t> batch_mask_strides(mask_strides.begin(), mask_strides.end() - 2);
+    const int64_t ms_l = mask_strides[rank - 2], ms_s = mask_strides[rank - 1];
+
+    std::vector<float> qs, ks, vs, os, kt(static_cast<size_t>(E * S)), scores(static_cast<size_t>(L * S));
+    const float* qp = read_floats(tq, qs);
+    const float* kp = read_floats(tk, ks);
+    const float* vp = read_floats(tv, vs);
+    float* op = float_output(out, os);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(E));
+    for_each_broadcast(batch, batch_mask_strides, batch_mask_strides, [&](int64_t i, int64_t mask_base, int64_t) {
+      const float* kb = kp + i * S * E;
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t e = 0; e < E; ++e) kt[e * S + s] = kb[s * E + e];
+      gemm(L, S, E, qp + i * L * E, E, 1, kt.data(), S, scores.data(), S, false);
+      for (int64_t l = 0; l < L; ++l) {
+        float* row = scores.data() + l * S;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < S; ++s) {
+          row[s] *= scale;
+          if (mask >= 0) row[s] += mask_values[mask_base + l * ms_l + s * ms_s];
+          mx = std::max(mx, row[s]);
+        }
+        float sum = 0;
+        for (int64_t s = 0; s < S; ++s) sum += row[s] = std::exp(row[s] - mx);
+        const float inv = 1.0f / sum;  // a fully masked row yields NaN, as in PyTorch
+        for (int64_t s = 0; s < S; ++s) row[s] *= inv;
+      }
+      gemm(L, EV, S, scores.data(), S, 1, vp + i * S * EV, EV, op + i * L * EV, EV, false);
+    });
+    commit_float_output(out, op);
+  });
+}
+
+}  // namespace
+
+void register_attention_kernels(KernelRegistry& registry) {
+  registry.add("scaled_dot_product_attention", make_sdpa, 18);
+}
 
 }  // namespace coremlrt::ops

@@ -16,7 +16,6 @@ std::vector<float> to_floats(const Tensor& t);
 const float* read_floats(const Tensor& t, std::vector<float>& scratch);
 float* float_output(Tensor& out, std::vector<float>& scratch);
 void commit_float_output(Tensor& out, const float* data);
-bool is_constant(const KernelBuilder& b, const std::string& param);
 
 namespace {
 
@@ -84,7 +83,7 @@ struct FloatOperand {
     FloatOperand o;
     if (!b.has(param)) return o;
     o.index = b.input(param);
-    if (is_constant(b, param)) {
+    if (b.is_constant(param)) {
       const Tensor& t = b.constant(param)->tensor;
       b.check(is_float(t.dtype), param, " must be floating point, got ", dtype_name(t.dtype));
       o.prepared = true;

@@ -11,7 +11,8 @@
 
 namespace coremlrt::ops {
 
-// ---- Shared float helpers (declared again in conv.cc, attention.cc, recurrent.cc) ----------
+// ---- Shared float helpers, declared again where used (conv, pool, normalization, attention,
+// recurrent). They belong in util.h once that file is free to change. -----------------------
 
 // C[M,N] = (accumulate ? C : 0) + A[M,K] * B[K,N]. A is read through element strides
 // (a_row, a_col) so transposed views cost nothing; B and C are row-major with leading
@@ -87,16 +88,6 @@ void commit_float_output(Tensor& out, const float* data) {
   }
 }
 
-// True when `param` is bound to a value known at load (constant() throws for run-time values).
-bool is_constant(const KernelBuilder& b, const std::string& param) {
-  if (!b.has(param)) return false;
-  try {
-    return b.constant(param) != nullptr;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 namespace {
 
 bool float_dtype(DType d) { return d == DType::Float32 || d == DType::Float16; }
@@ -108,17 +99,19 @@ void transpose_matrices(const float* src, float* dst, int64_t batches, int64_t r
       for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
-// Integer matmul of one [M,K] x [K,N] pair, accumulated in 64 bits (wraps on store like int32).
+// Integer matmul of one [M,K] x [K,N] pair into c [M,N] (+ bias[N] if given). Unsigned
+// arithmetic wraps modulo 2^32, which gives the two's-complement int32 result without
+// signed-overflow undefined behaviour.
 void int_matmul(int64_t M, int64_t N, int64_t K, const int32_t* a, int64_t a_row, int64_t a_col, const int32_t* b,
-                int64_t b_row, int64_t b_col, int32_t* c) {
-  std::vector<int64_t> acc(static_cast<size_t>(N));
+                int64_t b_row, int64_t b_col, const int32_t* bias, int32_t* c) {
+  std::vector<uint32_t> acc(static_cast<size_t>(N));
   for (int64_t i = 0; i < M; ++i) {
-    std::fill(acc.begin(), acc.end(), 0);
+    for (int64_t j = 0; j < N; ++j) acc[j] = bias ? static_cast<uint32_t>(bias[j]) : 0u;
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t av = a[i * a_row + k * a_col];
-      for (int64_t j = 0; j < N; ++j) acc[j] += av * b[k * b_row + j * b_col];
+      const uint32_t av = static_cast<uint32_t>(a[i * a_row + k * a_col]);
+      for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<uint32_t>(b[k * b_row + j * b_col]);
     }
-    for (int64_t j = 0; j < N; ++j) c[i * N + j] = static_cast<int32_t>(static_cast<uint32_t>(acc[j]));
+    for (int64_t j = 0; j < N; ++j) c[i * N + j] = static_cast<int32_t>(acc[j]);
   }
 }
 
@@ -127,12 +120,12 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
   const DType dx = b.input_type("x").dtype;
   const DType dout = b.output_type(0).dtype;
   b.check(dout == dx, "output dtype ", dtype_name(dout), " differs from x's ", dtype_name(dx));
-  b.check(is_constant(b, "weight"), "weight must be a compile-time constant");
+  b.check(b.is_constant("weight"), "weight must be a compile-time constant");
   const Tensor& w = b.constant("weight")->tensor;
   b.check(w.rank() == 2, "weight must be rank 2 [D_out, D_in], got ", shape_str(w.shape));
   const int64_t d_out = w.shape[0], d_in = w.shape[1];
   const bool has_bias = b.has("bias");
-  if (has_bias) b.check(is_constant(b, "bias"), "bias must be a compile-time constant");
+  if (has_bias) b.check(b.is_constant("bias"), "bias must be a compile-time constant");
   const Tensor* bias = has_bias ? &b.constant("bias")->tensor : nullptr;
   if (bias) b.check(bias->numel() == d_out, "bias has ", bias->numel(), " elements, expected D_out = ", d_out);
 
@@ -148,10 +141,7 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
       shape.back() = d_out;
       Tensor& out = ctx.allocate_output(0, DType::Int32, shape);
       const int64_t rows = tx.numel() / std::max<int64_t>(d_in, 1);
-      int_matmul(rows, d_out, d_in, tx.ptr<int32_t>(), d_in, 1, wv.data(), 1, d_in, out.ptr<int32_t>());
-      int32_t* o = out.ptr<int32_t>();
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < d_out; ++j) o[r * d_out + j] = int32_t(uint32_t(o[r * d_out + j]) + uint32_t(bv[j]));
+      int_matmul(rows, d_out, d_in, tx.ptr<int32_t>(), d_in, 1, wv.data(), 1, d_in, bv.data(), out.ptr<int32_t>());
     });
   }
   b.check(float_dtype(dx), "unsupported x dtype ", dtype_name(dx));
@@ -182,7 +172,7 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
   const int x = b.input("x"), y = b.input("y");
   const bool tx = b.const_bool("transpose_x", false), ty = b.const_bool("transpose_y", false);
   const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype, dout = b.output_type(0).dtype;
-  const bool x_const = is_constant(b, "x"), y_const = is_constant(b, "y");
+  const bool x_const = b.is_constant("x"), y_const = b.is_constant("y");
   if (dx == DType::Int32 || dy == DType::Int32) {
     b.check(dx == dy && dout == dx, "int32 matmul needs int32 x, y and output");
   } else {
@@ -241,7 +231,7 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
       const int32_t* yp = tys.ptr<int32_t>();
       const int64_t b_row = y_t ? 1 : N, b_col = y_t ? K : 1;
       for_each_broadcast(batch, sx, sy, [&](int64_t i, int64_t ox, int64_t oy) {
-        int_matmul(M, N, K, xp + ox, a_row, a_col, yp + oy, b_row, b_col, out.ptr<int32_t>() + i * M * N);
+        int_matmul(M, N, K, xp + ox, a_row, a_col, yp + oy, b_row, b_col, nullptr, out.ptr<int32_t>() + i * M * N);
       });
       return;
     }

@@ -116,7 +116,7 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
               for (int64_t h = rh.lo; h < rh.hi; ++h) {
                 const float* row = src + (d * in[1] + h) * in[2];
                 for (int64_t w = rw.lo; w < rw.hi; ++w) {
-                  if constexpr (kPool == Pool::Max) acc = std::max(acc, row[w]);
+                  if constexpr (kPool == Pool::Max) acc = (row[w] > acc || std::isnan(row[w])) ? row[w] : acc;  // NaN wins
                   else if constexpr (kPool == Pool::Avg) acc += row[w];
                   else acc += row[w] * row[w];
                 }

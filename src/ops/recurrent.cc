@@ -1,7 +1,325 @@
+// rnn, gru and lstm (coreml-format.md 5.13), computed in float with the state kept in float.
+//
+// Layout facts that differ from PyTorch: LSTM gate blocks are [i, f, o, z], GRU blocks are
+// [r, o, z], and `bias` is the sum of the input and hidden biases. Output positions follow
+// Core ML: a "reverse" layer emits its sequence in processing order (step k holds the state
+// after reading x[s-1-k]); a bidirectional LSTM aligns the backward half with input time
+// (as PyTorch does). Without output_sequence the output is the final state.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
 #include "ops/register.h"
+#include "ops/util.h"
 
 namespace coremlrt::ops {
 
-void register_recurrent_kernels(KernelRegistry& registry) {}
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool accumulate);  // linear.cc
+std::vector<float> to_floats(const Tensor& t);
+const float* read_floats(const Tensor& t, std::vector<float>& scratch);
+float* float_output(Tensor& out, std::vector<float>& scratch);
+void commit_float_output(Tensor& out, const float* data);
+
+namespace {
+
+enum class Act { Sigmoid, Tanh, Relu, Linear, HardSigmoid, ScaledTanh };
+
+Act parse_act(KernelBuilder& b, const std::string& param, const std::string& fallback) {
+  std::string name = b.const_string(param, fallback);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name == "sigmoid") return Act::Sigmoid;
+  if (name == "tanh") return Act::Tanh;
+  if (name == "relu") return Act::Relu;
+  if (name == "linear") return Act::Linear;
+  if (name == "hard_sigmoid" || name == "sigmoid_hard") return Act::HardSigmoid;
+  if (name == "scaled_tanh") return Act::ScaledTanh;
+  b.fail("unsupported ", param, " '", name, "'");
+}
+
+// The activations take no parameters here; hard_sigmoid and scaled_tanh use the MIL
+// defaults of sigmoid_hard (alpha 0.2, beta 0.5) and scaled_tanh (alpha 1, beta 1).
+inline float apply(Act act, float v) {
+  switch (act) {
+    case Act::Sigmoid: return 1.0f / (1.0f + std::exp(-v));
+    case Act::Tanh:
+    case Act::ScaledTanh: return std::tanh(v);
+    case Act::Relu: return v > 0 ? v : 0.0f;
+    case Act::Linear: return v;
+    case Act::HardSigmoid: return std::clamp(0.2f * v + 0.5f, 0.0f, 1.0f);
+  }
+  return v;
+}
+
+// Constant weights of one direction, prepared for the GEMM: W^T so each step is h @ W_hh^T.
+struct Weights {
+  std::vector<float> ih_t, hh_t;  // [I, G*H], [H, G*H]
+  std::vector<float> bias;        // [G*H], zeros when absent
+  std::vector<float> extra;       // lstm: peephole [3H] (may be empty); gru: input_bias [3H]
+};
+
+const Tensor& const_tensor(KernelBuilder& b, const std::string& param) {
+  b.check(b.is_constant(param), param, " must be a compile-time constant");
+  const Tensor& t = b.constant(param)->tensor;
+  b.check(is_float(t.dtype), param, " must be floating point, got ", dtype_name(t.dtype));
+  return t;
+}
+
+std::vector<float> const_floats(KernelBuilder& b, const std::string& param) { return to_floats(const_tensor(b, param)); }
+
+Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int64_t& input_size, int64_t& hidden) {
+  const std::string ih = "weight_ih" + suffix, hh = "weight_hh" + suffix, bias = "bias" + suffix;
+  b.check(b.has(ih) && b.has(hh), "missing ", ih, " or ", hh);
+  const Shape ih_shape = const_tensor(b, ih).shape, hh_shape = const_tensor(b, hh).shape;
+  b.check(hh_shape.size() == 2 && hh_shape[0] == gates * hh_shape[1], hh, " must be [", gates, "*H, H], got ",
+          shape_str(hh_shape));
+  hidden = hh_shape[1];
+  b.check(ih_shape.size() == 2 && ih_shape[0] == gates * hidden, ih, " must be [", gates, "*H, I], got ",
+          shape_str(ih_shape));
+  input_size = ih_shape[1];
+  const int64_t gh = gates * hidden;
+  Weights w;
+  const std::vector<float> wih = const_floats(b, ih), whh = const_floats(b, hh);
+  w.ih_t.resize(wih.size());
+  w.hh_t.resize(whh.size());
+  for (int64_t r = 0; r < gh; ++r) {
+    for (int64_t c = 0; c < input_size; ++c) w.ih_t[c * gh + r] = wih[r * input_size + c];
+    for (int64_t c = 0; c < hidden; ++c) w.hh_t[c * gh + r] = whh[r * hidden + c];
+  }
+  w.bias = b.has(bias) ? const_floats(b, bias) : std::vector<float>(static_cast<size_t>(gh), 0.0f);
+  b.check(static_cast<int64_t>(w.bias.size()) == gh, bias, " must have ", gh, " values");
+  return w;
+}
+
+// Per-call shapes and the float views of x and the outputs.
+struct Sequence {
+  int64_t seq, batch, input, hidden, dirs;
+  bool output_sequence;
+  const float* x;
+  float* out;  // [seq or 1, batch, dirs*H]
+
+  // Where direction d writes its state after processing step k (input time t).
+  void store(int64_t k, int64_t t, int d, const float* h, bool aligned) const {
+    if (!output_sequence) return;
+    const int64_t pos = aligned ? t : k;
+    for (int64_t j = 0; j < batch; ++j)
+      std::copy(h + j * hidden, h + (j + 1) * hidden, out + (pos * batch + j) * dirs * hidden + d * hidden);
+  }
+  void store_final(int d, const float* h, float* dst) const {
+    for (int64_t j = 0; j < batch; ++j)
+      std::copy(h + j * hidden, h + (j + 1) * hidden, dst + j * dirs * hidden + d * hidden);
+  }
+  // x_t @ W_ih^T + bias for every step at once: [seq*batch, G*H].
+  std::vector<float> project(const Weights& w, int gates, const float* input_bias) const {
+    const int64_t gh = gates * hidden;
+    std::vector<float> xw(static_cast<size_t>(seq * batch * gh));
+    for (int64_t r = 0; r < seq * batch; ++r)
+      for (int64_t g = 0; g < gh; ++g) xw[r * gh + g] = w.bias[g] + (input_bias ? input_bias[g] : 0.0f);
+    gemm(seq * batch, gh, input, x, input, 1, w.ih_t.data(), gh, xw.data(), gh, true);
+    return xw;
+  }
+};
+
+// Checks x [s, b, I] and the state inputs, allocates outputs and runs `body(seq, states)`.
+// states[i] holds the float copy of state input i; the final states are written back from them.
+template <class Body>
+void run_layer(KernelContext& ctx, int x, const std::vector<int>& state_inputs, int64_t input_size, int64_t hidden,
+               int64_t dirs, bool output_sequence, Body&& body) {
+  const Tensor& tx = ctx.input(x);
+  if (tx.rank() != 3 || tx.shape[2] != input_size)
+    ctx.fail("x must be [s, b, ", input_size, "], got ", shape_str(tx.shape));
+  const int64_t seq = tx.shape[0], batch = tx.shape[1];
+  std::vector<std::vector<float>> states;
+  for (int index : state_inputs) {
+    const Tensor& t = ctx.input(index);
+    if (t.numel() != batch * dirs * hidden)
+      ctx.fail("initial state ", shape_str(t.shape), " must be [", batch, ", ", dirs * hidden, "]");
+    std::vector<float> scratch;
+    const float* p = read_floats(t, scratch);
+    states.emplace_back(p, p + t.numel());
+  }
+  Tensor& out = ctx.allocate_output(0, tx.dtype, {output_sequence ? seq : 1, batch, dirs * hidden});
+  std::vector<float> xs, os;
+  Sequence s{seq, batch, input_size, hidden, dirs, output_sequence, read_floats(tx, xs), float_output(out, os)};
+  body(s, states);
+  if (!output_sequence) std::copy(states[0].begin(), states[0].end(), s.out);  // the final h
+  commit_float_output(out, s.out);
+  for (size_t i = 0; i < states.size(); ++i) {
+    Tensor& t = ctx.allocate_output(static_cast<int>(i) + 1, tx.dtype, {batch, dirs * hidden});
+    std::vector<float> buf;
+    float* p = float_output(t, buf);
+    std::copy(states[i].begin(), states[i].end(), p);
+    commit_float_output(t, p);
+  }
+}
+
+void check_dtypes(KernelBuilder& b, int outputs) {
+  const DType dx = b.input_type("x").dtype;
+  b.check(dx == DType::Float32 || (dx == DType::Float16 && b.ios_version() >= 17),
+          "x must be fp32 (or fp16 from iOS17 on), got ", dtype_name(dx));
+  for (int i = 0; i < outputs; ++i) b.check(b.output_type(i).dtype == dx, "output dtypes must equal x's");
+}
+
+// Copies direction d's slice [b, H] out of a [b, D*H] state, and back.
+void take_slice(const std::vector<float>& all, int d, int64_t batch, int64_t hidden, int64_t dirs, float* dst) {
+  for (int64_t j = 0; j < batch; ++j)
+    std::copy_n(all.data() + j * dirs * hidden + d * hidden, hidden, dst + j * hidden);
+}
+void put_slice(std::vector<float>& all, int d, int64_t batch, int64_t hidden, int64_t dirs, const float* src) {
+  for (int64_t j = 0; j < batch; ++j)
+    std::copy_n(src + j * hidden, hidden, all.data() + j * dirs * hidden + d * hidden);
+}
+
+std::unique_ptr<Kernel> make_lstm(KernelBuilder& b) {
+  check_dtypes(b, 3);
+  const int x = b.input("x"), h0 = b.input("initial_h"), c0 = b.input("initial_c");
+  const std::string direction = b.const_string("direction", "forward");
+  b.check(direction == "forward" || direction == "reverse" || direction == "bidirectional", "unsupported direction '",
+          direction, "'");
+  const bool bidir = direction == "bidirectional";
+  const bool output_sequence = b.const_bool("output_sequence", false);
+  const Act rec = parse_act(b, "recurrent_activation", "sigmoid"), cell = parse_act(b, "cell_activation", "tanh"),
+            act = parse_act(b, "activation", "tanh");
+  const bool has_clip = b.has("clip");
+  const float clip = static_cast<float>(b.const_float("clip", 0.0));
+  int64_t input_size = 0, hidden = 0;
+  std::vector<Weights> dirs;
+  for (int d = 0; d < (bidir ? 2 : 1); ++d) {
+    const std::string suffix = d == 0 ? "" : "_back";
+    int64_t in_d = 0, hid_d = 0;
+    dirs.push_back(read_weights(b, 4, suffix, in_d, hid_d));
+    b.check(d == 0 || (in_d == input_size && hid_d == hidden), "backward weights differ in shape from forward ones");
+    input_size = in_d;
+    hidden = hid_d;
+    if (b.has("peephole" + suffix)) {
+      dirs.back().extra = const_floats(b, "peephole" + suffix);
+      b.check(static_cast<int64_t>(dirs.back().extra.size()) == 3 * hidden, "peephole must have 3*H values");
+    }
+  }
+  const bool reverse = direction == "reverse";
+  return make_kernel([=](KernelContext& ctx) {
+    const int64_t ndirs = static_cast<int64_t>(dirs.size());
+    run_layer(ctx, x, {h0, c0}, input_size, hidden, ndirs, output_sequence,
+              [&](const Sequence& s, std::vector<std::vector<float>>& states) {
+                const int64_t H = hidden, B = s.batch, G = 4 * H;
+                std::vector<float> h(B * H), c(B * H), gates(B * G);
+                for (int d = 0; d < ndirs; ++d) {
+                  const Weights& w = dirs[d];
+                  const bool back = reverse || d == 1;
+                  const std::vector<float> xw = s.project(w, 4, nullptr);
+                  take_slice(states[0], d, B, H, ndirs, h.data());
+                  take_slice(states[1], d, B, H, ndirs, c.data());
+                  const float* peep = w.extra.empty() ? nullptr : w.extra.data();
+                  for (int64_t k = 0; k < s.seq; ++k) {
+                    const int64_t t = back ? s.seq - 1 - k : k;
+                    std::copy_n(xw.data() + t * B * G, B * G, gates.data());
+                    gemm(B, G, H, h.data(), H, 1, w.hh_t.data(), G, gates.data(), G, true);
+                    for (int64_t j = 0; j < B; ++j) {
+                      const float* g = gates.data() + j * G;
+                      float* hj = h.data() + j * H;
+                      float* cj = c.data() + j * H;
+                      for (int64_t u = 0; u < H; ++u) {
+                        const float c_prev = cj[u];
+                        const float i = apply(rec, g[u] + (peep ? peep[u] * c_prev : 0.0f));
+                        const float f = apply(rec, g[H + u] + (peep ? peep[H + u] * c_prev : 0.0f));
+                        const float z = apply(cell, g[3 * H + u]);
+                        float c_new = f * c_prev + i * z;
+                        if (has_clip) c_new = std::clamp(c_new, -clip, clip);
+                        const float o = apply(rec, g[2 * H + u] + (peep ? peep[2 * H + u] * c_new : 0.0f));
+                        cj[u] = c_new;
+                        hj[u] = o * apply(act, c_new);
+                      }
+                    }
+                    s.store(k, t, d, h.data(), bidir);
+                  }
+                  put_slice(states[0], d, B, H, ndirs, h.data());
+                  put_slice(states[1], d, B, H, ndirs, c.data());
+                }
+              });
+  });
+}
+
+std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
+  check_dtypes(b, 2);
+  const int x = b.input("x"), h0 = b.input("initial_h");
+  const std::string direction = b.const_string("direction", "forward");
+  b.check(direction == "forward" || direction == "reverse", "unsupported direction '", direction, "'");
+  const bool reverse = direction == "reverse", output_sequence = b.const_bool("output_sequence", false);
+  const Act rec = parse_act(b, "recurrent_activation", "sigmoid"), act = parse_act(b, "activation", "tanh");
+  const bool reset_after = b.const_bool("reset_after", false);  // iOS18
+  int64_t input_size = 0, hidden = 0;
+  Weights w = read_weights(b, 3, "", input_size, hidden);
+  w.extra = b.has("input_bias") ? const_floats(b, "input_bias") : std::vector<float>(3 * hidden, 0.0f);
+  b.check(static_cast<int64_t>(w.extra.size()) == 3 * hidden, "input_bias must have 3*H values");
+  // The o-gate hidden bias stays apart: with reset_after it is scaled by r along with W_ho h.
+  std::vector<float> bias_o(w.bias.begin() + hidden, w.bias.begin() + 2 * hidden);
+  std::fill(w.bias.begin() + hidden, w.bias.begin() + 2 * hidden, 0.0f);
+  return make_kernel([=](KernelContext& ctx) {
+    run_layer(ctx, x, {h0}, input_size, hidden, 1, output_sequence,
+              [&](const Sequence& s, std::vector<std::vector<float>>& states) {
+                const int64_t H = hidden, B = s.batch, G = 3 * H;
+                std::vector<float>& h = states[0];
+                std::vector<float> hw(B * G), r(B * H), z(B * H), rh(B * H), ho(B * H);
+                const std::vector<float> xw = s.project(w, 3, w.extra.data());
+                for (int64_t k = 0; k < s.seq; ++k) {
+                  const int64_t t = reverse ? s.seq - 1 - k : k;
+                  const float* xt = xw.data() + t * B * G;
+                  gemm(B, G, H, h.data(), H, 1, w.hh_t.data(), G, hw.data(), G, false);  // h @ [W_hr|W_ho|W_hz]^T
+                  for (int64_t j = 0; j < B; ++j)
+                    for (int64_t u = 0; u < H; ++u) {
+                      r[j * H + u] = apply(rec, xt[j * G + u] + hw[j * G + u]);
+                      z[j * H + u] = apply(rec, xt[j * G + 2 * H + u] + hw[j * G + 2 * H + u]);
+                      rh[j * H + u] = r[j * H + u] * h[j * H + u];
+                    }
+                  // Without reset_after the reset gate scales h before W_ho: W_ho (r * h).
+                  if (!reset_after) gemm(B, H, H, rh.data(), H, 1, w.hh_t.data() + H, G, ho.data(), H, false);
+                  for (int64_t j = 0; j < B; ++j)
+                    for (int64_t u = 0; u < H; ++u) {
+                      const float rec_part = reset_after ? r[j * H + u] * (hw[j * G + H + u] + bias_o[u])
+                                                         : ho[j * H + u] + bias_o[u];
+                      const float o = apply(act, xt[j * G + H + u] + rec_part);
+                      const float zz = z[j * H + u];
+                      h[j * H + u] = (1.0f - zz) * o + zz * h[j * H + u];
+                    }
+                  s.store(k, t, 0, h.data(), false);
+                }
+              });
+  });
+}
+
+std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
+  check_dtypes(b, 2);
+  const int x = b.input("x"), h0 = b.input("initial_h");
+  const std::string direction = b.const_string("direction", "forward");
+  b.check(direction == "forward" || direction == "reverse", "unsupported direction '", direction, "'");
+  const bool reverse = direction == "reverse", output_sequence = b.const_bool("output_sequence", false);
+  const Act act = parse_act(b, "activation", "tanh");
+  int64_t input_size = 0, hidden = 0;
+  const Weights w = read_weights(b, 1, "", input_size, hidden);
+  return make_kernel([=](KernelContext& ctx) {
+    run_layer(ctx, x, {h0}, input_size, hidden, 1, output_sequence,
+              [&](const Sequence& s, std::vector<std::vector<float>>& states) {
+                const int64_t H = hidden, B = s.batch;
+                std::vector<float>& h = states[0];
+                std::vector<float> pre(B * H);
+                const std::vector<float> xw = s.project(w, 1, nullptr);
+                for (int64_t k = 0; k < s.seq; ++k) {
+                  const int64_t t = reverse ? s.seq - 1 - k : k;
+                  std::copy_n(xw.data() + t * B * H, B * H, pre.data());
+                  gemm(B, H, H, h.data(), H, 1, w.hh_t.data(), H, pre.data(), H, true);
+                  for (int64_t i = 0; i < B * H; ++i) h[i] = apply(act, pre[i]);
+                  s.store(k, t, 0, h.data(), false);
+                }
+              });
+  });
+}
+
+}  // namespace
+
+void register_recurrent_kernels(KernelRegistry& registry) {
+  registry.add("lstm", make_lstm);
+  registry.add("gru", make_gru);
+  registry.add("rnn", make_rnn);
+}
 
 }  // namespace coremlrt::ops
