@@ -28,6 +28,9 @@ class KernelContext {
   virtual Tensor& allocate_output(int output_index, DType dtype, Shape shape) = 0;
   // Stores a tensor produced otherwise (for example a reshaped view of an input).
   virtual void set_output(int output_index, Tensor tensor) = 0;
+  // Runs nested block `block` (as returned by KernelBuilder::build_block) with its inputs
+  // bound to `inputs`, and returns the values of its outputs.
+  virtual std::vector<Tensor> run_block(int block, std::vector<Tensor> inputs) = 0;
   // Gives the state bound to input `index` a new value for the rest of this prediction
   // (write_state). The caller's state object takes it only if the whole prediction succeeds.
   virtual void replace_state(int index, Tensor value) = 0;
@@ -79,6 +82,9 @@ class KernelBuilder {
   virtual const ir::ConstValue* constant(const std::string& param) const = 0;
   // True when `param` is present and known at load (so constant() would return it).
   virtual bool is_constant(const std::string& param) const = 0;
+  // Compiles nested block `index` of the op (cond branches, while_loop condition and
+  // body); the result is what KernelContext::run_block takes.
+  virtual int build_block(size_t index) = 0;
   int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
   std::vector<int64_t> const_ints(const std::string& param,
                                   std::optional<std::vector<int64_t>> fallback = std::nullopt) const;

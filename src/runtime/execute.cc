@@ -47,6 +47,8 @@ bool matches_declared(const Tensor& t, const ir::ValueType& type) {
   return true;
 }
 
+void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool);
+
 class StepContext final : public ops::KernelContext {
  public:
   StepContext(const Plan& plan, const PlannedStep& step, std::vector<Tensor>& slots, BufferPool* pool)
@@ -65,6 +67,20 @@ class StepContext final : public ops::KernelContext {
     return out;
   }
   void set_output(int output_index, Tensor tensor) override { output_slot(output_index) = std::move(tensor); }
+  std::vector<Tensor> run_block(int index, std::vector<Tensor> inputs) override {
+    if (index < 0 || index >= static_cast<int>(step_.blocks.size())) fail("has no compiled block #", index);
+    const BlockPlan& block = *step_.blocks[index];
+    if (inputs.size() != block.input_slots.size())
+      fail("block #", index, " takes ", block.input_slots.size(), " inputs; got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) slots_[block.input_slots[i]] = std::move(inputs[i]);
+    run_steps(plan_, block, slots_, pool_);
+    std::vector<Tensor> outputs;
+    for (int slot : block.output_slots) {
+      const Tensor& constant = plan_.constants[slot];
+      outputs.push_back(constant.defined() ? constant : slots_[slot]);
+    }
+    return outputs;
+  }
   void replace_state(int index, Tensor value) override {
     if (index < 0 || index >= static_cast<int>(step_.input_slots.size()))
       fail("kernel replaced input #", index, ", which it did not request at load");
@@ -98,6 +114,25 @@ class StepContext final : public ops::KernelContext {
   BufferPool* pool_;
 };
 
+void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool) {
+  for (const PlannedStep& step : block.steps) {
+    StepContext context(plan, step, slots, pool);
+    try {
+      step.kernel->run(context);
+    } catch (const Error& e) {
+      // Shared helpers (broadcasting, dispatch) do not know which op called them.
+      const std::string where = context.where();
+      if (std::string(e.what()).rfind(where, 0) == 0) throw;
+      throw Error(where + ": " + e.what());
+    }
+    context.check_outputs();
+    for (int slot : step.release_slots) {
+      if (pool) pool->recycle(std::move(slots[slot]));
+      else slots[slot] = Tensor();
+    }
+  }
+}
+
 }  // namespace
 
 ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
@@ -112,19 +147,7 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
         if (t.defined()) pool.recycle(std::move(t));
     }
   } clear{slots_, pool_};
-  for (const PlannedStep& step : plan_.steps) {
-    StepContext context(plan_, step, slots_, &pool_);
-    try {
-      step.kernel->run(context);
-    } catch (const Error& e) {
-      // Shared helpers (broadcasting, dispatch) do not know which op called them.
-      const std::string where = context.where();
-      if (std::string(e.what()).rfind(where, 0) == 0) throw;
-      throw Error(where + ": " + e.what());
-    }
-    context.check_outputs();
-    for (int slot : step.release_slots) pool_.recycle(std::move(slots_[slot]));
-  }
+  run_steps(plan_, plan_.body, slots_, &pool_);
   // Results that view memory the caller does not own outright (its inputs, constants)
   // are copied.
   auto owned = [](Tensor t, bool constant) {
@@ -132,9 +155,14 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
     return exclusive ? t : t.clone();
   };
   Result result;
-  for (int slot : plan_.output_slots) {
+  for (int slot : plan_.body.output_slots) {
     const Tensor& constant = plan_.constants[slot];
-    result.outputs.push_back(owned(constant.defined() ? constant : slots_[slot], constant.defined()));
+    Tensor out = owned(constant.defined() ? constant : slots_[slot], constant.defined());
+    // Each output is the caller's own array: outputs sharing a buffer (a value and a
+    // reshape of it, say) must not alias each other.
+    for (const Tensor& earlier : result.outputs)
+      if (earlier.storage == out.storage) out = out.clone();
+    result.outputs.push_back(std::move(out));
   }
   for (size_t i = 0; i < plan_.input_slots.size(); ++i) {
     const int slot = plan_.input_slots[i];

@@ -46,8 +46,10 @@ class StepBuilder final : public ops::KernelBuilder {
   const ir::ValueType& input_type(const std::string& param) const override;
   const ir::ConstValue* constant(const std::string& param) const override;
   bool is_constant(const std::string& param) const override;
+  int build_block(size_t index) override;
 
   std::vector<int> input_slots;
+  std::vector<std::unique_ptr<BlockPlan>> blocks;
 
  private:
   const std::vector<ir::Binding>* find(const std::string& param) const {
@@ -68,20 +70,43 @@ class PlanBuilder {
   }
 
   std::unique_ptr<Plan> build() {
+    scopes_.emplace_back();
     for (const ir::NamedValue& input : function_.inputs) plan_->input_slots.push_back(define(input));
-    for (const ir::Operation& op : function_.block.operations) add_step(op);
-    for (const std::string& name : function_.block.outputs) plan_->output_slots.push_back(slot_of(name));
-    compute_releases();
+    fill_block(plan_->body, function_.block, plan_->input_slots);
     return std::move(plan_);
+  }
+
+  // Compiles `block` into `out` in a new scope; `own_slots` are slots the block itself
+  // binds (function or block inputs) whose buffers it may release after their last use.
+  void fill_block(BlockPlan& out, const ir::Block& block, std::vector<int> own_slots) {
+    BlockPlan* saved = current_;
+    current_ = &out;
+    for (const ir::Operation& op : block.operations) add_step(op);
+    for (const std::string& name : block.outputs) out.output_slots.push_back(slot_of(name));
+    for (const PlannedStep& step : out.steps)
+      own_slots.insert(own_slots.end(), step.output_slots.begin(), step.output_slots.end());
+    compute_releases(out, own_slots);
+    current_ = saved;
+  }
+
+  std::unique_ptr<BlockPlan> build_nested(const ir::Block& block) {
+    auto nested = std::make_unique<BlockPlan>();
+    scopes_.emplace_back();
+    for (const ir::NamedValue& input : block.inputs) nested->input_slots.push_back(define(input));
+    fill_block(*nested, block, nested->input_slots);
+    scopes_.pop_back();
+    return nested;
   }
 
   const ir::Function& function() const { return function_; }
   Plan& plan() { return *plan_; }
 
   int slot_of(const std::string& name) const {
-    auto it = slots_.find(name);
-    COREMLRT_CHECK(it != slots_.end(), "function '", function_.name, "': value '", name, "' is not defined");
-    return it->second;
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      auto it = scope->find(name);
+      if (it != scope->end()) return it->second;
+    }
+    fail("function '", function_.name, "': value '", name, "' is not defined");
   }
   std::shared_ptr<const ir::ConstValue> constant_of(int slot) const {
     auto it = constant_values_.find(slot);
@@ -102,7 +127,7 @@ class PlanBuilder {
   }
   int define(const ir::NamedValue& value) {
     int slot = new_slot(value.name, value.type);
-    slots_[value.name] = slot;
+    scopes_.back()[value.name] = slot;
     return slot;
   }
   void set_constant(int slot, std::shared_ptr<const ir::ConstValue> value) {
@@ -128,6 +153,7 @@ class PlanBuilder {
     StepBuilder builder(*this, op);
     step.kernel = (*factory)(builder);
     step.input_slots = std::move(builder.input_slots);
+    step.blocks = std::move(builder.blocks);
     for (const ir::NamedValue& out : op.outputs) step.output_slots.push_back(define(out));
     bool all_constant = foldable(op);
     for (int slot : step.input_slots) all_constant = all_constant && plan_->constants[slot].defined();
@@ -142,32 +168,47 @@ class PlanBuilder {
       ++plan_->folded_ops;
       return;
     }
-    plan_->steps.push_back(std::move(step));
+    current_->steps.push_back(std::move(step));
   }
 
-  // A value's buffer may be reused after the last step that reads it, unless it is a
-  // function output, a constant or a state.
-  void compute_releases() {
-    std::vector<int> last_use(plan_->slot_count(), -1);
-    for (size_t i = 0; i < plan_->steps.size(); ++i) {
-      for (int slot : plan_->steps[i].input_slots) last_use[slot] = static_cast<int>(i);
-      for (int slot : plan_->steps[i].output_slots)
+  // Every slot a step reads, its nested blocks included.
+  static void collect_reads(const PlannedStep& step, std::vector<int>& out) {
+    out.insert(out.end(), step.input_slots.begin(), step.input_slots.end());
+    for (const auto& block : step.blocks) {
+      for (const PlannedStep& nested : block->steps) collect_reads(nested, out);
+      out.insert(out.end(), block->output_slots.begin(), block->output_slots.end());
+    }
+  }
+
+  // A value the block owns may have its buffer reused after the last step that reads it
+  // (reads inside nested blocks count as reads by the op holding them), unless it is a
+  // block output, a constant or a state.
+  void compute_releases(BlockPlan& block, const std::vector<int>& own_slots) {
+    std::map<int, int> last_use;
+    for (int slot : own_slots) last_use[slot] = -1;
+    for (size_t i = 0; i < block.steps.size(); ++i) {
+      std::vector<int> reads;
+      collect_reads(block.steps[i], reads);
+      for (int slot : reads)
+        if (last_use.count(slot)) last_use[slot] = static_cast<int>(i);
+      for (int slot : block.steps[i].output_slots)
         if (last_use[slot] < static_cast<int>(i)) last_use[slot] = static_cast<int>(i);
     }
-    std::set<int> kept(plan_->output_slots.begin(), plan_->output_slots.end());
-    for (size_t slot = 0; slot < last_use.size(); ++slot) {
+    std::set<int> kept(block.output_slots.begin(), block.output_slots.end());
+    for (auto [slot, step] : last_use) {
       // States stay bound until the end: their final values are read after the last step.
-      if (last_use[slot] < 0 || kept.count(static_cast<int>(slot)) || plan_->constants[slot].defined() ||
+      if (step < 0 || kept.count(slot) || plan_->constants[slot].defined() ||
           plan_->slot_types[slot].kind == ir::TypeKind::State)
         continue;
-      plan_->steps[last_use[slot]].release_slots.push_back(static_cast<int>(slot));
+      block.steps[step].release_slots.push_back(slot);
     }
   }
 
   const ir::Function& function_;
   const ops::KernelRegistry& registry_;
   std::unique_ptr<Plan> plan_;
-  std::map<std::string, int> slots_;
+  std::vector<std::map<std::string, int>> scopes_;  // innermost last
+  BlockPlan* current_ = nullptr;                     // the block steps are added to
   std::map<int, std::shared_ptr<const ir::ConstValue>> constant_values_;
 };
 
@@ -208,6 +249,12 @@ const ir::ConstValue* StepBuilder::constant(const std::string& param) const {
   auto attr = op_.attributes.find(param);
   if (attr != op_.attributes.end() && param != "name") return attr->second.get();
   return nullptr;
+}
+
+int StepBuilder::build_block(size_t index) {
+  check(index < op_.blocks.size(), "has no block #", index);
+  blocks.push_back(plan_.build_nested(op_.blocks[index]));
+  return static_cast<int>(blocks.size() - 1);
 }
 
 bool StepBuilder::is_constant(const std::string& param) const {

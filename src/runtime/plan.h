@@ -13,12 +13,23 @@
 
 namespace coremlrt::runtime {
 
+struct BlockPlan;
+
 struct PlannedStep {
   const ir::Operation* op = nullptr;
   std::unique_ptr<ops::Kernel> kernel;
   std::vector<int> input_slots;    // indexed by the input index the kernel was given
   std::vector<int> output_slots;   // in op output order
   std::vector<int> release_slots;  // values not read after this step
+  std::vector<std::unique_ptr<BlockPlan>> blocks;  // nested blocks (cond, while_loop)
+};
+
+// A block compiled into steps. Nested blocks share their function's slot table: a value
+// of an enclosing block is read through its slot, like any other.
+struct BlockPlan {
+  std::vector<int> input_slots;  // block inputs (while_loop loop variables)
+  std::vector<PlannedStep> steps;
+  std::vector<int> output_slots;
 };
 
 struct Plan {
@@ -26,9 +37,8 @@ struct Plan {
   std::vector<std::string> slot_names;
   std::vector<ir::ValueType> slot_types;
   std::vector<Tensor> constants;  // per slot; undefined for values computed at run time
-  std::vector<PlannedStep> steps;
   std::vector<int> input_slots;   // function inputs, in declaration order
-  std::vector<int> output_slots;  // block outputs, in order
+  BlockPlan body;                 // the function's block (its input_slots are unused)
   int folded_ops = 0;             // ops evaluated at load from constants
 
   size_t slot_count() const { return slot_names.size(); }

@@ -169,19 +169,29 @@ def test_idle_contexts_are_reset_and_memory_returns(tmp_path):
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    gc.collect()
-    after_load = rss()
     x = np.zeros((1, 1024), np.float32)
-    np.testing.assert_allclose(m.predict({"x": x})["y"], np.full((1024,), 4096.0))
-    stats = m.statistics()
-    assert stats["contexts_idle"] == 1 and stats["pooled_bytes"] >= 16 << 20
-    assert rss() > after_load + (12 << 20)
-    deadline = time.time() + 2 * LINGER + 1.0
-    while m.statistics()["contexts_idle"] and time.time() < deadline:
-        time.sleep(0.05)
-    stats = m.statistics()
-    assert stats["contexts_idle"] == 0 and stats["contexts_reset"] == 1 and stats["pooled_bytes"] == 0
-    assert rss() < after_load + (4 << 20), "memory did not return to its post-load level"
+
+    def predict_then_linger_out():
+        np.testing.assert_allclose(m.predict({"x": x})["y"], np.full((1024,), 4096.0))
+        stats = m.statistics()
+        assert stats["contexts_idle"] == 1 and stats["pooled_bytes"] >= 32 << 20
+        busy = rss()
+        deadline = time.time() + 2 * LINGER + 2.0
+        while m.statistics()["contexts_idle"] and time.time() < deadline:
+            time.sleep(0.05)
+        stats = m.statistics()
+        assert stats["contexts_idle"] == 0 and stats["pooled_bytes"] == 0
+        gc.collect()
+        return busy, rss()
+
+    # The first round also pays one-time costs (the reaper thread, lazily built tables), so
+    # the post-load level is taken after it: a process that stops predicting comes back to it.
+    _, post_load = predict_then_linger_out()
+    for round_ in range(2):
+        busy, idle = predict_then_linger_out()
+        assert busy > post_load + (24 << 20), "the 32 MB of working buffers should be resident while pooled"
+        assert idle < post_load + (4 << 20), f"round {round_}: memory did not return to the post-load level"
+    assert m.statistics()["contexts_reset"] == 3
 
 
 def test_predict_async(model, chain):
