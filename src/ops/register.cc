@@ -19,6 +19,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_misc_kernels(registry);
   register_recurrent_kernels(registry);
   register_resize_kernels(registry);
+  register_control_flow_kernels(registry);
 }
 
 }  // namespace coremlrt::ops

@@ -22,5 +22,6 @@ void register_attention_kernels(KernelRegistry& registry);
 void register_misc_kernels(KernelRegistry& registry);
 void register_recurrent_kernels(KernelRegistry& registry);
 void register_resize_kernels(KernelRegistry& registry);
+void register_control_flow_kernels(KernelRegistry& registry);
 
 }  // namespace coremlrt::ops
