@@ -207,17 +207,25 @@ def test_predict_async(model, chain):
 
 
 def test_interpreter_exit_with_live_objects(chain):
+    """Exit with models, outputs and a state alive, a context reset pending and a daemon
+    thread still predicting: the process must exit cleanly."""
+    from corpus import load_case, model_path
+
+    stateful = model_path("ios18_stateful_accumulator", load_case("ios18_stateful_accumulator"))
     script = textwrap.dedent(f"""
         import threading, numpy as np, coremlrt
         m = coremlrt.MLModel({chain[0]!r}, context_linger=5.0)  # reset still pending at exit
         other = coremlrt.MLModel({chain[0]!r}, context_linger=0.0)
         out = m.predict({{"x": np.ones((64, 64), np.float32)}})["y"]
         kept = [other.predict({{"x": np.ones((64, 64), np.float32)}})["y"] for _ in range(3)]
+        acc = coremlrt.MLModel({stateful!r}, context_linger=5.0)
+        state = acc.make_state()
+        acc.predict({{"x": np.ones((1, 8), np.float32)}}, state=state)
         def busy():
             while True:
                 other.predict({{"x": np.ones((64, 64), np.float32)}})
         threading.Thread(target=busy, daemon=True).start()  # still predicting when the interpreter exits
-        print("ok", float(out.sum()))
+        print("ok", float(out.sum()), float(state.read_state("acc").sum()))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
