@@ -51,6 +51,15 @@ class Model {
   const std::string& path() const;
   size_t weight_bytes() const;
 
+  // Classifiers (a function ending in a `classify` op): the class labels in class index
+  // order, int64 labels written in decimal; empty for other models. The engine's tensors hold
+  // neither strings nor dictionaries, so predict() returns classify's label output as the
+  // winning class index (an int32 scalar) and its probabilities output as a float32 vector in
+  // this order: Core ML's label is class_labels()[index] and its dictionary is
+  // {class_labels()[i]: probabilities[i]}. The label output's feature kind (Int64 or String,
+  // in function()) says which type the labels have.
+  const std::vector<std::string>& class_labels() const;
+
   // Checks every input against the function's declared names, dtypes and shapes, then
   // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is
   // returned and no state is changed. A function that declares states needs `state`

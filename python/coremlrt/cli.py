@@ -83,9 +83,17 @@ def cmd_predict(args, out=sys.stdout):
     model = MLModel(args.model, function_name=args.function)
     outputs = model.predict(_parse_inputs(args))
     if args.output:
-        np.savez(args.output, **outputs)
+        # A classifier's {label: probability} dict is saved as its probabilities in class
+        # order (the corpus layout); its label (int or str) saves as a 0-d array.
+        arrays = {name: np.array(list(value.values())) if isinstance(value, dict) else value
+                  for name, value in outputs.items()}
+        np.savez(args.output, **arrays)
         print(f"wrote {len(outputs)} output(s) to {args.output}", file=out)
     for name, value in outputs.items():
+        if not isinstance(value, np.ndarray):  # a classifier's label or probability dict
+            print(f"{name}: {type(value).__name__}", file=out)
+            print(repr(value), file=out)
+            continue
         print(f"{name}: {value.dtype} {list(value.shape)}", file=out)
         print(np.array2string(value, threshold=20, edgeitems=3, precision=5), file=out)
     return 0

@@ -16,6 +16,8 @@ Input conversion rules (applied per input, against the dtype the model declares)
 * anything else (strings, complex, object arrays) raises :class:`coremlrt.Error`.
 
 Outputs are numpy arrays; float16 outputs are returned as float32, as coremltools does.
+A classifier's outputs are returned as coremltools returns them: the predicted label (an
+``int`` or a ``str``) and a ``{label: probability}`` dict.
 """
 
 import asyncio
@@ -113,6 +115,27 @@ def _convert_image(name, value, feature):
     return np.ascontiguousarray(array.transpose(2, 0, 1)[None].astype(dtype)), False
 
 
+def _classifier_layout(function, labels):
+    """(label output, probabilities output, labels) of a classifier function, or None.
+
+    The engine returns classify's label as the winning class index and its dictionary as a
+    probability vector in class order (its tensors hold no strings or dicts); ``labels``
+    (``Model::class_labels()``, int labels in decimal) turns them back into coremltools' form.
+    The outputs are the description's predicted feature and probabilities names, or else the
+    outputs whose kinds say label (int64 or string) and dictionary.
+    """
+    if not labels:
+        return None
+    kinds = {f["name"]: f["kind"] for f in function["outputs"]}
+    label_name = function["predicted_feature_name"] or next(
+        (n for n, k in kinds.items() if k in ("int64", "string")), None)
+    probabilities_name = function["predicted_probabilities_name"] or next(
+        (n for n, k in kinds.items() if k == "dictionary"), None)
+    if kinds.get(label_name) == "int64":
+        labels = [int(label) for label in labels]
+    return label_name, probabilities_name, labels
+
+
 def _describe(features):
     return ", ".join(f"{f['name']}: {f['type']}" for f in features) or "none"
 
@@ -202,6 +225,7 @@ class MLModel:
         function = next(f for f in self._description["functions"] if f["name"] == self.function_name)
         self._function = function
         self._inputs = {f["name"]: f for f in function["inputs"]}
+        self._classifier = _classifier_layout(function, list(self._model.class_labels))
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -310,4 +334,10 @@ class MLModel:
         for name, value in outputs.items():
             if value.dtype == np.float16:
                 outputs[name] = value.astype(np.float32)
+        if self._classifier is not None:
+            label_name, probabilities_name, labels = self._classifier
+            if label_name in outputs:
+                outputs[label_name] = labels[int(outputs[label_name])]
+            if probabilities_name in outputs:
+                outputs[probabilities_name] = {label: float(p) for label, p in zip(labels, outputs[probabilities_name])}
         return outputs

@@ -198,6 +198,9 @@ class PyModel {
   nb::dict description() const { return description_dict(model_->description()); }
   std::string function_name() const { return model_->function().name; }
   size_t weight_bytes() const { return model_->weight_bytes(); }
+  // Classifier labels (Model::class_labels()): model.py maps classify's class index and
+  // probability vector to coremltools' label and {label: probability} dictionary with them.
+  std::vector<std::string> class_labels() const { return model_->class_labels(); }
 
   PyState make_state() const { return PyState(model_->make_state()); }
 
@@ -258,6 +261,7 @@ NB_MODULE(_core, m) {
       .def("description", &PyModel::description)
       .def_prop_ro("function_name", &PyModel::function_name)
       .def_prop_ro("weight_bytes", &PyModel::weight_bytes)
+      .def_prop_ro("class_labels", &PyModel::class_labels)
       .def("make_state", &PyModel::make_state)
       .def("predict", &PyModel::predict, nb::arg("inputs"), nb::arg("state").none() = nb::none());
   nb::class_<PyState>(m, "State")

@@ -20,6 +20,11 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_recurrent_kernels(registry);
   register_resize_kernels(registry);
   register_control_flow_kernels(registry);
+  register_sampling_kernels(registry);
+  register_detection_kernels(registry);
+  register_random_kernels(registry);
+  register_quantization_kernels(registry);
+  register_classify_kernels(registry);
 }
 
 }  // namespace coremlrt::ops

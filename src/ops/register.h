@@ -23,5 +23,10 @@ void register_misc_kernels(KernelRegistry& registry);
 void register_recurrent_kernels(KernelRegistry& registry);
 void register_resize_kernels(KernelRegistry& registry);
 void register_control_flow_kernels(KernelRegistry& registry);
+void register_sampling_kernels(KernelRegistry& registry);
+void register_detection_kernels(KernelRegistry& registry);
+void register_random_kernels(KernelRegistry& registry);
+void register_quantization_kernels(KernelRegistry& registry);
+void register_classify_kernels(KernelRegistry& registry);
 
 }  // namespace coremlrt::ops

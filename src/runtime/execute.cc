@@ -96,6 +96,16 @@ class StepContext final : public ops::KernelContext {
       const Tensor& t = slots_[step_.output_slots[i]];
       const ir::ValueType& declared = step_.op->outputs[i].type;
       if (!t.defined()) fail("kernel did not produce output '", step_.op->outputs[i].name, "'");
+      // classify declares an int64-or-string scalar label (and a dictionary, which is not a
+      // tensor type and so is not checked). Tensors hold no strings, so its kernel returns the
+      // winning class index as an int32 scalar for either label type (ops/classify.cc; the
+      // labels are Model::class_labels()). Check that encoding instead of the declared dtype.
+      if (step_.op->type == "classify" && i == 0) {
+        if (t.dtype != DType::Int32 || t.rank() != 0)
+          fail("output '", step_.op->outputs[i].name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
+               " but classify's label must be encoded as an int32 class index scalar");
+        continue;
+      }
       if (!matches_declared(t, declared))
         fail("output '", step_.op->outputs[i].name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
              " but the program declares ", declared.str());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "format/spec_reader.h"
+#include "ops/classify.h"
 #include "runtime/context_pool.h"
 #include "runtime/plan.h"
 
@@ -19,6 +20,7 @@ struct Model::Impl {
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
   std::unique_ptr<runtime::Plan> plan;
+  std::vector<std::string> class_labels;  // from the classify op, if any (class_labels())
   // Declared after the plan so that it is destroyed (and its reaper joined) first.
   mutable std::unique_ptr<runtime::ContextPool> contexts;
   std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
@@ -69,6 +71,29 @@ bool shape_allowed(const Shape& shape, const FeatureDescription& feature, const 
     }
   }
   return true;
+}
+
+// The labels of the function's classify op (the last op of a classifier, so at the top level
+// of its block); empty when it has none. `classes` is bound inline (as coremltools writes it)
+// or to a const op of the block.
+std::vector<std::string> read_class_labels(const ir::Function& function, const std::string& where) {
+  for (const ir::Operation& op : function.block.operations) {
+    if (op.type != "classify") continue;
+    auto input = op.inputs.find("classes");
+    COREMLRT_CHECK(input != op.inputs.end() && input->second.size() == 1, where, ", ", op.describe(),
+                   ": classify needs one 'classes' binding");
+    const ir::Binding& binding = input->second[0];
+    const ir::ConstValue* classes = binding.value.get();
+    for (const ir::Operation& producer : function.block.operations) {
+      if (classes) break;
+      if (producer.type != "const" || producer.outputs.size() != 1 || producer.outputs[0].name != binding.name) continue;
+      auto val = producer.attributes.find("val");
+      if (val != producer.attributes.end()) classes = val->second.get();
+    }
+    COREMLRT_CHECK(classes != nullptr, where, ", ", op.describe(), ": classify's 'classes' must be a constant");
+    return ops::read_class_labels(*classes, where + ", " + op.describe()).labels;
+  }
+  return {};
 }
 
 void count_ops(const ir::Block& block, const ir::Function& function, const ops::KernelRegistry& registry,
@@ -128,6 +153,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   } catch (const Error& e) {
     fail("model '", path, "': ", e.what());
   }
+  impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
@@ -136,6 +162,7 @@ const ModelDescription& Model::description() const { return impl_->loaded.descri
 const FunctionDescription& Model::function() const { return *impl_->function_description; }
 const std::string& Model::path() const { return impl_->path; }
 size_t Model::weight_bytes() const { return impl_->loaded.weight_bytes; }
+const std::vector<std::string>& Model::class_labels() const { return impl_->class_labels; }
 
 ModelStats Model::stats() const {
   runtime::ContextPoolStats pool = impl_->contexts->stats();

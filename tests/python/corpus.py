@@ -59,7 +59,14 @@ def mismatches(case, expected, actual):
         if name not in actual:
             problems.append(f"{name}: missing from outputs {sorted(actual)}")
             continue
-        act = np.asarray(actual[name])
+        act = actual[name]
+        if isinstance(act, dict):  # a classifier's {label: probability}: a vector in class_labels order
+            labels = case.get("class_labels") or []
+            if set(act) != set(labels):
+                problems.append(f"{name}: labels {sorted(map(str, act))} != class_labels {sorted(map(str, labels))}")
+                continue
+            act = np.array([act[label] for label in labels], dtype=np.float64)
+        act = np.asarray(act)
         exp = np.asarray(exp)
         if exp.dtype.kind in "US":
             if str(exp) != str(act):

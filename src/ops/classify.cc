@@ -1,0 +1,94 @@
+// classify (coreml-format.md 5.16): the last op of a classifier. It declares two outputs the
+// engine's tensors cannot hold, an int64-or-string scalar label and a dictionary
+// {label: probability}, so the kernel produces an encoding of both:
+//   output 0: the winning class index, an int32 scalar;
+//   output 1: the probabilities as a float32 vector in class order.
+// The labels themselves are constants (the op's `classes`); Model::class_labels() exposes
+// them so that a caller (the Python layer) builds the label and the dictionary from these two
+// tensors. The executor checks output 0 against this encoding rather than against the
+// declared label type (runtime/execute.cc).
+#include "ops/classify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ops/register.h"
+#include "ops/util.h"
+
+namespace coremlrt::ops {
+
+namespace {
+
+// Appends the labels of one tensor (scalar or 1-D) of strings or integers.
+void add_labels(const ir::ConstValue& v, ClassLabels& out, bool& seen_string, bool& seen_int, const std::string& where) {
+  COREMLRT_CHECK(v.type.kind == ir::TypeKind::Tensor && v.type.rank <= 1, where,
+                 ": classes must hold string or int64 scalars, got ", v.type.str());
+  if (v.type.dtype == DType::String) {
+    seen_string = true;
+    out.labels.insert(out.labels.end(), v.strings.begin(), v.strings.end());
+    return;
+  }
+  COREMLRT_CHECK(v.tensor.dtype == DType::Int64 || v.tensor.dtype == DType::Int32, where,
+                 ": class labels must be strings or int64, got ", dtype_name(v.tensor.dtype));
+  seen_int = true;
+  for (int64_t i = 0; i < v.tensor.numel(); ++i)
+    out.labels.push_back(std::to_string(v.tensor.dtype == DType::Int64 ? v.tensor.ptr<int64_t>()[i]
+                                                                       : int64_t{v.tensor.ptr<int32_t>()[i]}));
+}
+
+}  // namespace
+
+ClassLabels read_class_labels(const ir::ConstValue& classes, const std::string& where) {
+  ClassLabels out;
+  bool seen_string = false, seen_int = false;
+  if (classes.type.kind == ir::TypeKind::List || classes.type.kind == ir::TypeKind::Tuple) {
+    for (const ir::ConstValue& item : classes.items) add_labels(item, out, seen_string, seen_int, where);
+  } else {
+    add_labels(classes, out, seen_string, seen_int, where);
+  }
+  COREMLRT_CHECK(!(seen_string && seen_int), where, ": classes mixes string and integer labels");
+  COREMLRT_CHECK(!out.labels.empty(), where, ": classes is empty");
+  out.integer = seen_int;
+  return out;
+}
+
+namespace {
+
+std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
+  const int probabilities = b.input("probabilities");
+  const DType dp = b.input_type("probabilities").dtype;
+  // fp32 per the op definition (coremltools casts to it); fp16 costs nothing to accept.
+  b.check(dp == DType::Float32 || dp == DType::Float16, "probabilities must be fp32, got ", dtype_name(dp));
+  const ir::ConstValue* classes = b.constant("classes");
+  b.check(classes != nullptr, "missing required parameter 'classes'");
+  std::string where = "function '" + b.function().name + "', " + b.op().describe();
+  const int64_t n = static_cast<int64_t>(read_class_labels(*classes, where).labels.size());
+  b.check(b.op().outputs.size() == 2, "expects 2 outputs (label, probabilities), the op has ", b.op().outputs.size());
+  const ir::ValueType& pt = b.input_type("probabilities");
+  if (pt.is_static()) {
+    int64_t count = 1;
+    for (int64_t d : pt.dims) count *= d;
+    b.check(count == n, "probabilities has ", count, " values for ", n, " classes");
+  }
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& t = ctx.input(probabilities);
+    if (t.numel() != n) ctx.fail("probabilities ", shape_str(t.shape), " has ", t.numel(), " values for ", n, " classes");
+    Tensor& probs = ctx.allocate_output(1, DType::Float32, {n});
+    float* p = probs.ptr<float>();
+    if (t.dtype == DType::Float16) half_to_float(t.ptr<half>(), p, n);
+    else if (t.dtype == DType::Float32) std::copy(t.ptr<float>(), t.ptr<float>() + n, p);
+    else ctx.fail("probabilities must be fp32, got ", dtype_name(t.dtype));
+    // The first highest probability wins; NaN never does (unless every value is NaN: class 0).
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (p[i] > p[best] || (std::isnan(p[best]) && !std::isnan(p[i]))) best = i;
+    ctx.allocate_output(0, DType::Int32, {}).ptr<int32_t>()[0] = static_cast<int32_t>(best);
+  });
+}
+
+}  // namespace
+
+void register_classify_kernels(KernelRegistry& registry) { registry.add("classify", make_classify); }
+
+}  // namespace coremlrt::ops
