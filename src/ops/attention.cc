@@ -4,16 +4,11 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/gemm.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
-
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
-          int64_t ldb, float* C, int64_t ldc, bool accumulate);  // linear.cc
-const float* read_floats(const Tensor& t, std::vector<float>& scratch);
-float* float_output(Tensor& out, std::vector<float>& scratch);
-void commit_float_output(Tensor& out, const float* data);
 
 namespace {
 
@@ -81,17 +76,12 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
     const std::vector<int64_t> batch_mask_strides(mask_strides.begin(), mask_strides.end() - 2);
     const int64_t ms_l = mask_strides[rank - 2], ms_s = mask_strides[rank - 1];
 
-    std::vector<float> qs, ks, vs, os, kt(static_cast<size_t>(E * S)), scores(static_cast<size_t>(L * S));
-    const float* qp = read_floats(tq, qs);
-    const float* kp = read_floats(tk, ks);
-    const float* vp = read_floats(tv, vs);
+    // Q, K and V are read in place by the GEMM (K^T is K with swapped strides).
+    std::vector<float> os, scores(static_cast<size_t>(L * S));
     float* op = float_output(out, os);
     const float scale = 1.0f / std::sqrt(static_cast<float>(E));
     for_each_broadcast(batch, batch_mask_strides, batch_mask_strides, [&](int64_t i, int64_t mask_base, int64_t) {
-      const float* kb = kp + i * S * E;
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t e = 0; e < E; ++e) kt[e * S + s] = kb[s * E + e];
-      gemm(L, S, E, qp + i * L * E, E, 1, kt.data(), S, scores.data(), S, false);
+      gemm(L, S, E, matrix_view(tq, i * L * E, E), matrix_view(tk, i * S * E, 1, E), scores.data(), S, false);
       for (int64_t l = 0; l < L; ++l) {
         float* row = scores.data() + l * S;
         float mx = -std::numeric_limits<float>::infinity();
@@ -105,7 +95,7 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
         const float inv = 1.0f / sum;  // a fully masked row yields NaN, as in PyTorch
         for (int64_t s = 0; s < S; ++s) row[s] *= inv;
       }
-      gemm(L, EV, S, scores.data(), S, 1, vp + i * S * EV, EV, op + i * L * EV, EV, false);
+      gemm(L, EV, S, MatrixView(scores.data(), S), matrix_view(tv, i * S * EV, EV), op + i * L * EV, EV, false);
     });
     commit_float_output(out, op);
   });

@@ -1,21 +1,15 @@
 // conv and conv_transpose (coreml-format.md 5.5) for 1-3 spatial dims, computed in float
 // through im2col / col2im and the shared GEMM. Shapes of 1 or 2 spatial dims are handled as
-// 3-D with leading unit dims, so one code path serves all ranks.
+// 3-D with leading unit dims, so one code path serves all ranks. The weight is read in place
+// by the GEMM (fp16 or fp32), so a constant weight is never copied at load.
 #include <algorithm>
 #include <array>
 
+#include "ops/gemm.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
-
-// Shared float helpers, defined in linear.cc.
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
-          int64_t ldb, float* C, int64_t ldc, bool accumulate);
-std::vector<float> to_floats(const Tensor& t);
-const float* read_floats(const Tensor& t, std::vector<float>& scratch);
-float* float_output(Tensor& out, std::vector<float>& scratch);
-void commit_float_output(Tensor& out, const float* data);
 
 namespace {
 
@@ -72,30 +66,35 @@ Dims spatial_dims(const Shape& shape) {
   return to_dims(std::vector<int64_t>(shape.begin() + 2, shape.end()), 1);
 }
 
-// A float operand that is either prepared at load (constant) or read at run time.
+// A float operand (weight or bias), constant or read at run time. A constant is captured as
+// its tensor, which for fp16 and fp32 is the constant itself (a view of weight.bin), not a
+// copy. Only the bias, which is small, is widened to floats at load.
 struct FloatOperand {
   int index = -1;
-  bool prepared = false;
-  std::vector<float> data;
-  Shape shape;
+  Tensor constant;            // defined when known at load
+  std::vector<float> floats;  // the constant widened, when `widen` was asked for
 
-  static FloatOperand make(KernelBuilder& b, const std::string& param) {
+  static FloatOperand make(KernelBuilder& b, const std::string& param, bool widen) {
     FloatOperand o;
     if (!b.has(param)) return o;
     o.index = b.input(param);
     if (b.is_constant(param)) {
       const Tensor& t = b.constant(param)->tensor;
       b.check(is_float(t.dtype), param, " must be floating point, got ", dtype_name(t.dtype));
-      o.prepared = true;
-      o.data = to_floats(t);
-      o.shape = t.shape;
+      o.constant = matrix_source(t);
+      if (widen) o.floats = to_floats(t);
+    } else {
+      const DType d = b.input_type(param).dtype;
+      b.check(d == DType::Float32 || d == DType::Float16, param, " must be fp16 or fp32, got ", dtype_name(d));
     }
     return o;
   }
   bool present() const { return index >= 0; }
-  const Shape& shape_in(const KernelContext& ctx) const { return prepared ? shape : ctx.input(index).shape; }
-  const float* get(const KernelContext& ctx, std::vector<float>& scratch) const {
-    return prepared ? data.data() : read_floats(ctx.input(index), scratch);
+  bool known() const { return constant.defined(); }
+  const Tensor& tensor(const KernelContext& ctx) const { return known() ? constant : ctx.input(index); }
+  // The elements as floats: the widened constant, or the value converted per call in scratch.
+  const float* floats_in(const KernelContext& ctx, std::vector<float>& scratch) const {
+    return known() && !floats.empty() ? floats.data() : read_floats(tensor(ctx), scratch);
   }
 };
 
@@ -173,22 +172,25 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
   const DType dx = b.input_type("x").dtype;
   b.check(dx == DType::Float32 || dx == DType::Float16, "x must be fp16 or fp32, got ", dtype_name(dx));
   b.check(b.output_type(0).dtype == dx, "output dtype must equal x's");
-  const FloatOperand weight = FloatOperand::make(b, "weight"), bias = FloatOperand::make(b, "bias");
-  b.check(weight.present(), "missing weight");
-  const int64_t w_rank = weight.prepared ? static_cast<int64_t>(weight.shape.size()) : b.input_type("weight").rank;
+  b.check(b.has("weight"), "missing weight");
+  const FloatOperand weight = FloatOperand::make(b, "weight", false), bias = FloatOperand::make(b, "bias", true);
+  const int64_t w_rank = weight.known() ? weight.constant.rank() : b.input_type("weight").rank;
   const ConvParams p = read_params(b, static_cast<int>(w_rank - 2), false);
-  if (weight.prepared)
-    b.check(weight.shape[0] % p.groups == 0, "C_out ", weight.shape[0], " is not divisible by groups ", p.groups);
+  if (weight.known()) {
+    const int64_t c_out = weight.constant.shape[0];
+    b.check(c_out % p.groups == 0, "C_out ", c_out, " is not divisible by groups ", p.groups);
+  }
 
   return make_kernel([x, weight, bias, p](KernelContext& ctx) {
     const Tensor& tx = ctx.input(x);
-    const Shape& ws = weight.shape_in(ctx);
+    const Tensor& tw = weight.tensor(ctx);
+    const Shape& ws = tw.shape;
     if (tx.rank() != p.spatial + 2 || static_cast<int>(ws.size()) != p.spatial + 2)
       ctx.fail("x ", shape_str(tx.shape), " and weight ", shape_str(ws), " must have rank ", p.spatial + 2);
     const int64_t n = tx.shape[0], c_in = tx.shape[1], c_out = ws[0], cg_in = ws[1], groups = p.groups;
     if (cg_in * groups != c_in || c_out % groups != 0)
       ctx.fail("x has ", c_in, " channels; weight ", shape_str(ws), " with groups ", groups, " does not match");
-    if (bias.present() && shape_numel(bias.shape_in(ctx)) != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
+    if (bias.present() && bias.tensor(ctx).numel() != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
     const Dims in = spatial_dims(tx.shape), k = spatial_dims(ws);
     Dims out, pad;
     for (int i = 0; i < 3; ++i) {
@@ -208,10 +210,9 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
     for (int i = 3 - p.spatial; i < 3; ++i) out_shape.push_back(out[i]);
     Tensor& y = ctx.allocate_output(0, tx.dtype, out_shape);
 
-    std::vector<float> xs, ws_buf, bs, ys, cols;
+    std::vector<float> xs, bs, ys, cols;
     const float* xp = read_floats(tx, xs);
-    const float* wp = weight.get(ctx, ws_buf);
-    const float* bp = bias.present() ? bias.get(ctx, bs) : nullptr;
+    const float* bp = bias.present() ? bias.floats_in(ctx, bs) : nullptr;
     float* yp = float_output(y, ys);
     const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
     const int64_t kp = k[0] * k[1] * k[2], cg_out = c_out / groups, kdim = cg_in * kp;
@@ -224,8 +225,9 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
       for (int64_t g = 0; g < groups; ++g) {
         const float* x_g = xp + (img * c_in + g * cg_in) * in_plane;
         if (!pointwise) im2col(x_g, cg_in, in, k, out, p, pad, cols.data());
-        gemm(cg_out, out_plane, kdim, wp + g * cg_out * kdim, kdim, 1, pointwise ? x_g : cols.data(), out_plane,
-             y_img + g * cg_out * out_plane, out_plane, true);
+        // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
+        gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
+             MatrixView(pointwise ? x_g : cols.data(), out_plane), y_img + g * cg_out * out_plane, out_plane, true);
       }
     }
     commit_float_output(y, yp);
@@ -237,9 +239,9 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
   const DType dx = b.input_type("x").dtype;
   b.check(dx == DType::Float32 || dx == DType::Float16, "x must be fp16 or fp32, got ", dtype_name(dx));
   b.check(b.output_type(0).dtype == dx, "output dtype must equal x's");
-  const FloatOperand weight = FloatOperand::make(b, "weight"), bias = FloatOperand::make(b, "bias");
-  b.check(weight.present(), "missing weight");
-  const int64_t w_rank = weight.prepared ? static_cast<int64_t>(weight.shape.size()) : b.input_type("weight").rank;
+  b.check(b.has("weight"), "missing weight");
+  const FloatOperand weight = FloatOperand::make(b, "weight", false), bias = FloatOperand::make(b, "bias", true);
+  const int64_t w_rank = weight.known() ? weight.constant.rank() : b.input_type("weight").rank;
   const ConvParams p = read_params(b, static_cast<int>(w_rank - 2), true);
   // output_shape is [n, C_out, *D_out]; a list of only the spatial sizes is accepted too.
   std::vector<int64_t> output_shape = b.const_ints("output_shape", std::vector<int64_t>{});
@@ -253,13 +255,14 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
 
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& tx = ctx.input(x);
-    const Shape& ws = weight.shape_in(ctx);
+    const Tensor& tw = weight.tensor(ctx);
+    const Shape& ws = tw.shape;
     if (tx.rank() != p.spatial + 2 || static_cast<int>(ws.size()) != p.spatial + 2)
       ctx.fail("x ", shape_str(tx.shape), " and weight ", shape_str(ws), " must have rank ", p.spatial + 2);
     const int64_t n = tx.shape[0], c_in = tx.shape[1], groups = p.groups, cg_out = ws[1], c_out = cg_out * groups;
     if (ws[0] != c_in || c_in % groups != 0)
       ctx.fail("x has ", c_in, " channels; weight ", shape_str(ws), " with groups ", groups, " does not match");
-    if (bias.present() && shape_numel(bias.shape_in(ctx)) != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
+    if (bias.present() && bias.tensor(ctx).numel() != c_out) ctx.fail("bias must have C_out = ", c_out, " values");
     const Dims in = spatial_dims(tx.shape), k = spatial_dims(ws);
     Dims out, pad;
     for (int i = 0; i < 3; ++i) {
@@ -278,10 +281,9 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
     for (int i = 3 - p.spatial; i < 3; ++i) out_shape.push_back(out[i]);
     Tensor& y = ctx.allocate_output(0, tx.dtype, out_shape);
 
-    std::vector<float> xs, ws_buf, bs, ys, cols;
+    std::vector<float> xs, bs, ys, cols;
     const float* xp = read_floats(tx, xs);
-    const float* wp = weight.get(ctx, ws_buf);
-    const float* bp = bias.present() ? bias.get(ctx, bs) : nullptr;
+    const float* bp = bias.present() ? bias.floats_in(ctx, bs) : nullptr;
     float* yp = float_output(y, ys);
     const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
     const int64_t kp = k[0] * k[1] * k[2], cg_in = c_in / groups, rows = cg_out * kp;
@@ -291,8 +293,8 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
       fill_bias(y_img, c_out, out_plane, bp);
       for (int64_t g = 0; g < groups; ++g) {
         // weight rows for this group form [cg_in, cg_out * kp]; read transposed as the A operand.
-        gemm(rows, in_plane, cg_in, wp + g * cg_in * rows, 1, rows, xp + (img * c_in + g * cg_in) * in_plane, in_plane,
-             cols.data(), in_plane, false);
+        gemm(rows, in_plane, cg_in, matrix_view(tw, g * cg_in * rows, 1, rows),
+             MatrixView(xp + (img * c_in + g * cg_in) * in_plane, in_plane), cols.data(), in_plane, false);
         col2im(cols.data(), cg_out, in, k, out, p, pad, y_img + g * cg_out * out_plane);
       }
     }

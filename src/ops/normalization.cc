@@ -10,11 +10,6 @@
 
 namespace coremlrt::ops {
 
-std::vector<float> to_floats(const Tensor& t);  // linear.cc
-const float* read_floats(const Tensor& t, std::vector<float>& scratch);
-float* float_output(Tensor& out, std::vector<float>& scratch);
-void commit_float_output(Tensor& out, const float* data);
-
 namespace {
 
 void check_float_io(KernelBuilder& b) {

@@ -10,10 +10,6 @@
 
 namespace coremlrt::ops {
 
-const float* read_floats(const Tensor& t, std::vector<float>& scratch);  // linear.cc
-float* float_output(Tensor& out, std::vector<float>& scratch);
-void commit_float_output(Tensor& out, const float* data);
-
 namespace {
 
 using Dims = std::array<int64_t, 3>;

@@ -9,17 +9,11 @@
 #include <cctype>
 #include <cmath>
 
+#include "ops/gemm.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
-
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_col, const float* B,
-          int64_t ldb, float* C, int64_t ldc, bool accumulate);  // linear.cc
-std::vector<float> to_floats(const Tensor& t);
-const float* read_floats(const Tensor& t, std::vector<float>& scratch);
-float* float_output(Tensor& out, std::vector<float>& scratch);
-void commit_float_output(Tensor& out, const float* data);
 
 namespace {
 
@@ -51,11 +45,13 @@ inline float apply(Act act, float v) {
   return v;
 }
 
-// Constant weights of one direction, prepared for the GEMM: W^T so each step is h @ W_hh^T.
+// Constant weights of one direction. W_ih [G*H, I] and W_hh [G*H, H] are the constant tensors
+// themselves (views of weight.bin), read in place: each step's h @ W_hh^T is a GEMM against
+// W_hh with swapped strides, so no transposed copy is made.
 struct Weights {
-  std::vector<float> ih_t, hh_t;  // [I, G*H], [H, G*H]
-  std::vector<float> bias;        // [G*H], zeros when absent
-  std::vector<float> extra;       // lstm: peephole [3H] (may be empty); gru: input_bias [3H]
+  Tensor ih, hh;             // [G*H, I], [G*H, H]
+  std::vector<float> bias;   // [G*H], zeros when absent
+  std::vector<float> extra;  // lstm: peephole [3H] (may be empty); gru: input_bias [3H]
 };
 
 const Tensor& const_tensor(KernelBuilder& b, const std::string& param) {
@@ -79,13 +75,8 @@ Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int
   input_size = ih_shape[1];
   const int64_t gh = gates * hidden;
   Weights w;
-  const std::vector<float> wih = const_floats(b, ih), whh = const_floats(b, hh);
-  w.ih_t.resize(wih.size());
-  w.hh_t.resize(whh.size());
-  for (int64_t r = 0; r < gh; ++r) {
-    for (int64_t c = 0; c < input_size; ++c) w.ih_t[c * gh + r] = wih[r * input_size + c];
-    for (int64_t c = 0; c < hidden; ++c) w.hh_t[c * gh + r] = whh[r * hidden + c];
-  }
+  w.ih = matrix_source(const_tensor(b, ih));
+  w.hh = matrix_source(const_tensor(b, hh));
   w.bias = b.has(bias) ? const_floats(b, bias) : std::vector<float>(static_cast<size_t>(gh), 0.0f);
   b.check(static_cast<int64_t>(w.bias.size()) == gh, bias, " must have ", gh, " values");
   return w;
@@ -115,7 +106,7 @@ struct Sequence {
     std::vector<float> xw(static_cast<size_t>(seq * batch * gh));
     for (int64_t r = 0; r < seq * batch; ++r)
       for (int64_t g = 0; g < gh; ++g) xw[r * gh + g] = w.bias[g] + (input_bias ? input_bias[g] : 0.0f);
-    gemm(seq * batch, gh, input, x, input, 1, w.ih_t.data(), gh, xw.data(), gh, true);
+    gemm(seq * batch, gh, input, MatrixView(x, input), matrix_view(w.ih, 0, 1, input), xw.data(), gh, true);
     return xw;
   }
 };
@@ -213,7 +204,7 @@ std::unique_ptr<Kernel> make_lstm(KernelBuilder& b) {
                   for (int64_t k = 0; k < s.seq; ++k) {
                     const int64_t t = back ? s.seq - 1 - k : k;
                     std::copy_n(xw.data() + t * B * G, B * G, gates.data());
-                    gemm(B, G, H, h.data(), H, 1, w.hh_t.data(), G, gates.data(), G, true);
+                    gemm(B, G, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), gates.data(), G, true);
                     for (int64_t j = 0; j < B; ++j) {
                       const float* g = gates.data() + j * G;
                       float* hj = h.data() + j * H;
@@ -264,7 +255,8 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   const float* xt = xw.data() + t * B * G;
-                  gemm(B, G, H, h.data(), H, 1, w.hh_t.data(), G, hw.data(), G, false);  // h @ [W_hr|W_ho|W_hz]^T
+                  // h @ [W_hr|W_ho|W_hz]^T
+                  gemm(B, G, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), hw.data(), G, false);
                   for (int64_t j = 0; j < B; ++j)
                     for (int64_t u = 0; u < H; ++u) {
                       r[j * H + u] = apply(rec, xt[j * G + u] + hw[j * G + u]);
@@ -272,7 +264,8 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
                       rh[j * H + u] = r[j * H + u] * h[j * H + u];
                     }
                   // Without reset_after the reset gate scales h before W_ho: W_ho (r * h).
-                  if (!reset_after) gemm(B, H, H, rh.data(), H, 1, w.hh_t.data() + H, G, ho.data(), H, false);
+                  if (!reset_after)  // rows H..2H of W_hh are W_ho
+                    gemm(B, H, H, MatrixView(rh.data(), H), matrix_view(w.hh, H * H, 1, H), ho.data(), H, false);
                   for (int64_t j = 0; j < B; ++j)
                     for (int64_t u = 0; u < H; ++u) {
                       const float rec_part = reset_after ? r[j * H + u] * (hw[j * G + H + u] + bias_o[u])
@@ -306,7 +299,7 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   std::copy_n(xw.data() + t * B * H, B * H, pre.data());
-                  gemm(B, H, H, h.data(), H, 1, w.hh_t.data(), H, pre.data(), H, true);
+                  gemm(B, H, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), pre.data(), H, true);
                   for (int64_t i = 0; i < B * H; ++i) h[i] = apply(act, pre[i]);
                   s.store(k, t, 0, h.data(), false);
                 }

@@ -1,5 +1,8 @@
 #include "ops/util.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace coremlrt::ops {
 
 // On x86-64 the loops are also compiled for x86-64-v3 (F16C, AVX2), picked at load time
@@ -51,6 +54,39 @@ int64_t normalize_axis(int64_t axis, int64_t rank) {
   COREMLRT_CHECK(axis >= -rank && axis < std::max<int64_t>(rank, 1), "axis ", axis,
                  " is out of range for rank ", rank);
   return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<float> to_floats(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  switch (t.dtype) {
+    case DType::Float32: std::copy_n(t.ptr<float>(), out.size(), out.data()); break;
+    case DType::Float16: half_to_float(t.ptr<half>(), out.data(), t.numel()); break;
+    case DType::Float64: std::copy_n(t.ptr<double>(), out.size(), out.data()); break;
+    default: fail("expected a floating-point tensor, got ", dtype_name(t.dtype));
+  }
+  return out;
+}
+
+const float* read_floats(const Tensor& t, std::vector<float>& scratch) {
+  if (t.dtype == DType::Float32) return t.ptr<float>();
+  scratch = to_floats(t);
+  return scratch.data();
+}
+
+float* float_output(Tensor& out, std::vector<float>& scratch) {
+  if (out.dtype == DType::Float32) return out.ptr<float>();
+  scratch.resize(static_cast<size_t>(out.numel()));
+  return scratch.data();
+}
+
+void commit_float_output(Tensor& out, const float* data) {
+  if (data == out.data) return;
+  const int64_t n = out.numel();
+  switch (out.dtype) {
+    case DType::Float32: std::memcpy(out.data, data, n * sizeof(float)); break;
+    case DType::Float16: float_to_half(data, out.ptr<half>(), n); break;
+    default: fail("expected a floating-point output, got ", dtype_name(out.dtype));
+  }
 }
 
 }  // namespace coremlrt::ops

@@ -101,4 +101,21 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t>& stride_a,
   }
 }
 
+// ---- Float staging for kernels that compute in float whatever the storage type: fp16
+// operands are widened (in bulk), results are rounded to fp16 once, on store.
+
+// A copy of a floating-point tensor (fp16, fp32 or fp64) as floats. For small constants
+// (biases, scales) at load and for per-call staging; large weights are read in place instead
+// (see gemm.h).
+std::vector<float> to_floats(const Tensor& t);
+
+// The elements of t as floats: t's own memory when fp32, else a converted copy in scratch.
+const float* read_floats(const Tensor& t, std::vector<float>& scratch);
+
+// Where to compute float results for `out`: its own memory when fp32, else scratch.
+float* float_output(Tensor& out, std::vector<float>& scratch);
+
+// Stores results computed in float_output's buffer into `out` (one rounding for fp16).
+void commit_float_output(Tensor& out, const float* data);
+
 }  // namespace coremlrt::ops

@@ -1,0 +1,411 @@
+// The shared float GEMM (see gemm.h). Two forms, chosen by the layout of B:
+//   - axpy form, B rows contiguous: tiles of C kept in registers while rows of B stream by;
+//   - dot form, B = W^T with W rows contiguous: dot products of rows of A and W, so a weight
+//     stored [N, K] (linear's layout) is read in place, never transposed.
+// Operands that are not float rows (fp16, or strided) are widened or gathered block by
+// block into per-call buffers whose size is bounded by the block sizes below; fp16 rows of
+// W in the dot form are widened as they are loaded.
+#include "ops/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/util.h"
+
+// On x86-64 (GCC) the inner kernels are multiversioned: a default build and an x86-64-v3
+// build (AVX2, FMA, F16C), picked at load time when the CPU has it; elsewhere the plain build
+// is used. This is target_clones with a body per version, because the v3 one uses the F16C
+// instruction and pins loads to registers (see X86V3Loads). The drivers stay single-version:
+// they only move blocks around. (Defining COREMLRT_GEMM_PORTABLE_ONLY builds just the plain
+// code, to test it on a machine that has x86-64-v3.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_GEMM_X86_V3 1
+#include <immintrin.h>
+#endif
+
+namespace coremlrt::ops {
+
+MatrixView matrix_view(const Tensor& t, int64_t offset, int64_t row_stride, int64_t col_stride) {
+  switch (t.dtype) {
+    case DType::Float32: return MatrixView(t.ptr<float>() + offset, row_stride, col_stride);
+    case DType::Float16: return MatrixView(t.ptr<half>() + offset, row_stride, col_stride);
+    default: fail("expected an fp16 or fp32 matrix, got ", dtype_name(t.dtype));
+  }
+}
+
+Tensor matrix_source(const Tensor& t) {
+  if (t.dtype == DType::Float32 || t.dtype == DType::Float16) return t;
+  Tensor copy = Tensor::empty(DType::Float32, t.shape);
+  const std::vector<float> values = to_floats(t);
+  std::copy(values.begin(), values.end(), copy.ptr<float>());
+  return copy;
+}
+
+namespace {
+
+// Block sizes. Axpy form (B rows contiguous): a [kBlockK, kBlockN] block of B stays in cache
+// across the rows of A. Dot form (B = W^T): rows of A are taken kBlockM at a time, K in
+// blocks of kDotK floats (twice that for fp16 W read in place), W in panels of kDotRows rows.
+constexpr int64_t kBlockN = 256, kBlockK = 128, kBlockM = 64;
+constexpr int64_t kDotK = 1024, kDotRows = 32;
+
+// True when the view's elements can be used as float rows in place.
+bool float_rows(const MatrixView& m) { return !m.half_elements && m.col == 1; }
+
+const float* float_at(const MatrixView& m, int64_t r, int64_t c) {
+  return static_cast<const float*>(m.data) + r * m.row + c * m.col;
+}
+
+// Eight float lanes, and the same vector read from memory aligned only as a float.
+typedef float Lanes __attribute__((vector_size(32)));
+typedef float LanesIn __attribute__((vector_size(32), aligned(4), may_alias));
+typedef uint32_t Bits __attribute__((vector_size(32)));
+typedef uint16_t HalfBitsIn __attribute__((vector_size(16), aligned(2), may_alias));
+constexpr int kLanes = 8;
+
+// How a kernel loads eight consecutive elements of W as float lanes: `Loads::load(p, out)`
+// for p pointing at floats or at fp16 values. (Results go through a reference: these are
+// inlined, and a by-value 32-byte vector would only draw ABI warnings in the default build.)
+//
+// PortableLoads is plain vector code for any target. Its fp16 widening uses integer vector
+// operations, because GCC does not vectorize conversions of _Float16 itself (which is why
+// half_to_float goes one element at a time): sign to bit 31, exponent and mantissa 13 bits
+// up reads as a float exactly 2^112 too small, subnormals included; infinities and NaNs get
+// the all-ones exponent instead. Exact for every input.
+struct PortableLoads {
+  [[gnu::always_inline]] static inline void load(const float* p, Lanes& out) {
+    out = *reinterpret_cast<const LanesIn*>(p);
+  }
+  [[gnu::always_inline]] static inline void load(const half* p, Lanes& out) {
+    const Bits h = __builtin_convertvector(*reinterpret_cast<const HalfBitsIn*>(p), Bits);
+    const Bits moved = ((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13);
+    const Lanes value = __builtin_bit_cast(Lanes, moved) * 0x1p112f;
+    const Bits special = (h & 0x7c00u) == 0x7c00u;  // all ones where the exponent is all ones
+    out = __builtin_bit_cast(Lanes, (__builtin_bit_cast(Bits, value) & ~special) | ((moved | 0x7f800000u) & special));
+  }
+};
+
+#ifdef COREMLRT_GEMM_X86_V3
+// For the x86-64-v3 versions below (which are flattened, so these get inlined there). fp16 is
+// widened by the F16C instruction, one instruction instead of about a dozen. A float load is
+// pinned to a register by an empty asm: left alone, GCC folds the load into every
+// multiply-add that uses the lanes, loading them MR times, and loads then bound the tile.
+struct X86V3Loads {
+  [[gnu::target("avx")]] static inline void load(const float* p, Lanes& out) {
+    out = *reinterpret_cast<const LanesIn*>(p);
+    __asm__("" : "+x"(out));
+  }
+  [[gnu::target("avx,f16c")]] static inline void load(const half* p, Lanes& out) {
+    out = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+// The two versions of a multiversioned function. `flatten` inlines everything the v3 version
+// calls into it, X86V3Loads included, which a default-target template could not inline.
+#define COREMLRT_GEMM_DEFAULT __attribute__((target("default")))
+#define COREMLRT_GEMM_V3 __attribute__((target("arch=x86-64-v3"), flatten))
+#endif
+
+inline float element(const float* p) { return *p; }
+inline float element(const half* p) { return static_cast<float>(*p); }
+
+// fp16 -> fp32 of a contiguous run.
+template <class Loads>
+[[gnu::always_inline]] inline void widen_run(const half* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Lanes v;
+    Loads::load(src + i, v);
+    std::memcpy(dst + i, &v, sizeof v);
+  }
+  for (; i < n; ++i) dst[i] = element(src + i);
+}
+
+#ifdef COREMLRT_GEMM_X86_V3
+COREMLRT_GEMM_DEFAULT void widen_halves(const half* src, float* dst, int64_t n) {
+  widen_run<PortableLoads>(src, dst, n);
+}
+COREMLRT_GEMM_V3 void widen_halves(const half* src, float* dst, int64_t n) { widen_run<X86V3Loads>(src, dst, n); }
+#else
+void widen_halves(const half* src, float* dst, int64_t n) { widen_run<PortableLoads>(src, dst, n); }
+#endif
+
+// Copies m[r0 : r0+rows, c0 : c0+cols] as floats into dst, row-major with leading dimension
+// cols. Contiguous runs (along a row, or along a column for a transposed view) are
+// converted in bulk; only a view strided both ways is read element by element.
+void pack(const MatrixView& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols, float* dst) {
+  const int64_t start = r0 * m.row + c0 * m.col;
+  if (m.half_elements) {
+    const half* p = static_cast<const half*>(m.data) + start;
+    if (m.col == 1) {
+      for (int64_t r = 0; r < rows; ++r) widen_halves(p + r * m.row, dst + r * cols, cols);
+    } else if (m.row == 1) {
+      std::vector<float> run(static_cast<size_t>(rows));
+      for (int64_t c = 0; c < cols; ++c) {
+        widen_halves(p + c * m.col, run.data(), rows);
+        for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = run[r];
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(p[r * m.row + c * m.col]);
+    }
+    return;
+  }
+  const float* p = static_cast<const float*>(m.data) + start;
+  if (m.col == 1) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, p + r * m.row, cols * sizeof(float));
+  } else if (m.row == 1) {
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = p[c * m.col + r];
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = p[r * m.row + c * m.col];
+  }
+}
+
+// A block of m as float rows: in place when it already is one, else packed into `scratch`.
+// Returns the block's first element and sets `ld` to its leading dimension.
+const float* float_block(const MatrixView& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                         std::vector<float>& scratch, int64_t& ld) {
+  if (float_rows(m)) {
+    ld = m.row;
+    return float_at(m, r0, c0);
+  }
+  scratch.resize(static_cast<size_t>(rows * cols));
+  pack(m, r0, rows, c0, cols, scratch.data());
+  ld = cols;
+  return scratch.data();
+}
+
+// ---- Axpy form: C[i, :] += sum_k A[i, k] * B[k, :], vectorized along the rows of B and C.
+
+// C[0:MR, 0:8*NV] += A[0:MR, 0:K] * B[0:K, 0:8*NV], the tile of C held in registers
+// throughout: per k, NV loads of B and MR broadcasts of A feed MR * NV multiply-adds. Each
+// element of C still sums its products in k order, as a plain loop would.
+template <int MR, int NV, class Loads>
+[[gnu::always_inline]] inline void axpy_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                                             float* C, int64_t ldc) {
+  Lanes acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) PortableLoads::load(C + r * ldc + v * kLanes, acc[r][v]);
+  for (int64_t k = 0; k < K; ++k) {
+    Lanes b[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) Loads::load(B + k * ldb + v * kLanes, b[v]);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const Lanes a = Lanes{} + A[r * lda + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) std::memcpy(C + r * ldc + v * kLanes, &acc[r][v], sizeof(Lanes));
+}
+
+// C[0:M, 0:N] += A[0:M, 0:K] * B[0:K, 0:N]. Tiles of 4 rows x 16 columns (a column block of B
+// stays in L1 while the rows of A pass); fewer than 4 rows get 1 x 32 tiles, whose four
+// independent sums keep the multiply-adds busy (depthwise convolutions have M = 1, K = 9).
+// Columns left over go one row at a time.
+template <class Loads>
+[[gnu::always_inline]] inline void axpy_tiles(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                              const float* B, int64_t ldb, float* C, int64_t ldc) {
+  int64_t j = 0;
+  if (M >= 4) {
+    for (; j + 2 * kLanes <= N; j += 2 * kLanes) {
+      int64_t i = 0;
+      for (; i + 4 <= M; i += 4) axpy_tile<4, 2, Loads>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+      for (; i < M; ++i) axpy_tile<1, 2, Loads>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+    }
+  } else {
+    for (; j + 4 * kLanes <= N; j += 4 * kLanes)
+      for (int64_t i = 0; i < M; ++i) axpy_tile<1, 4, Loads>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+  }
+  if (j == N) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* __restrict c = C + i * ldc;
+    const float* a = A + i * lda;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = a[k];
+      const float* __restrict b = B + k * ldb;
+      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * b[jj];
+    }
+  }
+}
+
+#ifdef COREMLRT_GEMM_X86_V3
+COREMLRT_GEMM_DEFAULT void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                                      int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
+}
+COREMLRT_GEMM_V3 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                                 int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles<X86V3Loads>(M, N, K, A, lda, B, ldb, C, ldc);
+}
+#else
+void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                int64_t ldc) {
+  axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
+}
+#endif
+
+void gemm_axpy(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc) {
+  std::vector<float> a_scratch, b_scratch;
+  for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
+    const int64_t nn = std::min(kBlockN, N - n0);
+    for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const int64_t kk = std::min(kBlockK, K - k0);
+      int64_t ldb = 0;
+      const float* b = float_block(B, k0, kk, n0, nn, b_scratch, ldb);
+      for (int64_t i0 = 0; i0 < M; i0 += kBlockM) {
+        const int64_t mm = std::min(kBlockM, M - i0);
+        int64_t lda = 0;
+        const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
+        axpy_block(mm, nn, kk, a, lda, b, ldb, C + i0 * ldc + n0, ldc);
+      }
+    }
+  }
+}
+
+// ---- Dot form: C[i, j] += dot(A[i, :], W[j, :]) for a row-major W, B = W^T.
+
+// C[0:MR, 0:NR] += A[0:MR, 0:K] . W[0:NR, 0:K]^T. Each lane of an accumulator sums its own
+// share of K, so the products vectorize without reassociating one running sum; the lanes are
+// added at the end. MR * NR independent accumulators keep the multiply-add units busy, and
+// every loaded lane of A is used NR times and of W MR times. The fixed loops are unrolled so
+// that the accumulators live in registers. W is fp32, or fp16 widened as it is loaded.
+template <int MR, int NR, class Loads, class WT>
+[[gnu::always_inline]] inline void dot_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C,
+                                            int64_t ldc) {
+  Lanes acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[r][j] = Lanes{};
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    Lanes a[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) PortableLoads::load(A + r * lda + k, a[r]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      Lanes w;
+      Loads::load(W + j * ldw + k, w);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][j] += a[r] * w;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      float sum = 0.0f;
+      for (int l = 0; l < kLanes; ++l) sum += acc[r][j][l];
+      for (int64_t t = k; t < K; ++t) sum += A[r * lda + t] * element(W + j * ldw + t);
+      C[r * ldc + j] += sum;
+    }
+}
+
+// C[M, N] += A[M, K] . W[N, K]^T in tiles of 2 x 4. Four rows of W stay in L1 while every
+// row of A passes by them.
+template <class Loads, class WT>
+[[gnu::always_inline]] inline void dot_tiles(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const WT* W,
+                                             int64_t ldw, float* C, int64_t ldc) {
+  int64_t j = 0;
+  for (; j + 4 <= N; j += 4) {
+    int64_t i = 0;
+    for (; i + 2 <= M; i += 2) dot_tile<2, 4, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+    if (i < M) dot_tile<1, 4, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+  }
+  for (; j < N; ++j) {
+    int64_t i = 0;
+    for (; i + 2 <= M; i += 2) dot_tile<2, 1, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+    if (i < M) dot_tile<1, 1, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+  }
+}
+
+// One version per element type of W (and per target, on x86-64).
+#ifdef COREMLRT_GEMM_X86_V3
+COREMLRT_GEMM_DEFAULT void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
+                                     int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles<PortableLoads>(M, N, K, A, lda, W, ldw, C, ldc);
+}
+COREMLRT_GEMM_V3 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
+                                int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles<X86V3Loads>(M, N, K, A, lda, W, ldw, C, ldc);
+}
+COREMLRT_GEMM_DEFAULT void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* W,
+                                     int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles<PortableLoads>(M, N, K, A, lda, W, ldw, C, ldc);
+}
+COREMLRT_GEMM_V3 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* W,
+                                int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles<X86V3Loads>(M, N, K, A, lda, W, ldw, C, ldc);
+}
+#else
+template <class WT>
+void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C,
+               int64_t ldc) {
+  dot_tiles<PortableLoads>(M, N, K, A, lda, W, ldw, C, ldc);
+}
+#endif
+
+// Whether fp16 rows of W are better widened as the dot products load them than widened into
+// a float panel first. With the F16C instruction (x86-64-v3) widening costs about as much as
+// a load, so always; with the portable integer sequence, only for very few rows of A, since
+// every row pair of A widens the rows of W again, while a panel is widened once.
+bool widen_while_loading(int64_t rows) {
+#ifdef COREMLRT_GEMM_X86_V3
+  static const bool f16c = __builtin_cpu_supports("x86-64-v3");
+  if (f16c) return true;
+#endif
+  return rows <= 2;
+}
+
+void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& W, float* C, int64_t ldc) {
+  std::vector<float> a_scratch, w_scratch;
+  const bool fused = W.half_elements && W.col == 1 && widen_while_loading(M);
+  // Four rows of W, kk long, are what stays in L1 while the rows of A pass (16 KiB).
+  const int64_t block_k = fused ? 2 * kDotK : kDotK;
+  for (int64_t k0 = 0; k0 < K; k0 += block_k) {
+    const int64_t kk = std::min(block_k, K - k0);
+    for (int64_t i0 = 0; i0 < M; i0 += kBlockM) {
+      const int64_t mm = std::min(kBlockM, M - i0);
+      int64_t lda = 0;
+      const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
+      for (int64_t j0 = 0; j0 < N; j0 += kDotRows) {
+        const int64_t nn = std::min(kDotRows, N - j0);
+        if (fused) {
+          const half* w = static_cast<const half*>(W.data) + j0 * W.row + k0;
+          dot_block(mm, nn, kk, a, lda, w, W.row, C + i0 * ldc + j0, ldc);
+        } else {
+          int64_t ldw = 0;
+          const float* w = float_block(W, j0, nn, k0, kk, w_scratch, ldw);
+          dot_block(mm, nn, kk, a, lda, w, ldw, C + i0 * ldc + j0, ldc);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc,
+          bool accumulate) {
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+  if (M == 0 || N == 0 || K == 0) return;
+  // B with contiguous columns is the transpose of a row-major W [N, K]: use dot products of
+  // rows so that W is read in place. (N == 1 or K == 1 makes both layouts contiguous; the
+  // axpy form is then as good.)
+  if (B.row == 1 && B.col != 1 && N > 1)
+    gemm_dot(M, N, K, A, B.transposed(), C, ldc);
+  else
+    gemm_axpy(M, N, K, A, B, C, ldc);
+}
+
+}  // namespace coremlrt::ops
