@@ -106,6 +106,29 @@ void count_ops(const ir::Block& block, const ir::Function& function, const ops::
   }
 }
 
+// A state may serve this function only if it holds exactly the states the function
+// declares, with the same dtypes and shapes.
+void check_state_matches(const Model::Impl& m, const State& state) {
+  size_t declared = 0;
+  for (const ir::NamedValue& input : m.function->inputs) {
+    if (input.type.kind != ir::TypeKind::State) continue;
+    ++declared;
+    const FeatureDescription* held = nullptr;
+    for (const auto& d : state.declarations())
+      if (d.name == input.name) held = &d;
+    const ir::ValueType& wrapped = *input.type.element;
+    const Shape want(wrapped.dims.begin(), wrapped.dims.end());
+    COREMLRT_CHECK(held && held->dtype == wrapped.dtype && held->shape == want, m.where(), ": the state passed ",
+                   held ? "holds '" + input.name + "' as " + std::string(dtype_name(held->dtype)) + " " + shape_str(held->shape)
+                        : "has no '" + input.name + "'",
+                   "; this function declares state '", input.name, "' as ", dtype_name(wrapped.dtype), " ",
+                   shape_str(want));
+  }
+  COREMLRT_CHECK(state.declarations().size() == declared, m.where(), ": the state passed holds ",
+                 state.declarations().size(), " states but this function declares ", declared,
+                 "; a state serves only functions that declare the same states");
+}
+
 }  // namespace
 
 const FunctionDescription* ModelDescription::find_function(const std::string& name) const {
@@ -188,22 +211,14 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
   COREMLRT_CHECK(stateful || !state, m.where(), " declares no states, but a state was passed");
   COREMLRT_CHECK(!stateful || state, m.where(), " has states (", names_of(desc.states),
                  "); pass a state made by make_state()");
+  if (stateful) check_state_matches(m, *state);
+  // Marked busy only after the checks above, so a rejected call never blocks a valid one.
   std::optional<State::Use> use;
   if (stateful) use.emplace(*state, m.where());
   std::vector<Tensor> bound;
   std::vector<std::string> state_names;
   for (const ir::NamedValue& input : m.function->inputs) {
     if (input.type.kind == ir::TypeKind::State) {
-      const FeatureDescription* held = nullptr;
-      for (const auto& d : state->declarations())
-        if (d.name == input.name) held = &d;
-      const ir::ValueType& wrapped = *input.type.element;
-      const Shape want(wrapped.dims.begin(), wrapped.dims.end());
-      COREMLRT_CHECK(held && held->dtype == wrapped.dtype && held->shape == want, m.where(), ": the state passed ",
-                     held ? "holds '" + input.name + "' as " + std::string(dtype_name(held->dtype)) + " " + shape_str(held->shape)
-                          : "has no '" + input.name + "'",
-                     "; this function declares state '", input.name, "' as ", dtype_name(wrapped.dtype), " ",
-                     shape_str(want));
       bound.push_back(use->value(input.name));
       state_names.push_back(input.name);
       continue;

@@ -42,10 +42,15 @@ void State::write(const std::string& name, const Tensor& value) {
                  dtype_name(value.dtype));
   COREMLRT_CHECK(value.shape == d.shape, "state '", name, "' has shape ", shape_str(d.shape), "; cannot write shape ",
                  shape_str(value.shape));
-  COREMLRT_CHECK(!in_use_.load(), "state '", name, "' cannot be written while a prediction is using it");
   Tensor copy = value.clone();
-  std::lock_guard<std::mutex> lock(mutex_);
-  values_[name] = std::move(copy);
+  // Claim the state like a prediction does, so that a prediction starting meanwhile fails
+  // instead of overwriting this write with its own result.
+  COREMLRT_CHECK(!in_use_.exchange(true), "state '", name, "' cannot be written while a prediction is using it");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[name] = std::move(copy);
+  }
+  in_use_.store(false);
 }
 
 State::Use::Use(State& state, const std::string& where) : state_(state) {
