@@ -16,17 +16,18 @@ namespace {
 
 class ListStorage final : public Storage {
  public:
-  ListStorage(std::vector<Tensor> items, DType dtype, Shape elem_shape)
-      : items(std::move(items)), dtype(dtype), elem_shape(std::move(elem_shape)) {}
+  ListStorage(std::vector<Tensor> items, DType dtype, Shape elem_shape, bool dynamic)
+      : items(std::move(items)), dtype(dtype), elem_shape(std::move(elem_shape)), dynamic(dynamic) {}
   std::vector<Tensor> items;  // undefined entries were never written
   DType dtype;
   Shape elem_shape;           // dims of -1: taken from the first element written
+  bool dynamic;               // may grow past its length on write
 };
 
-Tensor make_list_value(std::vector<Tensor> items, DType dtype, Shape elem_shape) {
+Tensor make_list_value(std::vector<Tensor> items, const ListStorage& like, Shape elem_shape) {
   Tensor t;
-  t.dtype = dtype;
-  t.storage = std::make_shared<ListStorage>(std::move(items), dtype, std::move(elem_shape));
+  t.dtype = like.dtype;
+  t.storage = std::make_shared<ListStorage>(std::move(items), like.dtype, std::move(elem_shape), like.dynamic);
   return t;  // rank 0 and no data: only list ops look inside
 }
 
@@ -61,8 +62,7 @@ Tensor element_or_zeros(const KernelContext& ctx, const ListStorage& list, int64
   return zeros;
 }
 
-std::vector<Tensor> written(const KernelContext& ctx, const ListStorage& list, int64_t index, const Tensor& value,
-                            bool dynamic) {
+std::vector<Tensor> written(const KernelContext& ctx, const ListStorage& list, int64_t index, const Tensor& value) {
   if (index < 0) ctx.fail("list index ", index, " is negative");
   if (value.dtype != list.dtype) ctx.fail("writes ", dtype_name(value.dtype), " into a list of ", dtype_name(list.dtype));
   if (value.rank() != static_cast<int64_t>(list.elem_shape.size())) ctx.fail("element rank does not match the list");
@@ -71,7 +71,7 @@ std::vector<Tensor> written(const KernelContext& ctx, const ListStorage& list, i
       ctx.fail("writes an element of shape ", shape_str(value.shape), " into a list of ", shape_str(list.elem_shape));
   std::vector<Tensor> items = list.items;
   if (index >= static_cast<int64_t>(items.size())) {
-    if (!dynamic) ctx.fail("index ", index, " is past the end of a fixed-length list of ", items.size());
+    if (!list.dynamic) ctx.fail("index ", index, " is past the end of a fixed-length list of ", items.size());
     items.resize(static_cast<size_t>(index) + 1);
   }
   items[index] = value;
@@ -89,8 +89,8 @@ void register_lists(KernelRegistry& registry) {
     return make_kernel([=](KernelContext& ctx) {
       int64_t n = length >= 0 ? scalar_index(ctx, ctx.input(length)) : 1;
       if (n < 0) ctx.fail("init_length ", n, " is negative");
-      (void)dynamic;  // lists grow on write when dynamic; a fixed list keeps its length
-      ctx.set_output(0, make_list_value(std::vector<Tensor>(static_cast<size_t>(n)), dtype, elem_shape));
+      ctx.set_output(0, make_list_value(std::vector<Tensor>(static_cast<size_t>(n)),
+                                        ListStorage({}, dtype, elem_shape, dynamic), elem_shape));
     });
   });
 
@@ -117,10 +117,10 @@ void register_lists(KernelRegistry& registry) {
     const int ls = b.input("ls"), index = b.input("index"), value = b.input("value");
     return make_kernel([=](KernelContext& ctx) {
       const ListStorage& list = list_of(ctx, ctx.input(ls));
-      std::vector<Tensor> items = written(ctx, list, scalar_index(ctx, ctx.input(index)), ctx.input(value), true);
+      std::vector<Tensor> items = written(ctx, list, scalar_index(ctx, ctx.input(index)), ctx.input(value));
       Shape elem_shape = list.elem_shape;
       for (size_t d = 0; d < elem_shape.size(); ++d) elem_shape[d] = ctx.input(value).shape[d];
-      ctx.set_output(0, make_list_value(std::move(items), list.dtype, std::move(elem_shape)));
+      ctx.set_output(0, make_list_value(std::move(items), list, std::move(elem_shape)));
     });
   });
 
@@ -162,13 +162,13 @@ void register_lists(KernelRegistry& registry) {
         ctx.fail("value must have one leading row per index: ", shape_str(values.shape), " for ", idx.numel(), " indices");
       Shape elem(values.shape.begin() + 1, values.shape.end());
       const size_t bytes = static_cast<size_t>(shape_numel(elem)) * dtype_size(values.dtype);
-      ListStorage current(list.items, list.dtype, list.elem_shape);
+      ListStorage current(list.items, list.dtype, list.elem_shape, list.dynamic);
       for (int64_t k = 0; k < idx.numel(); ++k) {
         Tensor row = Tensor::empty(values.dtype, elem);
         if (bytes) std::memcpy(row.data, static_cast<const char*>(values.data) + k * bytes, bytes);
-        current.items = written(ctx, current, idx.ptr<int32_t>()[k], row, true);
+        current.items = written(ctx, current, idx.ptr<int32_t>()[k], row);
       }
-      ctx.set_output(0, make_list_value(std::move(current.items), list.dtype, elem));
+      ctx.set_output(0, make_list_value(std::move(current.items), list, elem));
     });
   });
 }
