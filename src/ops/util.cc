@@ -6,8 +6,10 @@
 namespace coremlrt::ops {
 
 // On x86-64 the loops are also compiled for x86-64-v3 (F16C, AVX2), picked at load time
-// when the CPU has it; elsewhere the plain loop is used.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// when the CPU has it; elsewhere the plain loop is used. COREMLRT_GEMM_PORTABLE_ONLY turns
+// the run-time choice off (ThreadSanitizer builds need that: the ifunc resolvers that make
+// the choice run before the sanitizer's runtime is up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
 #define COREMLRT_CONVERSION_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define COREMLRT_CONVERSION_CLONES
