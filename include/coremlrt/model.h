@@ -102,11 +102,14 @@ struct ModelReport {
 ModelReport inspect_model(const std::string& path);
 
 // The op types this build has kernels for, each with the iOS opset range it covers
-// (max_ios 99 = every later opset).
+// (max_ios 99 = every later opset) and the element types its kernel accepts for the op's
+// main tensor input (any_dtype: elements of every dtype are moved without being read).
 struct SupportedOp {
   std::string op_type;
   int min_ios = 15;
   int max_ios = 99;
+  std::vector<DType> dtypes;  // empty when any_dtype
+  bool any_dtype = false;
 };
 std::vector<SupportedOp> supported_ops();
 

@@ -1,6 +1,7 @@
 """The ``coremlrt`` command.
 
     coremlrt info MODEL
+    coremlrt ops
     coremlrt predict MODEL --input NAME=FILE.npy [--input ...] [--inputs FILE.npz]
                            [--function NAME] [--output OUT.npz]
 """
@@ -10,7 +11,7 @@ import sys
 
 import numpy as np
 
-from . import _core
+from . import _core, ops_table
 from .model import Error, MLModel
 
 
@@ -66,6 +67,14 @@ def cmd_info(args, out=sys.stdout):
     return 0
 
 
+def cmd_ops(args, out=sys.stdout):
+    rows = [("op", "opsets", "dtypes")] + ops_table.rows()
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    for op, opsets, dtypes in rows:
+        print(f"{op:<{widths[0]}}  {opsets:<{widths[1]}}  {dtypes}", file=out)
+    return 0
+
+
 def _parse_inputs(args):
     inputs = {}
     if args.inputs:
@@ -104,6 +113,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="describe a model: features, functions, ops, unsupported ops")
     info.add_argument("model")
+    sub.add_parser("ops", help="list the ops this build has kernels for: opsets and dtypes")
     predict = sub.add_parser("predict", help="run a prediction on .npy/.npz inputs")
     predict.add_argument("model")
     predict.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input array (repeatable)")
@@ -112,7 +122,7 @@ def main(argv=None):
     predict.add_argument("--output", metavar="OUT.npz", help="write the outputs to this .npz file")
     args = parser.parse_args(argv)
     try:
-        return {"info": cmd_info, "predict": cmd_predict}[args.command](args)
+        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict}[args.command](args)
     except (Error, OSError, ValueError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return 1

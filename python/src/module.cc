@@ -269,9 +269,16 @@ NB_MODULE(_core, m) {
       .def("write_state", &PyState::write_state, nb::arg("name"), nb::arg("value"))
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
+  // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
+  // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {
     nb::list out;
-    for (const auto& op : supported_ops()) out.append(nb::make_tuple(op.op_type, op.min_ios, op.max_ios));
+    for (const auto& op : supported_ops()) {
+      nb::list dtypes;
+      if (op.any_dtype) dtypes.append("any");
+      for (DType dtype : op.dtypes) dtypes.append(dtype_name(dtype));
+      out.append(nb::make_tuple(op.op_type, op.min_ios, op.max_ios, nb::tuple(dtypes)));
+    }
     return out;
   });
 }

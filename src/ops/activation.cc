@@ -39,13 +39,13 @@ std::unique_ptr<Kernel> pointwise(KernelBuilder& b, Fn fn) {
 
 template <class Fn>
 void add_pointwise(KernelRegistry& registry, const char* name, Fn fn) {
-  registry.add(name, [fn](KernelBuilder& b) { return pointwise(b, fn); });
+  registry.add(name, kFloat, [fn](KernelBuilder& b) { return pointwise(b, fn); });
 }
 
 // Registers an op whose function takes (x, alpha, beta) with constant scalar parameters.
 template <class Fn>
 void add_with_params(KernelRegistry& registry, const char* name, bool has_beta, Fn fn) {
-  registry.add(name, [has_beta, fn](KernelBuilder& b) {
+  registry.add(name, kFloat, [has_beta, fn](KernelBuilder& b) {
     const float alpha = static_cast<float>(b.const_float("alpha"));
     const float beta = has_beta ? static_cast<float>(b.const_float("beta")) : 0.0f;
     return pointwise(b, [alpha, beta, fn](float v) { return fn(v, alpha, beta); });
@@ -178,7 +178,7 @@ void register_activation_kernels(KernelRegistry& registry) {
   add_with_params(registry, "clamped_relu", true,
                   [](float v, float a, float b) { return std::min(v >= 0.0f ? v : a * v, b); });
 
-  registry.add("prelu", [](KernelBuilder& b) {
+  registry.add("prelu", kFloat, [](KernelBuilder& b) {
     const std::vector<float> alpha = const_floats(b, "alpha");
     check_channel_param(b, "alpha", alpha.size(), 3, 5);
     // Only rank 4 may have distinct per-channel slopes (a restriction of the op definition).
@@ -189,7 +189,7 @@ void register_activation_kernels(KernelRegistry& registry) {
     return per_channel(b, static_cast<int64_t>(alpha.size()),
                        [alpha](float v, int64_t c) { return v > 0.0f ? v : alpha[c] * v; });
   });
-  registry.add("softplus_parametric", [](KernelBuilder& b) {
+  registry.add("softplus_parametric", kFloat, [](KernelBuilder& b) {
     const std::vector<float> alpha = const_floats(b, "alpha"), beta = const_floats(b, "beta");
     check_channel_param(b, "alpha", alpha.size(), 3, INT64_MAX);
     check_channel_param(b, "beta", beta.size(), 3, INT64_MAX);
@@ -198,8 +198,8 @@ void register_activation_kernels(KernelRegistry& registry) {
                        [alpha, beta](float v, int64_t c) { return alpha[c] * softplus(beta[c] * v); });
   });
 
-  registry.add("gelu", make_gelu);
-  registry.add("softmax", make_softmax);
+  registry.add("gelu", kFloat, make_gelu);
+  registry.add("softmax", kFloat, make_softmax);
 }
 
 }  // namespace coremlrt::ops

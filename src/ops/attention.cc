@@ -104,7 +104,7 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& registry) {
-  registry.add("scaled_dot_product_attention", make_sdpa, 18);
+  registry.add("scaled_dot_product_attention", kFloat, make_sdpa, 18);
 }
 
 }  // namespace coremlrt::ops

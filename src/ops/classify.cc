@@ -89,6 +89,6 @@ std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
 
 }  // namespace
 
-void register_classify_kernels(KernelRegistry& registry) { registry.add("classify", make_classify); }
+void register_classify_kernels(KernelRegistry& registry) { registry.add("classify", kFloat, make_classify); }
 
 }  // namespace coremlrt::ops

@@ -51,6 +51,10 @@ void dispatch_storage(DType dtype, Fn&& fn) {
   }
 }
 
+// The dtypes dispatch_storage handles.
+constexpr DTypeSet kStorageDTypes{DType::Int4,  DType::Int8,  DType::UInt1, DType::UInt2,   DType::UInt3,  DType::UInt4,
+                                  DType::UInt6, DType::UInt8, DType::Bool,  DType::Float16, DType::Float32};
+
 // All values of a (small) numeric tensor as float.
 std::vector<float> floats(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -378,13 +382,16 @@ std::unique_ptr<Kernel> sparse_blockwise_shift_scale(KernelBuilder& b) {
 }  // namespace
 
 void register_constexpr_kernels(KernelRegistry& registry) {
-  registry.add("constexpr_affine_dequantize", affine_dequantize, 16);
-  registry.add("constexpr_cast", constexpr_cast, 16);
-  registry.add("constexpr_lut_to_dense", lut_to_dense_op, 16);
-  registry.add("constexpr_sparse_to_dense", sparse_to_dense_op, 16);
-  registry.add("constexpr_blockwise_shift_scale", blockwise_shift_scale, 18);
-  registry.add("constexpr_lut_to_sparse", lut_to_sparse, 18);
-  registry.add("constexpr_sparse_blockwise_shift_scale", sparse_blockwise_shift_scale, 18);
+  // The dtypes of the values decompressed: quantized_data, source_val, lut, nonzero_data,
+  // data. Tables and sparse values are copied as bytes; shift/scale reads data through
+  // dispatch_storage.
+  registry.add("constexpr_affine_dequantize", {DType::Int8, DType::UInt8}, affine_dequantize, 16);
+  registry.add("constexpr_cast", kFloat, constexpr_cast, 16);
+  registry.add("constexpr_lut_to_dense", kAnyDType, lut_to_dense_op, 16);
+  registry.add("constexpr_sparse_to_dense", kAnyDType, sparse_to_dense_op, 16);
+  registry.add("constexpr_blockwise_shift_scale", kStorageDTypes, blockwise_shift_scale, 18);
+  registry.add("constexpr_lut_to_sparse", kAnyDType, lut_to_sparse, 18);
+  registry.add("constexpr_sparse_blockwise_shift_scale", kStorageDTypes, sparse_blockwise_shift_scale, 18);
 }
 
 }  // namespace coremlrt::ops

@@ -79,7 +79,8 @@ std::vector<Tensor> written(const KernelContext& ctx, const ListStorage& list, i
 }
 
 void register_lists(KernelRegistry& registry) {
-  registry.add("make_list", [](KernelBuilder& b) {
+  // Elements of any dtype are stored and copied as they are.
+  registry.add("make_list", kAnyDType, [](KernelBuilder& b) {
     const ir::ValueType& type = b.output_type(0);
     b.check(type.kind == ir::TypeKind::List && type.element, "output must be a list");
     const DType dtype = type.element->dtype;
@@ -94,7 +95,7 @@ void register_lists(KernelRegistry& registry) {
     });
   });
 
-  registry.add("list_length", [](KernelBuilder& b) {
+  registry.add("list_length", kAnyDType, [](KernelBuilder& b) {
     const int ls = b.input("ls");
     return make_kernel([ls](KernelContext& ctx) {
       Tensor& out = ctx.allocate_output(0, DType::Int32, {});
@@ -102,7 +103,7 @@ void register_lists(KernelRegistry& registry) {
     });
   });
 
-  registry.add("list_read", [](KernelBuilder& b) {
+  registry.add("list_read", kAnyDType, [](KernelBuilder& b) {
     const int ls = b.input("ls"), index = b.input("index");
     return make_kernel([=](KernelContext& ctx) {
       const ListStorage& list = list_of(ctx, ctx.input(ls));
@@ -113,7 +114,7 @@ void register_lists(KernelRegistry& registry) {
     });
   });
 
-  registry.add("list_write", [](KernelBuilder& b) {
+  registry.add("list_write", kAnyDType, [](KernelBuilder& b) {
     const int ls = b.input("ls"), index = b.input("index"), value = b.input("value");
     return make_kernel([=](KernelContext& ctx) {
       const ListStorage& list = list_of(ctx, ctx.input(ls));
@@ -124,7 +125,7 @@ void register_lists(KernelRegistry& registry) {
     });
   });
 
-  registry.add("list_gather", [](KernelBuilder& b) {
+  registry.add("list_gather", kAnyDType, [](KernelBuilder& b) {
     const int ls = b.input("ls"), indices = b.input("indices");
     return make_kernel([=](KernelContext& ctx) {
       const ListStorage& list = list_of(ctx, ctx.input(ls));
@@ -151,7 +152,7 @@ void register_lists(KernelRegistry& registry) {
     });
   });
 
-  registry.add("list_scatter", [](KernelBuilder& b) {
+  registry.add("list_scatter", kAnyDType, [](KernelBuilder& b) {
     const int ls = b.input("ls"), indices = b.input("indices"), value = b.input("value");
     return make_kernel([=](KernelContext& ctx) {
       const ListStorage& list = list_of(ctx, ctx.input(ls));
@@ -176,7 +177,7 @@ void register_lists(KernelRegistry& registry) {
 }  // namespace
 
 void register_control_flow_kernels(KernelRegistry& registry) {
-  registry.add("cond", [](KernelBuilder& b) {
+  registry.add("cond", kAnyDType, [](KernelBuilder& b) {
     b.check(b.op().blocks.size() == 2, "needs a true and a false block, has ", b.op().blocks.size());
     const int pred = b.input("pred");
     const int when_true = b.build_block(0), when_false = b.build_block(1);
@@ -186,7 +187,7 @@ void register_control_flow_kernels(KernelRegistry& registry) {
     });
   });
 
-  registry.add("while_loop", [](KernelBuilder& b) {
+  registry.add("while_loop", kAnyDType, [](KernelBuilder& b) {
     b.check(b.op().blocks.size() == 2, "needs a condition and a body block, has ", b.op().blocks.size());
     const std::vector<int> vars = b.variadic_input("loop_vars");
     b.check(b.op().blocks[0].inputs.size() == vars.size() && b.op().blocks[1].inputs.size() == vars.size(),

@@ -305,8 +305,8 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& registry) {
-  registry.add("conv", make_conv);
-  registry.add("conv_transpose", make_conv_transpose);
+  registry.add("conv", kFloat, make_conv);
+  registry.add("conv_transpose", kFloat, make_conv_transpose);
 }
 
 }  // namespace coremlrt::ops

@@ -171,8 +171,8 @@ KernelFactory nms_factory(bool ios17) {
 }  // namespace
 
 void register_detection_kernels(KernelRegistry& registry) {
-  registry.add("non_maximum_suppression", nms_factory(false), 15, 16);
-  registry.add("non_maximum_suppression", nms_factory(true), 17);
+  registry.add("non_maximum_suppression", kFloat, nms_factory(false), 15, 16);
+  registry.add("non_maximum_suppression", kFloat, nms_factory(true), 17);
 }
 
 }  // namespace coremlrt::ops

@@ -1,6 +1,7 @@
 // Elementwise binary ops (coreml-format.md 5.2): x and y share one dtype and broadcast
 // NumPy-style. Arithmetic on fp16 is done in float and rounded once per element.
 #include <cmath>
+#include <type_traits>
 
 #include "ops/register.h"
 #include "ops/util.h"
@@ -9,11 +10,30 @@ namespace coremlrt::ops {
 
 namespace {
 
+// Signed overflow is undefined in C++: integer add/sub/mul/pow are done in unsigned
+// arithmetic, which wraps modulo 2^32 as NumPy's int32 arithmetic (and coremltools' value
+// inference) does.
+template <class C, class Fn>
+C wrapping(C x, C y, Fn fn) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(fn(static_cast<U>(x), static_cast<U>(y)));
+  } else {
+    return fn(x, y);
+  }
+}
+
+template <class C>
+C negate_wrapping(C x) {
+  return wrapping(C(0), x, [](auto a, auto b) { return a - b; });
+}
+
 // Python semantics: floor division rounds toward -inf, mod takes the sign of the divisor.
 template <class C>
 C floor_div(C x, C y) {
   if constexpr (std::is_integral_v<C>) {
     if (y == 0) return 0;  // undefined in MIL; never trap
+    if (y == -1) return negate_wrapping(x);  // INT32_MIN / -1 would trap; NumPy wraps it
     C q = x / y;
     return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
   } else {
@@ -24,7 +44,7 @@ C floor_div(C x, C y) {
 template <class C>
 C mod(C x, C y) {
   if constexpr (std::is_integral_v<C>) {
-    if (y == 0) return 0;
+    if (y == 0 || y == -1) return 0;  // INT32_MIN % -1 would trap
     C r = x % y;
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
   } else {
@@ -36,13 +56,14 @@ C mod(C x, C y) {
 template <class C>
 C int_pow(C base, C exponent) {
   if (exponent < 0) return base == 1 ? 1 : (base == -1 ? (exponent % 2 ? -1 : 1) : 0);
-  C result = 1;
+  using U = std::make_unsigned_t<C>;  // wraps instead of overflowing (see wrapping)
+  U result = 1, factor = static_cast<U>(base);
   while (exponent > 0) {
-    if (exponent & 1) result *= base;
-    base *= base;
+    if (exponent & 1) result *= factor;
+    factor *= factor;
     exponent >>= 1;
   }
-  return result;
+  return static_cast<C>(result);
 }
 
 enum class Op { Add, Sub, Mul, RealDiv, FloorDiv, Mod, Pow, Maximum, Minimum,
@@ -51,19 +72,24 @@ enum class Op { Add, Sub, Mul, RealDiv, FloorDiv, Mod, Pow, Maximum, Minimum,
 
 template <Op kOp, class C>
 auto apply(C x, C y) {
-  if constexpr (kOp == Op::Add) return x + y;
-  else if constexpr (kOp == Op::Sub) return x - y;
-  else if constexpr (kOp == Op::Mul) return x * y;
+  if constexpr (kOp == Op::Add) return wrapping(x, y, [](auto a, auto b) { return a + b; });
+  else if constexpr (kOp == Op::Sub) return wrapping(x, y, [](auto a, auto b) { return a - b; });
+  else if constexpr (kOp == Op::Mul) return wrapping(x, y, [](auto a, auto b) { return a * b; });
   else if constexpr (kOp == Op::RealDiv) {
-    if constexpr (std::is_integral_v<C>) return y == 0 ? C(0) : C(x / y);
+    // Integer division truncates, as coremltools' value inference stores the exact quotient
+    // into int32; y == -1 is a negation so that INT32_MIN / -1 wraps instead of trapping.
+    if constexpr (std::is_integral_v<C>) return y == 0 ? C(0) : y == -1 ? negate_wrapping(x) : C(x / y);
     else return x / y;
   } else if constexpr (kOp == Op::FloorDiv) return floor_div(x, y);
   else if constexpr (kOp == Op::Mod) return mod(x, y);
   else if constexpr (kOp == Op::Pow) {
     if constexpr (std::is_integral_v<C>) return int_pow(x, y);
     else return C(std::pow(x, y));
-  } else if constexpr (kOp == Op::Maximum) return std::isnan(double(x)) ? x : (x > y || std::isnan(double(y)) ? x : y);
-  else if constexpr (kOp == Op::Minimum) return std::isnan(double(x)) ? x : (x < y || std::isnan(double(y)) ? x : y);
+  }
+  // NaN on either side gives NaN, as NumPy's maximum/minimum (coremltools' value inference)
+  // and PyTorch do; a NaN y must not lose to x.
+  else if constexpr (kOp == Op::Maximum) return std::isnan(double(x)) ? x : (std::isnan(double(y)) || !(x > y) ? y : x);
+  else if constexpr (kOp == Op::Minimum) return std::isnan(double(x)) ? x : (std::isnan(double(y)) || !(x < y) ? y : x);
   else if constexpr (kOp == Op::Equal) return uint8_t(x == y);
   else if constexpr (kOp == Op::NotEqual) return uint8_t(x != y);
   else if constexpr (kOp == Op::Greater) return uint8_t(x > y);
@@ -103,7 +129,7 @@ void run_typed(KernelContext& ctx, const Tensor& x, const Tensor& y) {
 
 template <Op kOp>
 void register_binary(KernelRegistry& registry, const char* name) {
-  registry.add(name, [name](KernelBuilder& b) {
+  registry.add(name, kOp >= Op::LogicalAnd ? kBool : kFloatInt, [name](KernelBuilder& b) {
     const int x = b.input("x");
     const int y = b.input("y");
     const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype;

@@ -42,7 +42,8 @@ std::unique_ptr<Kernel> unary_kernel(KernelBuilder& b, Fn fn) {
 
 template <Types kTypes, class Fn>
 void add_plain(KernelRegistry& registry, const char* name, Fn fn) {
-  registry.add(name, [fn](KernelBuilder& b) { return unary_kernel<kTypes>(b, fn); });
+  registry.add(name, kTypes == Types::FI ? kFloatInt : kFloat,
+               [fn](KernelBuilder& b) { return unary_kernel<kTypes>(b, fn); });
 }
 
 // An optional float parameter. coremltools materialises a missing epsilon as
@@ -105,20 +106,20 @@ void register_elementwise_unary_kernels(KernelRegistry& registry) {
   });
 
   // Ops with an epsilon that is always added (also to positive x).
-  registry.add("inverse", [](KernelBuilder& b) {
+  registry.add("inverse", kFloat, [](KernelBuilder& b) {
     const float eps = static_cast<float>(param_or_default(b, "epsilon", 1e-4));
     return unary_kernel<Types::F>(b, [eps](float v) { return 1.0f / (v + eps); });
   });
-  registry.add("log", [](KernelBuilder& b) {
+  registry.add("log", kFloat, [](KernelBuilder& b) {
     const float eps = static_cast<float>(param_or_default(b, "epsilon", 1e-45));
     return unary_kernel<Types::F>(b, [eps](float v) { return std::log(v + eps); });
   });
-  registry.add("rsqrt", [](KernelBuilder& b) {
+  registry.add("rsqrt", kFloat, [](KernelBuilder& b) {
     const float eps = static_cast<float>(param_or_default(b, "epsilon", 1e-12));
     return unary_kernel<Types::F>(b, [eps](float v) { return 1.0f / std::sqrt(v + eps); });
   });
 
-  registry.add("clip", [](KernelBuilder& b) {
+  registry.add("clip", kFloat, [](KernelBuilder& b) {
     const double alpha = b.const_float("alpha"), beta = b.const_float("beta");
     // The iOS17 definition validates alpha < beta; iOS15 just applies min(max(x, alpha), beta).
     if (b.ios_version() >= 17) b.check(alpha < beta, "alpha (", alpha, ") must be smaller than beta (", beta, ")");
@@ -126,12 +127,12 @@ void register_elementwise_unary_kernels(KernelRegistry& registry) {
     // std::max/min return their first argument when it is NaN, so NaN passes through.
     return unary_kernel<Types::F>(b, [lo, hi](float v) { return std::min(std::max(v, lo), hi); });
   });
-  registry.add("threshold", [](KernelBuilder& b) {
+  registry.add("threshold", kFloatInt, [](KernelBuilder& b) {
     const double alpha = b.const_float("alpha");
     return unary_kernel<Types::FI>(b, [alpha](auto v) { return std::max(v, static_cast<decltype(v)>(alpha)); });
   });
 
-  registry.add("logical_not", [](KernelBuilder& b) {
+  registry.add("logical_not", kBool, [](KernelBuilder& b) {
     const int x = b.input("x");
     b.check(b.input_type("x").dtype == DType::Bool, "expects a bool input, got ", dtype_name(b.input_type("x").dtype));
     return make_kernel([x](KernelContext& ctx) {

@@ -273,12 +273,13 @@ std::unique_ptr<Kernel> scatter_nd(KernelBuilder& b) {
 }  // namespace
 
 void register_gather_kernels(KernelRegistry& registry) {
-  registry.add("gather", gather);
-  registry.add("gather_along_axis", gather_along_axis);
-  registry.add("gather_nd", gather_nd);
-  registry.add("scatter", scatter);
-  registry.add("scatter_along_axis", scatter_along_axis);
-  registry.add("scatter_nd", scatter_nd);
+  // Gathers copy elements as bytes; scatters combine them with dispatch_all.
+  registry.add("gather", kAnyDType, gather);
+  registry.add("gather_along_axis", kAnyDType, gather_along_axis);
+  registry.add("gather_nd", kAnyDType, gather_nd);
+  registry.add("scatter", kPlainDTypes, scatter);
+  registry.add("scatter_along_axis", kPlainDTypes, scatter_along_axis);
+  registry.add("scatter_nd", kPlainDTypes, scatter_nd);
 }
 
 }  // namespace coremlrt::ops

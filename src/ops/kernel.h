@@ -6,7 +6,9 @@
 // indices of the runtime inputs it needs, and returns an immutable Kernel. At predict time
 // the kernel's run() reads its inputs and writes its outputs through a KernelContext that
 // belongs to one execution context, so one Kernel may run on many threads at once.
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,17 +109,61 @@ class KernelBuilder {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(KernelBuilder&)>;
 
+// The element types a kernel accepts for its main tensor input: the types its dtype switch
+// handles (for ops that make a tensor from a shape, such as fill or random_uniform, the
+// types it can produce). Kernels that only move elements (reshape, gather, concat, ...)
+// accept any dtype. Declared next to each registration so that docs/ops.md can list it.
+class DTypeSet {
+ public:
+  constexpr DTypeSet(std::initializer_list<DType> dtypes) {
+    for (DType dtype : dtypes) bits_ |= bit(dtype);
+  }
+  static constexpr DTypeSet any() {
+    DTypeSet set{};
+    set.any_ = true;
+    return set;
+  }
+  constexpr bool is_any() const { return any_; }
+  constexpr bool contains(DType dtype) const { return any_ || (bits_ & bit(dtype)) != 0; }
+  constexpr DTypeSet operator|(DTypeSet other) const {
+    DTypeSet set{};
+    set.bits_ = bits_ | other.bits_;
+    set.any_ = any_ || other.any_;
+    return set;
+  }
+  // The members, floats first, then signed and unsigned integers, then bool (the order of
+  // the MIL op tables); empty for any().
+  std::vector<DType> list() const;
+
+ private:
+  static constexpr uint32_t bit(DType dtype) { return uint32_t{1} << static_cast<unsigned>(dtype); }
+  static_assert(static_cast<unsigned>(DType::String) < 32, "DTypeSet keeps one bit per dtype");
+  uint32_t bits_ = 0;
+  bool any_ = false;
+};
+
+// The type sets of the MIL op tables (coreml-format.md section 5) that kernels share.
+inline constexpr DTypeSet kFloat{DType::Float16, DType::Float32};                     // F
+inline constexpr DTypeSet kFloatInt{DType::Float16, DType::Float32, DType::Int32};    // FI
+inline constexpr DTypeSet kBool{DType::Bool};
+// Every dtype that util.h's dispatch_all handles.
+inline constexpr DTypeSet kPlainDTypes{DType::Float16, DType::Float32, DType::Float64, DType::Int8,
+                                       DType::Int16,   DType::Int32,   DType::Int64,   DType::UInt8,
+                                       DType::UInt16,  DType::UInt32,  DType::UInt64,  DType::Bool};
+inline constexpr DTypeSet kAnyDType = DTypeSet::any();
+
 // Op type (+ opset range) -> kernel factory. Filled once by register_cpu_kernels().
 class KernelRegistry {
  public:
-  // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios]. A second
-  // registration overlapping the same range is a programming error.
-  void add(const std::string& op_type, KernelFactory factory, int min_ios = 15, int max_ios = 99);
+  // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios], accepting `dtypes`.
+  // A second registration overlapping the same range is a programming error.
+  void add(const std::string& op_type, DTypeSet dtypes, KernelFactory factory, int min_ios = 15, int max_ios = 99);
   const KernelFactory* find(const std::string& op_type, int ios_version) const;
   struct Entry {
     std::string op_type;
     int min_ios;
     int max_ios;
+    DTypeSet dtypes;
     KernelFactory factory;
   };
   const std::vector<Entry>& entries() const { return entries_; }

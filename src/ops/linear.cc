@@ -212,9 +212,9 @@ std::unique_ptr<Kernel> make_einsum(KernelBuilder& b) {
 }  // namespace
 
 void register_linear_kernels(KernelRegistry& registry) {
-  registry.add("linear", make_linear);
-  registry.add("matmul", make_matmul);
-  registry.add("einsum", make_einsum);
+  registry.add("linear", kFloatInt, make_linear);
+  registry.add("matmul", kFloatInt, make_matmul);
+  registry.add("einsum", kFloat, make_einsum);
 }
 
 }  // namespace coremlrt::ops

@@ -75,7 +75,9 @@ Tensor cast_tensor(const Tensor& in, DType to, Tensor out) {
 }
 
 void register_misc_kernels(KernelRegistry& registry) {
-  registry.add("cast", [](KernelBuilder& b) {
+  // cast_tensor reads every dispatch_all dtype and widens the narrow float formats of weights.
+  constexpr DTypeSet kCastFrom = kPlainDTypes | DTypeSet{DType::BFloat16, DType::Float8E4M3FN, DType::Float8E5M2};
+  registry.add("cast", kCastFrom, [](KernelBuilder& b) {
     const int x = b.input("x");
     const DType to = parse_cast_dtype(b, b.const_string("dtype"));
     return make_kernel([x, to](KernelContext& ctx) {
@@ -88,12 +90,12 @@ void register_misc_kernels(KernelRegistry& registry) {
     });
   });
 
-  registry.add("identity", [](KernelBuilder& b) {
+  registry.add("identity", kAnyDType, [](KernelBuilder& b) {
     const int x = b.input("x");
     return make_kernel([x](KernelContext& ctx) { ctx.set_output(0, ctx.input(x)); });
   });
 
-  registry.add("select", [](KernelBuilder& b) {
+  registry.add("select", kPlainDTypes, [](KernelBuilder& b) {
     const int cond = b.input("cond"), a = b.input("a"), c = b.input("b");
     b.check(b.input_type("a").dtype == b.input_type("b").dtype, "a and b must have the same dtype");
     return make_kernel([cond, a, c](KernelContext& ctx) {

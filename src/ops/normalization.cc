@@ -237,11 +237,11 @@ std::unique_ptr<Kernel> make_local_response_norm(KernelBuilder& b) {
 }  // namespace
 
 void register_normalization_kernels(KernelRegistry& registry) {
-  registry.add("batch_norm", make_batch_norm);
-  registry.add("instance_norm", make_instance_norm);
-  registry.add("layer_norm", make_layer_norm);
-  registry.add("l2_norm", make_l2_norm);
-  registry.add("local_response_norm", make_local_response_norm);
+  registry.add("batch_norm", kFloat, make_batch_norm);
+  registry.add("instance_norm", kFloat, make_instance_norm);
+  registry.add("layer_norm", kFloat, make_layer_norm);
+  registry.add("l2_norm", kFloat, make_l2_norm);
+  registry.add("local_response_norm", kFloat, make_local_response_norm);
 }
 
 }  // namespace coremlrt::ops

@@ -137,9 +137,9 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
 }  // namespace
 
 void register_pool_kernels(KernelRegistry& registry) {
-  registry.add("avg_pool", make_pool<Pool::Avg>);
-  registry.add("max_pool", make_pool<Pool::Max>);
-  registry.add("l2_pool", make_pool<Pool::L2>);
+  registry.add("avg_pool", kFloat, make_pool<Pool::Avg>);
+  registry.add("max_pool", kFloat, make_pool<Pool::Max>);
+  registry.add("l2_pool", kFloat, make_pool<Pool::L2>);
 }
 
 }  // namespace coremlrt::ops

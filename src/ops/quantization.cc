@@ -154,8 +154,8 @@ std::unique_ptr<Kernel> make_dequantize(KernelBuilder& b) {
 }  // namespace
 
 void register_quantization_kernels(KernelRegistry& registry) {
-  registry.add("quantize", make_quantize, 17);
-  registry.add("dequantize", make_dequantize, 17);
+  registry.add("quantize", kFloat, make_quantize, 17);
+  registry.add("dequantize", {DType::Int8, DType::UInt8}, make_dequantize, 17);
 }
 
 }  // namespace coremlrt::ops

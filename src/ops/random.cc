@@ -189,10 +189,10 @@ std::unique_ptr<Kernel> random_categorical(KernelBuilder& b) {
 }  // namespace
 
 void register_random_kernels(KernelRegistry& registry) {
-  registry.add("random_uniform", random_uniform);
-  registry.add("random_normal", random_normal);
-  registry.add("random_bernoulli", random_bernoulli);
-  registry.add("random_categorical", random_categorical);
+  registry.add("random_uniform", kFloat, random_uniform);
+  registry.add("random_normal", kFloat, random_normal);
+  registry.add("random_bernoulli", kFloat, random_bernoulli);
+  registry.add("random_categorical", kFloat, random_categorical);
 }
 
 }  // namespace coremlrt::ops

@@ -310,9 +310,14 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
 }  // namespace
 
 void register_recurrent_kernels(KernelRegistry& registry) {
-  registry.add("lstm", make_lstm);
-  registry.add("gru", make_gru);
-  registry.add("rnn", make_rnn);
+  // fp16 x arrived with the iOS17 redefinitions (check_dtypes).
+  constexpr DTypeSet kFloat32{DType::Float32};
+  registry.add("lstm", kFloat32, make_lstm, 15, 16);
+  registry.add("lstm", kFloat, make_lstm, 17);
+  registry.add("gru", kFloat32, make_gru, 15, 16);
+  registry.add("gru", kFloat, make_gru, 17);
+  registry.add("rnn", kFloat32, make_rnn, 15, 16);
+  registry.add("rnn", kFloat, make_rnn, 17);
 }
 
 }  // namespace coremlrt::ops

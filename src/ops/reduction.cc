@@ -119,7 +119,7 @@ void reduce_typed(KernelContext& ctx, const Tensor& in, const std::vector<bool>&
 
 template <Reduce kOp>
 void add_reduce(KernelRegistry& registry, const char* name) {
-  registry.add(name, [name](KernelBuilder& b) {
+  registry.add(name, kFloatInt, [name](KernelBuilder& b) {
     check_fi_x(b);
     const int x = b.input("x");
     std::optional<std::vector<int64_t>> axes;
@@ -148,7 +148,7 @@ void add_reduce(KernelRegistry& registry, const char* name) {
 // wins, like NumPy's argmax/argmin.
 template <bool kMax>
 void add_arg_reduce(KernelRegistry& registry, const char* name) {
-  registry.add(name, [name](KernelBuilder& b) {
+  registry.add(name, kFloatInt, [name](KernelBuilder& b) {
     check_fi_x(b);
     const int x = b.input("x");
     const int64_t axis = b.const_int("axis", -1);

@@ -325,14 +325,16 @@ KernelFactory crop_resize_factory(bool ios17) {
 }  // namespace
 
 void register_resize_kernels(KernelRegistry& registry) {
-  registry.add("upsample_nearest_neighbor", upsample_nearest);
-  registry.add("upsample_bilinear", upsample_bilinear);
-  registry.add("resize_nearest_neighbor", resize_to_target(false));
-  registry.add("resize_bilinear", resize_to_target(true));
-  registry.add("resize", resize, 17);
-  registry.add("crop", crop);
-  registry.add("crop_resize", crop_resize_factory(false), 15, 16);
-  registry.add("crop_resize", crop_resize_factory(true), 17);
+  // Nearest neighbour gathers elements of any dtype; linear interpolation converts through
+  // float (to_floats), which resize also needs for its default LINEAR mode.
+  registry.add("upsample_nearest_neighbor", kAnyDType, upsample_nearest);
+  registry.add("upsample_bilinear", kFloatInt, upsample_bilinear);
+  registry.add("resize_nearest_neighbor", kAnyDType, resize_to_target(false));
+  registry.add("resize_bilinear", kFloatInt, resize_to_target(true));
+  registry.add("resize", kFloatInt, resize, 17);
+  registry.add("crop", kAnyDType, crop);
+  registry.add("crop_resize", kFloatInt, crop_resize_factory(false), 15, 16);
+  registry.add("crop_resize", kFloatInt, crop_resize_factory(true), 17);
 }
 
 }  // namespace coremlrt::ops

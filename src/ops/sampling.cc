@@ -262,8 +262,8 @@ std::unique_ptr<Kernel> make_affine(KernelBuilder& b) {
 }  // namespace
 
 void register_sampling_kernels(KernelRegistry& registry) {
-  registry.add("resample", make_resample);
-  registry.add("affine", make_affine);
+  registry.add("resample", kFloat, make_resample);
+  registry.add("affine", kFloat, make_affine);
 }
 
 }  // namespace coremlrt::ops

@@ -403,21 +403,22 @@ std::unique_ptr<Kernel> pad(KernelBuilder& b) {
 }  // namespace
 
 void register_shape_kernels(KernelRegistry& registry) {
-  registry.add("reshape", reshape_factory(false), 15, 16);
-  registry.add("reshape", reshape_factory(true), 17);
-  registry.add("expand_dims", expand_dims);
-  registry.add("squeeze", squeeze);
-  registry.add("flatten2d", flatten2d);
-  registry.add("shape", shape_op);
-  registry.add("reshape_like", reshape_like, 16);
-  registry.add("transpose", transpose);
-  registry.add("reverse", reverse);
-  registry.add("reverse_sequence", reverse_sequence);
-  registry.add("concat", concat);
-  registry.add("split", split);
-  registry.add("stack", stack);
-  registry.add("tile", tile);
-  registry.add("pad", pad);
+  // Views and byte copies: any dtype. pad fills its constant through dispatch_all.
+  registry.add("reshape", kAnyDType, reshape_factory(false), 15, 16);
+  registry.add("reshape", kAnyDType, reshape_factory(true), 17);
+  registry.add("expand_dims", kAnyDType, expand_dims);
+  registry.add("squeeze", kAnyDType, squeeze);
+  registry.add("flatten2d", kAnyDType, flatten2d);
+  registry.add("shape", kAnyDType, shape_op);
+  registry.add("reshape_like", kAnyDType, reshape_like, 16);
+  registry.add("transpose", kAnyDType, transpose);
+  registry.add("reverse", kAnyDType, reverse);
+  registry.add("reverse_sequence", kAnyDType, reverse_sequence);
+  registry.add("concat", kAnyDType, concat);
+  registry.add("split", kAnyDType, split);
+  registry.add("stack", kAnyDType, stack);
+  registry.add("tile", kAnyDType, tile);
+  registry.add("pad", kPlainDTypes, pad);
   register_slice_kernels(registry);
   register_tensor_op_kernels(registry);
   register_space_kernels(registry);

@@ -131,9 +131,9 @@ std::unique_ptr<Kernel> slice_update(KernelBuilder& b) {
 }  // namespace
 
 void register_slice_kernels(KernelRegistry& registry) {
-  registry.add("slice_by_index", slice_by_index);
-  registry.add("slice_by_size", slice_by_size);
-  registry.add("slice_update", slice_update, 18);
+  registry.add("slice_by_index", kAnyDType, slice_by_index);
+  registry.add("slice_by_size", kAnyDType, slice_by_size);
+  registry.add("slice_update", kAnyDType, slice_update, 18);
 }
 
 }  // namespace coremlrt::ops

@@ -107,12 +107,13 @@ std::unique_ptr<Kernel> batch_to_space(KernelBuilder& b) {
 }  // namespace
 
 void register_space_kernels(KernelRegistry& registry) {
-  registry.add("depth_to_space", block_factory(Kind::DepthToSpace, "block_size"));
-  registry.add("space_to_depth", block_factory(Kind::SpaceToDepth, "block_size"));
-  registry.add("pixel_shuffle", block_factory(Kind::PixelShuffle, "upscale_factor"));
-  registry.add("pixel_unshuffle", block_factory(Kind::PixelUnshuffle, "downscale_factor"), 16);
-  registry.add("space_to_batch", space_to_batch);
-  registry.add("batch_to_space", batch_to_space);
+  // Permuted copies: any dtype.
+  registry.add("depth_to_space", kAnyDType, block_factory(Kind::DepthToSpace, "block_size"));
+  registry.add("space_to_depth", kAnyDType, block_factory(Kind::SpaceToDepth, "block_size"));
+  registry.add("pixel_shuffle", kAnyDType, block_factory(Kind::PixelShuffle, "upscale_factor"));
+  registry.add("pixel_unshuffle", kAnyDType, block_factory(Kind::PixelUnshuffle, "downscale_factor"), 16);
+  registry.add("space_to_batch", kAnyDType, space_to_batch);
+  registry.add("batch_to_space", kAnyDType, batch_to_space);
 }
 
 }  // namespace coremlrt::ops

@@ -6,13 +6,13 @@
 namespace coremlrt::ops {
 
 void register_state_kernels(KernelRegistry& registry) {
-  registry.add("read_state", [](KernelBuilder& b) {
+  registry.add("read_state", kAnyDType, [](KernelBuilder& b) {
     b.check(b.input_type("input").kind == ir::TypeKind::State, "input must be a state");
     const int state = b.input("input");
     return make_kernel([state](KernelContext& ctx) { ctx.set_output(0, ctx.input(state)); });
   }, 18);
 
-  registry.add("write_state", [](KernelBuilder& b) {
+  registry.add("write_state", kAnyDType, [](KernelBuilder& b) {
     const ir::ValueType& type = b.input_type("input");
     b.check(type.kind == ir::TypeKind::State && type.element, "input must be a state");
     const ir::ValueType wrapped = *type.element;

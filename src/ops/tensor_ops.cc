@@ -252,16 +252,17 @@ std::unique_ptr<Kernel> sliding_windows(KernelBuilder& b) {
 }  // namespace
 
 void register_tensor_op_kernels(KernelRegistry& registry) {
-  registry.add("fill", fill);
-  registry.add("fill_like", fill_like, 16);
-  registry.add("band_part", band_part);
-  registry.add("cumsum", cumsum);
-  registry.add("range_1d", range_1d);
-  registry.add("one_hot", one_hot);
-  registry.add("non_zero", non_zero);
-  registry.add("argsort", argsort);
-  registry.add("topk", topk);
-  registry.add("sliding_windows", sliding_windows);
+  // fill, fill_like and one_hot: the dtypes they can produce.
+  registry.add("fill", kPlainDTypes, fill);
+  registry.add("fill_like", kPlainDTypes, fill_like, 16);
+  registry.add("band_part", kAnyDType, band_part);
+  registry.add("cumsum", kFloatInt, cumsum);
+  registry.add("range_1d", kFloatInt, range_1d);
+  registry.add("one_hot", kPlainDTypes, one_hot);
+  registry.add("non_zero", kPlainDTypes, non_zero);
+  registry.add("argsort", kPlainDTypes, argsort);
+  registry.add("topk", kPlainDTypes, topk);
+  registry.add("sliding_windows", kAnyDType, sliding_windows);
 }
 
 }  // namespace coremlrt::ops

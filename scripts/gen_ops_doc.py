@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Writes docs/ops.md: the ops this build has kernels for (from the kernel registry, through
+coremlrt._core.supported_ops()), and the MIL ops of the format notes that have none.
+
+    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py            # rewrite docs/ops.md
+    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
+
+The MIL op list is read from the op tables of section 5 of coreml-format.md
+(../shared/docs/coreml-format.md beside the checkout; COREMLRT_FORMAT_DOC overrides).
+"""
+
+import argparse
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC_PATH = os.path.join(REPO, "docs", "ops.md")
+FORMAT_DOC = os.environ.get(
+    "COREMLRT_FORMAT_DOC", os.path.join(REPO, "..", "shared", "docs", "coreml-format.md"))
+REGENERATE = "PYTHONPATH=build/python python3 scripts/gen_ops_doc.py"
+
+# Ops of the format notes that no ML program file needs a kernel for, and why. Any other
+# op without a kernel is listed as not supported yet.
+NO_KERNEL_NEEDED = {
+    "const": "its value is loaded with the program; nothing runs",
+    "conv_quantized": "experimental, emitted only for the NeuralNetwork backend",
+    "coreml_update_state": "converter dialect only; files hold write_state and read_state",
+}
+
+HEADER = f"""\
+# Supported ops
+
+Generated from the kernel registry by `scripts/gen_ops_doc.py`; do not edit by hand.
+After changing a kernel registration (`registry.add` in `src/ops/`), rebuild and run:
+
+    {REGENERATE}
+
+`tests/python/test_ops_doc.py` fails while this file differs from what the script writes.
+
+* **opsets**: the iOS opsets (ML program spec versions) the kernel serves; `iOS17+` means
+  iOS17 and every later opset. An op with two rows has a kernel per definition.
+* **dtypes**: the element types the kernel accepts for the op's main tensor input (for
+  `fill`, `fill_like`, `one_hot` and `random_*`, the types it produces; for the
+  `constexpr_*` ops, the type of the values it decompresses). `any`: the kernel moves
+  elements of every dtype without reading them. Float types use the MIL names fp16, fp32,
+  fp64; the others are numpy's names.
+"""
+
+
+def format_doc_ops(path):
+    """MIL op names of the op tables in section 5 of coreml-format.md: the first cell of
+    every table row, and the 'New ops' / 'Redefined ops' cells of the opset summary."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## 5.")
+    following = text.find("\n## ", start + 1)
+    section = text[start:following if following >= 0 else len(text)]
+    names = set()
+    for line in section.splitlines():
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        is_summary_row = cells[0].startswith("CoreML")
+        named = " ".join(cells[1:3]) if is_summary_row else cells[0]
+        names.update(re.findall(r"`([a-z][a-z0-9_]*)`", named))
+    return names
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render(format_doc=FORMAT_DOC):
+    from coremlrt import ops_table
+
+    kernel_rows = ops_table.rows()
+    with_kernel = {op for op, _, _ in kernel_rows}
+    out = [HEADER, "\n## Ops with a kernel\n\n"]
+    out.append(_table(("op", "opsets", "dtypes"), [(f"`{op}`", opsets, dtypes) for op, opsets, dtypes in kernel_rows]))
+    missing = sorted(format_doc_ops(format_doc) - with_kernel)
+    out.append("\n## MIL ops without a kernel\n\n")
+    out.append("Ops of the op tables in coreml-format.md (section 5) that this build has no kernel for.\n\n")
+    if missing:
+        out.append(_table(("op", "why"), [(f"`{op}`", NO_KERNEL_NEEDED.get(op, "not supported yet")) for op in missing]))
+    else:
+        out.append("None.\n")
+    return "".join(out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/ops.md is stale, write nothing")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        with open(DOC_PATH, encoding="utf-8") as f:
+            stale = f.read() != text
+        if stale:
+            print(f"docs/ops.md is stale; regenerate it with: {REGENERATE}", file=sys.stderr)
+        return 1 if stale else 0
+    os.makedirs(os.path.dirname(DOC_PATH), exist_ok=True)
+    with open(DOC_PATH, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {os.path.relpath(DOC_PATH, REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
