@@ -12,7 +12,9 @@ if command -v apt-get >/dev/null 2>&1; then
     g++ cmake ninja-build libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev >/dev/null
 fi
 
-# coremltools and torch make the test models the way users make them; torch 2.13.0 is the
-# CPU build this environment provides.
-python3 -m pip install -q --disable-pip-version-check numpy pytest "coremltools==9.0" "torch==2.13.0"
+# coremltools, torch, torchvision and transformers make the test models the way users make
+# them; torch 2.14.1 and torchvision 0.29.1 are the builds this environment provides (another
+# version would download gigabytes).
+python3 -m pip install -q --disable-pip-version-check numpy pytest "coremltools==9.0" \
+  "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0"
 python3 -m pip install -q --disable-pip-version-check .
