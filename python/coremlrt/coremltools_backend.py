@@ -17,15 +17,28 @@ Or set ``COREMLRT_COREMLTOOLS=1`` to do this in every Python process (see
 proxy lacks the static helpers they call).
 """
 
+import contextlib
 import functools
 import sys
 import time
 import types
 
+from ._core import Error
 from .model import ComputeUnit, MLModel
 
 _SHIM_NAME = "coremltools.libcoremlpython"
+_CORE_ML_PREDICTION_ERROR = "Unable to compute the prediction using ML Program"
 _SUPPORTED_MAJOR = 9  # written against coremltools 9.0 (5-argument proxy constructor, MLState API)
+
+
+@contextlib.contextmanager
+def _as_core_ml_prediction_error():
+    """A failed prediction raises RuntimeError starting with Core ML's own words, as Apple's proxy
+    does, so that code matching them works unchanged; coremlrt's message follows."""
+    try:
+        yield
+    except Error as exc:
+        raise RuntimeError(f"{_CORE_ML_PREDICTION_ERROR}: {exc}") from exc
 
 
 class _MLModelProxy:
@@ -65,13 +78,15 @@ class _MLModelProxy:
 
     def predict(self, data, state=None):
         start = time.perf_counter_ns()
-        outputs = self._model.predict(data, state)
+        with _as_core_ml_prediction_error():
+            outputs = self._model.predict(data, state)
         self._last_predict_ns = time.perf_counter_ns() - start
         return outputs
 
     def batchPredict(self, data):  # noqa: N802 - the name coremltools calls
         start = time.perf_counter_ns()
-        outputs = [self._model.predict(d) for d in data]
+        with _as_core_ml_prediction_error():
+            outputs = [self._model.predict(d) for d in data]
         self._last_predict_ns = time.perf_counter_ns() - start
         return outputs
 

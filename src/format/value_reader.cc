@@ -53,8 +53,13 @@ ir::ValueType read_value_type(const mil::ValueType& type) {
       for (const auto& dim : tensor.dimensions()) {
         if (dim.has_constant()) {
           out.dims.push_back(static_cast<int64_t>(dim.constant().size()));
+        } else if (dim.unknown().variadic()) {
+          // A variadic dimension stands for any number of dimensions (coremltools writes the
+          // unknown-rank output of `fill` with a dynamic shape this way): the rank is unknown.
+          out.rank = -1;
+          out.dims.clear();
+          break;
         } else {
-          COREMLRT_CHECK(!dim.unknown().variadic(), "variadic dimensions are not supported");
           out.dims.push_back(-1);
         }
       }

@@ -1,8 +1,11 @@
 // Gather and scatter ops (coreml-format.md 5.10). Indices are read as int64 whatever their
 // dtype; an index outside [-D, D) fails the prediction instead of touching memory out of
 // bounds. Negative indices wrap like Python's: iOS15/16 define that, iOS17+ call it out of
-// range with undefined results unless validate_indices is set, in which case we fail.
+// range with undefined results unless validate_indices is set, in which case we fail. Gathers
+// of iOS17+ without validate_indices still wrap; scatters drop such updates
+// (scatter_index_rule).
 #include <cstring>
+#include <type_traits>
 
 #include "ops/register.h"
 #include "ops/strided.h"
@@ -14,17 +17,28 @@ namespace {
 
 struct IndexRule {
   bool allow_negative = true;
+  // Out-of-range indices are skipped (-1) instead of failing the prediction.
+  bool skip_invalid = false;
 
   int64_t resolve(const KernelContext& ctx, int64_t index, int64_t size, const char* what) const {
     if (index < 0 && allow_negative) index += size;
-    if (index < 0 || index >= size) ctx.fail(what, " index ", index, " is out of range for a dimension of size ", size);
-    return index;
+    if (index >= 0 && index < size) return index;
+    if (skip_invalid) return -1;
+    ctx.fail(what, " index ", index, " is out of range for a dimension of size ", size);
   }
 };
 
 IndexRule index_rule(const KernelBuilder& b) {
   const bool validate = b.const_bool("validate_indices", false);
   return {b.ios_version() < 17 || !validate};
+}
+
+// Scatters of iOS17+ take indices in [0, D) only. Without validate_indices an index outside
+// it has undefined (but memory-safe) results: its update is dropped. coremltools' tests check
+// that such a scatter does not act as if a negative index wrapped.
+IndexRule scatter_index_rule(const KernelBuilder& b) {
+  if (b.ios_version() < 17) return {true, false};
+  return {false, !b.const_bool("validate_indices", false)};
 }
 
 int64_t product(const Shape& s, size_t begin, size_t end) {
@@ -117,7 +131,11 @@ std::unique_ptr<Kernel> gather_along_axis(KernelBuilder& b) {
 int64_t nd_offset(const KernelContext& ctx, const IndexRule& rule, const std::vector<int64_t>& idx, int64_t p,
                   int64_t k, const Shape& x, const std::vector<int64_t>& strides, int64_t first_dim) {
   int64_t offset = 0;
-  for (int64_t t = 0; t < k; ++t) offset += rule.resolve(ctx, idx[p * k + t], x[first_dim + t], "nd") * strides[first_dim + t];
+  for (int64_t t = 0; t < k; ++t) {
+    const int64_t i = rule.resolve(ctx, idx[p * k + t], x[first_dim + t], "nd");
+    if (i < 0) return -1;  // skipped (see IndexRule::skip_invalid)
+    offset += i * strides[first_dim + t];
+  }
   return offset;
 }
 
@@ -169,7 +187,16 @@ C combine(Mode mode, C old, C update) {
     case Mode::Sub: return old - update;
     case Mode::Mul: return old * update;
     case Mode::Div:
-      if constexpr (std::is_integral_v<C>) return update == 0 ? C(0) : C(old / update);
+      // An integer divisor of -1 negates: INT32_MIN / -1 would trap, and wraps to INT32_MIN as
+      // the elementwise real_div does.
+      if constexpr (std::is_same_v<C, bool>) {
+        return update ? old : false;
+      } else if constexpr (std::is_signed_v<C> && std::is_integral_v<C>) {
+        if (update == -1) return C(C(0) - static_cast<std::make_unsigned_t<C>>(old));
+        return update == 0 ? C(0) : C(old / update);
+      } else if constexpr (std::is_integral_v<C>) {
+        return update == 0 ? C(0) : C(old / update);
+      }
       else return old / update;
     case Mode::Max: return old > update ? old : update;
     case Mode::Min: return old < update ? old : update;
@@ -204,7 +231,7 @@ std::unique_ptr<Kernel> scatter(KernelBuilder& b) {
   const int data = b.input("data"), indices = b.input("indices"), updates = b.input("updates");
   const int64_t axis = b.const_int("axis", 0);
   const Mode mode = parse_mode(b);
-  const IndexRule rule = index_rule(b);
+  const IndexRule rule = scatter_index_rule(b);
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& td = ctx.input(data);
     const Tensor& ti = ctx.input(indices);
@@ -220,7 +247,8 @@ std::unique_ptr<Kernel> scatter(KernelBuilder& b) {
     run_scatter(ctx, mode, td, tu, [&](auto&& apply) {
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t j = 0; j < n; ++j)
-          apply((o * dim + rule.resolve(ctx, idx[j], dim, "scatter")) * inner, (o * n + j) * inner, inner);
+          if (const int64_t k = rule.resolve(ctx, idx[j], dim, "scatter"); k >= 0)
+            apply((o * dim + k) * inner, (o * n + j) * inner, inner);
     });
   });
 }
@@ -229,7 +257,7 @@ std::unique_ptr<Kernel> scatter_along_axis(KernelBuilder& b) {
   const int data = b.input("data"), indices = b.input("indices"), updates = b.input("updates");
   const int64_t axis = b.const_int("axis", 0);
   const Mode mode = parse_mode(b);
-  const IndexRule rule = index_rule(b);
+  const IndexRule rule = scatter_index_rule(b);
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& td = ctx.input(data);
     const Tensor& ti = ctx.input(indices);
@@ -241,7 +269,8 @@ std::unique_ptr<Kernel> scatter_along_axis(KernelBuilder& b) {
     const std::vector<int64_t> strides = contiguous_strides(td.shape);
     run_scatter(ctx, mode, td, tu, [&](auto&& apply) {
       for_each_position(ti.shape, a, strides, [&](int64_t i, int64_t offset) {
-        apply(offset + rule.resolve(ctx, idx[i], td.shape[a], "scatter_along_axis") * strides[a], i, 1);
+        if (const int64_t k = rule.resolve(ctx, idx[i], td.shape[a], "scatter_along_axis"); k >= 0)
+          apply(offset + k * strides[a], i, 1);
       });
     });
   });
@@ -250,7 +279,7 @@ std::unique_ptr<Kernel> scatter_along_axis(KernelBuilder& b) {
 std::unique_ptr<Kernel> scatter_nd(KernelBuilder& b) {
   const int data = b.input("data"), indices = b.input("indices"), updates = b.input("updates");
   const Mode mode = parse_mode(b);
-  const IndexRule rule = index_rule(b);
+  const IndexRule rule = scatter_index_rule(b);
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& td = ctx.input(data);
     const Tensor& ti = ctx.input(indices);
@@ -265,7 +294,9 @@ std::unique_ptr<Kernel> scatter_nd(KernelBuilder& b) {
     const std::vector<int64_t> strides = contiguous_strides(td.shape);
     const int64_t positions = product(ti.shape, 0, ti.shape.size() - 1), chunk = product(td.shape, k, td.shape.size());
     run_scatter(ctx, mode, td, tu, [&](auto&& apply) {
-      for (int64_t p = 0; p < positions; ++p) apply(nd_offset(ctx, rule, idx, p, k, td.shape, strides, 0), p * chunk, chunk);
+      for (int64_t p = 0; p < positions; ++p)
+        if (const int64_t offset = nd_offset(ctx, rule, idx, p, k, td.shape, strides, 0); offset >= 0)
+          apply(offset, p * chunk, chunk);
     });
   });
 }

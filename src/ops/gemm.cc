@@ -37,6 +37,10 @@ MatrixView matrix_view(const Tensor& t, int64_t offset, int64_t row_stride, int6
 Tensor matrix_source(const Tensor& t) {
   if (t.dtype == DType::Float32 || t.dtype == DType::Float16) return t;
   Tensor copy = Tensor::empty(DType::Float32, t.shape);
+  if (t.dtype == DType::Int32) {  // iOS17's mixed-dtype linear and matmul
+    std::copy_n(t.ptr<int32_t>(), t.numel(), copy.ptr<float>());
+    return copy;
+  }
   const std::vector<float> values = to_floats(t);
   std::copy(values.begin(), values.end(), copy.ptr<float>());
   return copy;

@@ -5,6 +5,8 @@
 // weight.bin, fp16 or fp32, and is never copied at load. Products are accumulated in float
 // and results are rounded to fp16 once, on store.
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "ops/gemm.h"
 #include "ops/register.h"
@@ -63,12 +65,22 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
     });
   }
   b.check(float_dtype(dx), "unsupported x dtype ", dtype_name(dx));
-  b.check(is_float(w.dtype) && (!bias || is_float(bias->dtype)), "weight and bias must be floating point");
+  // iOS17 lets weight and bias have another dtype than x, int32 included.
+  const auto float_or_int = [](DType d) { return is_float(d) || d == DType::Int32; };
+  b.check(float_or_int(w.dtype) && (!bias || float_or_int(bias->dtype)), "weight and bias must be fp16, fp32 or int32, got ",
+          dtype_name(w.dtype), bias ? " and " : "", bias ? dtype_name(bias->dtype) : "");
+  b.check(b.ios_version() >= 17 || (is_float(w.dtype) && (!bias || is_float(bias->dtype))),
+          "weight and bias must be floating point before iOS17");
 
-  // The weight is used as stored (fp16 or fp32, usually a view of weight.bin); only the
-  // small bias is widened here.
+  // The weight is used as stored (fp16 or fp32, usually a view of weight.bin; an int32 one
+  // is widened once here, like the small bias).
   const Tensor weight = matrix_source(w);
-  std::vector<float> bv = bias ? to_floats(*bias) : std::vector<float>(static_cast<size_t>(d_out), 0.0f);
+  std::vector<float> bv(static_cast<size_t>(d_out), 0.0f);
+  if (bias) {
+    const Tensor widened = matrix_source(*bias);
+    bv = widened.dtype == DType::Float32 ? std::vector<float>(widened.ptr<float>(), widened.ptr<float>() + d_out)
+                                         : to_floats(widened);
+  }
   return make_kernel([x, d_in, d_out, weight, bv = std::move(bv)](KernelContext& ctx) {
     const Tensor& tx = ctx.input(x);
     if (tx.rank() < 1 || tx.shape.back() != d_in) ctx.fail("x ", shape_str(tx.shape), " must end in D_in = ", d_in);
@@ -90,20 +102,30 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
   const bool tx = b.const_bool("transpose_x", false), ty = b.const_bool("transpose_y", false);
   const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype, dout = b.output_type(0).dtype;
   const bool x_const = b.is_constant("x"), y_const = b.is_constant("y");
-  if (dx == DType::Int32 || dy == DType::Int32) {
-    b.check(dx == dy && dout == dx, "int32 matmul needs int32 x, y and output");
+  const auto float_or_int = [](DType d) { return float_dtype(d) || d == DType::Int32; };
+  const bool int_path = dx == DType::Int32 && dy == DType::Int32;
+  if (int_path) {
+    b.check(dout == DType::Int32, "int32 matmul needs an int32 output, got ", dtype_name(dout));
   } else {
-    b.check(float_dtype(dx) && float_dtype(dy) && float_dtype(dout), "x, y and output must be fp16 or fp32, got ",
+    b.check(float_or_int(dx) && float_or_int(dy) && float_or_int(dout), "x, y and output must be fp16, fp32 or int32, got ",
             dtype_name(dx), ", ", dtype_name(dy), " and ", dtype_name(dout));
-    // iOS17 allows a const operand of another dtype; the output keeps the declared dtype.
+    // iOS17 allows a const operand of another dtype (int32 included); the output keeps the
+    // declared dtype, the non-constant operand's. Such products are computed in float.
     b.check(dx == dy || (b.ios_version() >= 17 && (x_const || y_const)), "x is ", dtype_name(dx), " but y is ",
             dtype_name(dy));
   }
   // Both operands are read in place at run time, constant or not: a constant y (a weight)
-  // is never widened or transposed into a copy, transpose flags just swap strides.
+  // is never widened or transposed into a copy, transpose flags just swap strides. Only an
+  // int32 operand of a float product is widened: a constant once here, an input per call.
+  std::optional<Tensor> x_widened, y_widened;
+  if (!int_path && x_const && !float_dtype(dx)) x_widened = matrix_source(b.constant("x")->tensor);
+  if (!int_path && y_const && !float_dtype(dy)) y_widened = matrix_source(b.constant("y")->tensor);
   return make_kernel([=](KernelContext& ctx) {
-    const Tensor& txs = ctx.input(x);
-    const Tensor& tys = ctx.input(y);
+    const Tensor& x_in = x_widened ? *x_widened : ctx.input(x);
+    const Tensor& y_in = y_widened ? *y_widened : ctx.input(y);
+    const Tensor x_float = int_path ? Tensor() : matrix_source(x_in), y_float = int_path ? Tensor() : matrix_source(y_in);
+    const Tensor& txs = int_path ? x_in : x_float;
+    const Tensor& tys = int_path ? y_in : y_float;
     Shape xs = txs.shape, ys = tys.shape;
     if (xs.empty() || ys.empty()) ctx.fail("x and y must be at least 1-D");
     if ((tx && xs.size() == 1) || (ty && ys.size() == 1)) ctx.fail("transpose is not allowed on a 1-D operand");
@@ -119,7 +141,7 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
     Shape out_shape = batch;
     if (!x1) out_shape.push_back(M);
     if (!y1) out_shape.push_back(N);
-    Tensor& out = ctx.allocate_output(0, txs.dtype == DType::Int32 ? DType::Int32 : dout, out_shape);
+    Tensor& out = ctx.allocate_output(0, dout, out_shape);
     if (out.numel() == 0) return;
     auto sx = broadcast_strides(bx, batch), sy = broadcast_strides(by, batch);
     for (auto& s : sx) s *= M * K;
@@ -128,7 +150,7 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
     const int64_t a_row = tx ? 1 : K, a_col = tx ? M : 1;
     const int64_t b_row = ty ? 1 : N, b_col = ty ? K : 1;
 
-    if (txs.dtype == DType::Int32) {
+    if (int_path) {
       const int32_t* xp = txs.ptr<int32_t>();
       const int32_t* yp = tys.ptr<int32_t>();
       for_each_broadcast(batch, sx, sy, [&](int64_t i, int64_t ox, int64_t oy) {
@@ -137,7 +159,9 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
       return;
     }
     std::vector<float> os;
-    float* op = float_output(out, os);
+    const bool int_out = out.dtype == DType::Int32;  // an int32 x times a constant float y
+    if (int_out) os.resize(static_cast<size_t>(out.numel()));
+    float* op = int_out ? os.data() : float_output(out, os);
     if (shape_numel(by) == 1 && !tx) {
       // One shared y: all x rows form a single [batch*M, K] operand.
       gemm(shape_numel(batch) * M, N, K, matrix_view(txs, 0, K), matrix_view(tys, 0, b_row, b_col), op, N, false);
@@ -146,6 +170,11 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
         gemm(M, N, K, matrix_view(txs, ox, a_row, a_col), matrix_view(tys, oy, b_row, b_col), op + i * M * N, N,
              false);
       });
+    }
+    if (int_out) {
+      int32_t* o = out.ptr<int32_t>();
+      for (int64_t k = 0; k < out.numel(); ++k) o[k] = static_cast<int32_t>(std::nearbyint(op[k]));
+      return;
     }
     commit_float_output(out, op);
   });

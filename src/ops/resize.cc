@@ -59,12 +59,14 @@ std::vector<Tap> linear_taps(Sampling mode, int64_t in, int64_t out) {
   return taps;
 }
 
-// Nearest neighbour: DEFAULT takes floor(i * in / out) (exact integer arithmetic, the
-// TensorFlow/PyTorch legacy rule); the other modes round the grid point half up.
-std::vector<Tap> nearest_taps(Sampling mode, int64_t in, int64_t out) {
+// Nearest neighbour: the upsample/resize_nearest_neighbor ops take floor(i * in / out) in
+// DEFAULT mode (exact integer arithmetic, the TensorFlow/PyTorch legacy rule); the other modes,
+// and every mode of iOS17's resize (`round_default`), round the grid point half up (coremltools'
+// resize test: 2 rows resized to 3 read rows 0, 1, 1).
+std::vector<Tap> nearest_taps(Sampling mode, int64_t in, int64_t out, bool round_default) {
   std::vector<Tap> taps;
   for (int64_t i = 0; i < out; ++i) {
-    int64_t k = mode == Sampling::Default ? i * in / out
+    int64_t k = mode == Sampling::Default && !round_default ? i * in / out
                                           : static_cast<int64_t>(std::floor(grid_point(mode, 0, static_cast<double>(in - 1), i, out) + 0.5));
     k = std::clamp<int64_t>(k, 0, in - 1);
     taps.push_back({k, k, 0.f});
@@ -121,7 +123,8 @@ std::vector<float> resample_axis(const std::vector<float>& src, Shape& shape, in
 
 // Resizes the trailing dims of x to `sizes` (one entry per trailing dim). Nearest neighbour
 // is a pure gather (any dtype, no conversion); linear interpolates in float.
-void resize_trailing(KernelContext& ctx, const Tensor& x, const Shape& sizes, bool linear, Sampling mode) {
+void resize_trailing(KernelContext& ctx, const Tensor& x, const Shape& sizes, bool linear, Sampling mode,
+                     bool round_default = false) {
   const int64_t rank = x.rank(), k = static_cast<int64_t>(sizes.size());
   if (rank < k) ctx.fail("x of rank ", rank, " cannot resize its last ", k, " dims");
   Shape out_shape = x.shape;
@@ -131,7 +134,7 @@ void resize_trailing(KernelContext& ctx, const Tensor& x, const Shape& sizes, bo
     if (out < 0 || (in == 0 && out > 0)) ctx.fail("cannot resize a dim of size ", in, " to ", out);
     out_shape[axis] = out;
     if (in == out && mode != Sampling::OffsetCorners) continue;  // identity in every other mode
-    taps[axis] = linear ? linear_taps(mode, in, out) : nearest_taps(mode, in, out);
+    taps[axis] = linear ? linear_taps(mode, in, out) : nearest_taps(mode, in, out, round_default);
   }
   Tensor& result = ctx.allocate_output(0, x.dtype, out_shape);
   if (!linear) {
@@ -221,7 +224,7 @@ std::unique_ptr<Kernel> resize(KernelBuilder& b) {
     Shape sizes(target.end() - dims, target.end());
     for (int64_t j = 0; j < dims; ++j)
       if (sizes[j] == 0) sizes[j] = in.shape[in.rank() - dims + j];
-    resize_trailing(ctx, in, sizes, interpolation == "LINEAR", mode);
+    resize_trailing(ctx, in, sizes, interpolation == "LINEAR", mode, /*round_default=*/true);
   });
 }
 
@@ -242,6 +245,14 @@ std::unique_ptr<Kernel> crop(KernelBuilder& b) {
     view.offset = ch[0] * view.strides[r - 2] + cw[0] * view.strides[r - 1];
     copy_view(in, view, ctx.allocate_output(0, in.dtype, shape));
   });
+}
+
+// Sample i of n along a box edge from `from` to `to`. A box given with from > to is read
+// backwards: its samples are those of the box from `to` to `from`, in reverse order (Core ML
+// flips such crops; coremltools' crop_resize tests expect it).
+double box_point(Sampling mode, double from, double to, int64_t i, int64_t n) {
+  if (from <= to) return grid_point(mode, from, to - from, i, n);
+  return from - grid_point(mode, 0.0, from - to, i, n);
 }
 
 // crop_resize: iOS15/16 take roi [N, 1, 4 or 5, 1, 1] and give [N, B or 1, C, h, w];
@@ -299,9 +310,9 @@ KernelFactory crop_resize_factory(bool ios17) {
           for (int64_t ch = 0; ch < c; ++ch) {
             const float* plane = &src[(img * c + ch) * h * w];
             for (int64_t r = 0; r < th; ++r) {
-              const double py = grid_point(mode, std::min(y1, y2), std::abs(y2 - y1), r, th);
+              const double py = box_point(mode, y1, y2, r, th);
               for (int64_t q = 0; q < tw; ++q) {
-                const double px = grid_point(mode, std::min(x1, x2), std::abs(x2 - x1), q, tw);
+                const double px = box_point(mode, x1, x2, q, tw);
                 if (py < 0 || py > h - 1 || px < 0 || px > w - 1) {
                   *o++ = static_cast<float>(pad_value);
                   continue;

@@ -48,6 +48,24 @@ struct Sampler {
     return align_corners ? (v + 1) / 2 * static_cast<double>(n - 1) : ((v + 1) * static_cast<double>(n) - 1) / 2;
   }
 
+  // The pixel nearest to position p along an axis of n pixels (before padding). The
+  // reflecting modes mirror the position first and round afterwards, so that a tie rounds as
+  // it would in the mirrored image (as Core ML and PyTorch's grid_sample do); rounding first
+  // would pick the pixel on the other side of the mirror.
+  int64_t nearest_index(double p, int64_t n) const {
+    if (padding == Padding::Symmetric) p = mirror(p + 0.5, static_cast<double>(n)) - 0.5;  // about the edges
+    else if (padding == Padding::Reflection && n > 1) p = mirror(p, static_cast<double>(n - 1));  // about the centres
+    return static_cast<int64_t>(std::nearbyint(p));  // half to even, as grid_sample's nearbyint
+  }
+
+  // q reflected into [0, len] by mirrors at 0 and len.
+  static double mirror(double q, double len) {
+    const double period = 2 * len;
+    double m = std::fmod(q, period);
+    if (m < 0) m += period;
+    return m > len ? period - m : m;
+  }
+
   // Pixel i of the padded axis of n pixels -> in-image pixel, or -1 for padding_value.
   int64_t map_index(int64_t i, int64_t n) const {
     if (i >= 0 && i < n) return i;
@@ -149,9 +167,8 @@ void add_taps(const Sampler& s, double px, double py, int64_t h, int64_t w, Tap*
   px = safe_position(px);
   py = safe_position(py);
   if (s.nearest) {
-    // Round half to even, as PyTorch's grid_sample (nearbyint) does.
-    const int64_t ix = s.map_index(static_cast<int64_t>(std::nearbyint(px)), w);
-    const int64_t iy = s.map_index(static_cast<int64_t>(std::nearbyint(py)), h);
+    const int64_t ix = s.map_index(s.nearest_index(px, w), w);
+    const int64_t iy = s.map_index(s.nearest_index(py, h), h);
     taps[0] = {ix < 0 || iy < 0 ? -1 : iy * w + ix, 1.f};
     return;
   }

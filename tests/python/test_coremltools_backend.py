@@ -351,3 +351,23 @@ def test_hook_module_without_pth(tmp_path):
         print("ok")
     """
     assert run_scripts([script], False, str(tmp_path))[0].strip() == "ok"
+
+
+def test_failed_prediction_speaks_like_core_ml(tmp_path):
+    """A prediction the engine refuses (here an out-of-range scatter index that the model asks
+    to validate) raises RuntimeError opening with Core ML's words, then coremlrt's reason."""
+    from coremltools.converters.mil.mil import types
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3)), mb.TensorSpec(shape=(2,), dtype=types.int32)],
+                opset_version=ct.target.iOS17)
+    def prog(data, indices):
+        return mb.scatter(data=data, indices=indices, updates=np.ones((2, 3), np.float32), validate_indices=True)
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
+                       compute_precision=ct.precision.FLOAT32)
+    data = np.zeros((2, 3), np.float32)
+    good = model.predict({"data": data, "indices": np.array([1, 0], np.int32)})
+    np.testing.assert_array_equal(only_output(good), np.ones((2, 3), np.float32))
+    with pytest.raises(RuntimeError, match=r"^Unable to compute the prediction using ML Program: .*"
+                                           r"scatter index 10 is out of range for a dimension of size 2"):
+        model.predict({"data": data, "indices": np.array([10, 0], np.int32)})

@@ -249,6 +249,22 @@ def test_int32_division_and_overflow(tmp_path):
         assert_same(out[name], want, name)
 
 
+def test_int32_scatter_div_by_minus_one(tmp_path):
+    """scatter's "div" mode divides like real_div: truncating, and INT32_MIN / -1 wraps to
+    INT32_MIN instead of trapping (SIGFPE)."""
+    data = np.array([INT32_MIN, 7, -7, 9], np.int32)
+    updates = np.array([-1, -2, 2, 0], np.int32)
+    indices = np.array([0, 1, 2, 3], np.int32)
+
+    @mb.program(input_specs=[spec(data), spec(updates)], opset_version=ct.target.iOS15)
+    def prog(data, updates):
+        return mb.scatter(data=data, indices=indices, updates=updates, axis=0, mode="div", name="out")
+
+    out = run(prog, tmp_path, {"data": data, "updates": updates}, ct.target.iOS15)
+    # Division by zero is undefined in MIL; coremlrt gives 0 there (not checked).
+    assert_same(out["out"][:3], np.array([INT32_MIN, -3, -3], np.int32), "scatter div")
+
+
 # ----------------------------------------------------------------------------- unary ops
 
 

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Runs coremltools' own MIL op tests with predictions made by coremlrt, and reports.
+
+    python3 scripts/coremltools_op_tests.py                 # full run (about an hour on 2 cores)
+    python3 scripts/coremltools_op_tests.py --sample 10 --check   # CI: every 10th case, no regressions
+
+Each test file of the installed ``coremltools/converters/mil/mil/ops/tests`` runs in its own
+pytest process with the plugin tests/conformance/coremltools_op_suite.py, which records one
+JSON line per case. A process that dies (a crash in a kernel, say) is restarted after the
+case it was running, which is recorded as a crash; the other cases of the file still run.
+
+A full run writes docs/conformance.md (``--report``) and, with ``--record``, the list of
+cases that did not pass to tests/conformance/recorded_results.json. ``--check`` compares a
+run with that list and exits non-zero when a case recorded as passing fails or crashes.
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PLUGIN_DIR = REPO / "tests" / "conformance"
+RECORDED = PLUGIN_DIR / "recorded_results.json"
+KNOWN_DIFFERENCES = PLUGIN_DIR / "known_differences.json"
+FILE_TIMEOUT_S = 1800  # one test file; a hang past this is recorded like a crash
+NOT_PASSING = ("failed", "crash")
+
+
+def suite_dir():
+    import importlib.util
+    spec = importlib.util.find_spec("coremltools")
+    if spec is None:
+        sys.exit("coremltools is not installed")
+    return pathlib.Path(spec.origin).parent / "converters" / "mil" / "mil" / "ops" / "tests"
+
+
+def test_files(root, only):
+    files = sorted(root.rglob("test_*.py"))
+    return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
+
+
+def run_group(paths, name, root, out_dir, sample):
+    """Runs test files in one pytest process to the end, restarting it after each crash.
+    Returns their records."""
+    results = out_dir / (name + ".jsonl")
+    current = out_dir / (name + ".current")
+    results.unlink(missing_ok=True)
+    ini = out_dir / "pytest.ini"  # an empty configuration: none of our repository's settings
+    env = dict(os.environ, COREMLRT_SUITE_CURRENT=str(current), PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGIN_DIR), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
+               "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
+               "--coremlrt-sample", str(sample)] + [str(p) for p in paths]
+    resume = []
+    while True:
+        current.unlink(missing_ok=True)
+        try:
+            proc = subprocess.run(command + resume, cwd=out_dir, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=FILE_TIMEOUT_S)
+            code, tail = proc.returncode, proc.stdout.decode(errors="replace")[-2000:]
+        except subprocess.TimeoutExpired:
+            code, tail = "timeout", ""
+        # pytest exits 0-5 on its own; anything else (a signal, an abort) is a crash.
+        if code in (0, 1, 5):
+            break
+        recorded = _read(results)
+        running = current.read_text() if current.exists() else None
+        if running is None or running in {r["nodeid"] for r in recorded}:
+            # Died outside a case (collection, start-up): record the files as broken entries.
+            for path in paths:
+                relative = str(path.relative_to(root))
+                _append(results, {"nodeid": relative, "file": relative, "op": "(file)", "outcome": "crash",
+                                  "cause": "test file did not run", "detail": f"exit {code}: {tail[-300:]}"})
+            break
+        _append(results, {"nodeid": running, "file": running.split("::")[0],
+                          "op": _op_of(running), "outcome": "crash",
+                          "cause": {"timeout": "timeout", 3: "pytest internal error"}.get(code, "crash"),
+                          "detail": f"process ended with {code}"})
+        resume = ["--coremlrt-resume"]
+    return _read(results)
+
+
+def _op_of(nodeid):
+    sys.path.insert(0, str(PLUGIN_DIR))
+    from coremltools_op_suite import op_of
+    return op_of(nodeid)
+
+
+def _read(path):
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _append(path, record):
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def summarize(records):
+    counts = collections.Counter(r["outcome"] for r in records)
+    ran = counts["passed"] + counts["failed"] + counts["crash"]
+    return counts, ran, (counts["passed"] / ran if ran else 0.0)
+
+
+def check_against_recorded(records, sample):
+    """Problems of this run compared with the recorded full run (empty when it holds)."""
+    recorded = json.loads(RECORDED.read_text())
+    not_passed = recorded["not_passed"]
+    problems = []
+    for r in records:
+        if r["outcome"] in NOT_PASSING and r["nodeid"] not in not_passed:
+            problems.append(f"regression: {r['nodeid']}: {r['outcome']} ({r.get('cause')}: {r.get('detail')})")
+    ran = sum(1 for r in records if r["outcome"] != "not_applicable")
+    expected = recorded["applicable"] / sample
+    if ran < 0.9 * expected:  # a sample that silently shrank would prove nothing
+        problems.append(f"only {ran} cases ran; the recorded suite has {recorded['applicable']} "
+                        f"applicable cases, so about {expected:.0f} were expected at --sample {sample}")
+    return problems
+
+
+def record(records, version):
+    applicable = [r for r in records if r["outcome"] != "not_applicable"]
+    RECORDED.write_text(json.dumps({
+        "coremltools": version,
+        "applicable": len(applicable),
+        "not_passed": {r["nodeid"]: f"{r['outcome']}: {r.get('cause') or r.get('detail')}"
+                       for r in applicable if r["outcome"] != "passed"},
+    }, indent=1, sort_keys=True) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sample", type=int, default=1, help="run every N-th case of each file")
+    parser.add_argument("--jobs", type=int, default=2, help="test files run at once")
+    parser.add_argument("--only", action="append", help="run test files whose path contains this")
+    parser.add_argument("--out", default=str(REPO / "build" / "coremltools-op-suite"))
+    parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
+    parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
+    parser.add_argument("--check", action="store_true", help="fail on a regression from the recorded run")
+    args = parser.parse_args()
+
+    import coremltools
+    root = suite_dir()
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "pytest.ini").write_text("[pytest]\n")
+    files = test_files(root, args.only)
+    started = time.monotonic()
+    # A full run gives each file its own process, so that one file's crash or hang costs only
+    # that file's time; a sample is mostly start-up cost (importing coremltools and torch), so
+    # it runs one process per job.
+    if args.sample == 1:
+        groups = {str(f.relative_to(root)): [f] for f in files}
+    else:
+        groups = {f"sample-{i}": files[i::args.jobs] for i in range(args.jobs)}
+    records = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample): name
+                   for name, paths in groups.items() if paths}
+        for future in concurrent.futures.as_completed(futures):
+            file_records = future.result()
+            records += file_records
+            counts, ran, _ = summarize(file_records)
+            print(f"{futures[future]}: {counts['passed']}/{ran} passed, "
+                  f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped, "
+                  f"{counts['not_applicable']} n/a", flush=True)
+    seconds = time.monotonic() - started
+    counts, ran, rate = summarize(records)
+    print(f"\n{len(files)} files in {seconds:.0f} s: {counts['passed']} of {ran} cases passed ({rate:.2%}); "
+          f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped by the tests, "
+          f"{counts['not_applicable']} not applicable")
+    with open(out_dir / "results.json", "w") as f:
+        json.dump(records, f)
+
+    from coremltools_op_report import write_report
+    if args.report:
+        write_report(records, pathlib.Path(args.report), coremltools.__version__, args.sample, seconds,
+                     _known_differences())
+        print(f"report: {args.report}")
+    if args.record:
+        record(records, coremltools.__version__)
+        print(f"recorded: {RECORDED}")
+    if args.check:
+        problems = check_against_recorded(records, args.sample)
+        for p in problems:
+            print(p)
+        if problems:
+            sys.exit(1)
+        print("no regression from the recorded run")
+
+
+def _known_differences():
+    return json.loads(KNOWN_DIFFERENCES.read_text()) if KNOWN_DIFFERENCES.exists() else []
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(PLUGIN_DIR))
+    main()

@@ -1,0 +1,271 @@
+"""pytest plugin: coremltools' own MIL op tests, with every prediction made by coremlrt.
+
+coremltools ships its op tests in its wheel (``coremltools/converters/mil/mil/ops/tests``).
+Each case builds a MIL program, converts it and, on macOS only, predicts with Core ML and
+compares against the values the test computed. This plugin makes the same cases predict on
+Linux through coremlrt and records what happened to each one. It changes coremltools only
+in the two places where the test utilities decide whether prediction is possible:
+
+* ``coremltools.converters.mil.testing_utils._IS_MACOS`` (compare_backend, compare_shapes),
+* ``coremltools.models.utils._macos_version`` (the version checks of the test utilities,
+  and the version skips test modules evaluate at import),
+
+and installs ``coremlrt.coremltools_backend`` so that ``MLModel.predict`` reaches coremlrt.
+Nothing else of coremltools is touched; its test files are run as installed.
+
+Loaded by scripts/coremltools_op_tests.py as ``-p coremltools_op_suite``; it writes one JSON
+line per case to ``--coremlrt-results``.
+"""
+
+import json
+import os
+import re
+import time
+import traceback
+
+import pytest
+
+# Imported now, while sys.path is as the caller set it: the suite's conftest is loaded (before
+# pytest_configure) with coremltools' package root, site-packages, put first on sys.path, which
+# would otherwise shadow a coremlrt given on PYTHONPATH with the installed one.
+import coremlrt  # noqa: F401
+
+# The macOS the gates report: one whose Core ML runs every opset coremltools 9 targets (iOS18
+# needs macOS 15) and has the fixes the suite's version skips wait for (15.2 is the newest).
+PRETENDED_MACOS_VERSION = (15, 5)
+
+NOT_APPLICABLE_REASON = "not applicable: neuralnetwork backend (coremlrt runs ML programs)"
+_NEURALNETWORK_LOAD_ERROR = "this build runs ML programs (mlProgram) only"
+
+_predictions_in_current_case = 0
+# neuralnetwork models a case made (through assert_model_is_valid's default backend, say):
+# coremltools keeps such a model without a proxy, so the case is about a format we do not run.
+_neuralnetwork_loads_in_current_case = 0
+# Load errors of the current case: coremltools catches the proxy's exception, warns, and keeps
+# the model without a proxy, so the case fails later with "prediction is only supported on
+# macOS"; the error kept here names the real cause.
+_load_errors_in_current_case = []
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("coremlrt", "coremltools op suite on coremlrt")
+    group.addoption("--coremlrt-results", required=True,
+                    help="JSON-lines file that receives one record per case")
+    group.addoption("--coremlrt-sample", type=int, default=1,
+                    help="run every N-th applicable case of each file (sorted by node id)")
+    group.addoption("--coremlrt-resume", action="store_true",
+                    help="skip cases the results file already records (rerun after a crash)")
+
+
+def _open_prediction_gates():
+    import coremltools.converters.mil.testing_utils as testing_utils
+    import coremltools.models.utils as model_utils
+
+    # _is_macos stays False: coremltools' own modules bound the real _macos_version at import,
+    # and it runs `sw_vers` when _is_macos() says macOS. Only the test utilities' view changes.
+    model_utils._macos_version = lambda: PRETENDED_MACOS_VERSION
+    testing_utils._IS_MACOS = True
+
+
+def _watch_the_proxy():
+    from coremlrt.coremltools_backend import _MLModelProxy
+
+    original_init, original_predict = _MLModelProxy.__init__, _MLModelProxy.predict
+
+    def __init__(self, *args, **kwargs):  # noqa: N807 - wraps the proxy's constructor
+        global _neuralnetwork_loads_in_current_case
+        try:
+            original_init(self, *args, **kwargs)
+        except Exception as exc:
+            if _NEURALNETWORK_LOAD_ERROR in str(exc):
+                _neuralnetwork_loads_in_current_case += 1
+            else:
+                _load_errors_in_current_case.append(_last_line(str(exc)))
+            raise
+
+    def predict(self, data, state=None):
+        global _predictions_in_current_case
+        _predictions_in_current_case += 1
+        return original_predict(self, data, state)
+
+    _MLModelProxy.__init__ = __init__
+    _MLModelProxy.predict = predict
+
+
+def pytest_configure(config):
+    import coremlrt.coremltools_backend
+
+    coremlrt.coremltools_backend.enable()
+    _open_prediction_gates()
+    _watch_the_proxy()
+    config._coremlrt_log = _ResultLog(config.getoption("--coremlrt-results"))
+
+
+def _is_neuralnetwork_case(item):
+    for value in getattr(getattr(item, "callspec", None), "params", {}).values():
+        if getattr(value, "backend", None) == "neuralnetwork":  # BackendConfig
+            return True
+        if isinstance(value, tuple) and value[:1] == ("neuralnetwork",):  # ("neuralnetwork", "fp32")
+            return True
+        if isinstance(value, str) and value == "neuralnetwork":
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    log = config._coremlrt_log
+    done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
+    keep, drop = [], []
+    for item in items:
+        if item.nodeid in done:
+            drop.append(item)
+        elif _is_neuralnetwork_case(item):
+            # Not run at all: the whole case is about a model format coremlrt does not load.
+            log.write(_record(item, "not_applicable", cause="neuralnetwork backend"))
+            drop.append(item)
+        else:
+            keep.append(item)
+    every = config.getoption("--coremlrt-sample")
+    if every > 1:
+        # Every N-th case of each file by node id: the same cases whichever files share a process.
+        by_file = {}
+        for item in sorted(keep, key=lambda i: i.nodeid):
+            by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+        chosen = {id(i) for cases in by_file.values() for i in cases[::every]}
+        drop += [i for i in keep if id(i) not in chosen]
+        keep = [i for i in keep if id(i) in chosen]
+    items[:] = keep
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    global _predictions_in_current_case, _neuralnetwork_loads_in_current_case
+    _predictions_in_current_case = _neuralnetwork_loads_in_current_case = 0
+    _load_errors_in_current_case.clear()
+    # A crash kills the process before any report: the runner reads this to name the case.
+    with open(os.environ.get("COREMLRT_SUITE_CURRENT", os.devnull), "w") as f:
+        f.write(nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and report.failed:
+        try:
+            report._coremlrt_cause = classify_failure(call.excinfo)
+        except Exception as exc:  # noqa: BLE001 - a classifier bug must not stop the run
+            report._coremlrt_cause = ("error", f"(unclassified: {exc!r}) {_last_line(str(call.excinfo.value))}", {})
+
+
+def pytest_runtest_logreport(report):
+    # One record per case: its call, or the setup that skipped or failed it, or a failing
+    # teardown of a case whose call passed (the log keeps the first record per case).
+    if _current_log is not None and (report.when == "call" or report.failed or report.skipped):
+        _current_log.finish(report)
+
+
+class _ResultLog:
+    def __init__(self, path):
+        global _current_log
+        self.path = path
+        self._reported = set()
+        _current_log = self
+
+    def recorded_ids(self):
+        if not os.path.exists(self.path):
+            return set()
+        with open(self.path) as f:
+            return {json.loads(line)["nodeid"] for line in f if line.strip()}
+
+    def write(self, record):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def finish(self, report):
+        if report.nodeid in self._reported:  # a teardown error after a recorded call
+            return
+        self._reported.add(report.nodeid)
+        if _neuralnetwork_loads_in_current_case and not report.skipped:
+            self.write(_record(report, "not_applicable", cause="neuralnetwork model"))
+        elif report.passed:
+            self.write(_record(report, "passed"))
+        elif report.skipped and hasattr(report, "wasxfail"):
+            # coremltools marks the case as failing on Core ML as well: not run on macOS either.
+            self.write(_record(report, "skipped", detail=f"xfail in coremltools: {report.wasxfail}"))
+        elif report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.write(_record(report, "skipped", detail=reason.removeprefix("Skipped: ")))
+        else:
+            default = ("error", _last_line(report.longreprtext), {})
+            cause, detail, errors = getattr(report, "_coremlrt_cause", default)
+            outcome = "not_applicable" if cause == "neuralnetwork model" else "failed"
+            self.write(_record(report, outcome, cause=cause, detail=detail, **errors))
+
+
+_current_log = None
+
+
+def _record(item_or_report, outcome, **fields):
+    nodeid = item_or_report.nodeid
+    record = {"nodeid": nodeid, "file": nodeid.split("::")[0], "op": op_of(nodeid), "outcome": outcome}
+    duration = getattr(item_or_report, "duration", None)
+    if duration is not None:  # a report of a case that ran (not one dropped at collection)
+        record["predictions"] = _predictions_in_current_case
+        record["seconds"] = round(duration, 3)
+    record.update({k: v for k, v in fields.items() if v is not None})
+    return record
+
+
+def op_of(nodeid):
+    """What a case tests: its test class (each covers one op: TestSliceByIndex, TestConv)."""
+    parts = nodeid.split("::")
+    return parts[1] if len(parts) >= 3 else parts[-1].split("[")[0]
+
+
+_MAX_ABS = re.compile(r"Max absolute difference(?: among violations)?: *([-+0-9.eEinfa]+)")
+_MAX_REL = re.compile(r"Max relative difference(?: among violations)?: *([-+0-9.eEinfa]+)")
+
+
+def classify_failure(excinfo):
+    """(cause, short detail, error figures) for a failed case."""
+    text = str(excinfo.value)
+    frames = [(entry.frame.code.raw.co_filename, entry.frame.code.raw.co_name) for entry in excinfo.traceback]
+    in_proxy = [name for path, name in frames if path.endswith("coremltools_backend.py")]
+    if _NEURALNETWORK_LOAD_ERROR in text:
+        return "neuralnetwork model", None, {}
+    if "unsupported op" in text:
+        match = re.search(r"no kernel for op type '([^']+)' in opset (\w+)", text)
+        return "missing op", match.group(1) + " (opset " + match.group(2) + ")" if match else text[:200], {}
+    if isinstance(excinfo.value, AssertionError) and "Not equal to tolerance" in text:
+        errors = {}
+        for key, pattern in (("max_abs_error", _MAX_ABS), ("max_rel_error", _MAX_REL)):
+            match = pattern.search(text)
+            if match:
+                errors[key] = float(match.group(1))
+        mismatch = re.search(r"Mismatched elements: ([^\n]+)", text)
+        return "wrong numbers", mismatch.group(1).strip() if mismatch else None, errors
+    if "__init__" in in_proxy:
+        return "load error", _last_line(text), {}
+    if _load_errors_in_current_case:
+        return "load error", _load_errors_in_current_case[0], {}
+    if "predict" in in_proxy:
+        return "predict error", _last_line(text), {}
+    if isinstance(excinfo.value, AssertionError):
+        # The first line is the test's own message (pytest appends its diff below it).
+        first = text.strip().splitlines()[0][:300] if text.strip() else ""
+        return "wrong result", first or _where(excinfo), {}
+    if _predictions_in_current_case == 0:
+        return "fails before prediction", f"{excinfo.typename}: {_last_line(text)}", {}
+    return "other error", f"{excinfo.typename}: {_last_line(text)}", {}
+
+
+def _last_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _where(excinfo):
+    entry = excinfo.traceback[-1]
+    return f"{os.path.basename(entry.frame.code.raw.co_filename)}:{entry.lineno + 1}"
