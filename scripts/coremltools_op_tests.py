@@ -17,7 +17,6 @@ run with that list and exits non-zero when a case recorded as passing fails or c
 import argparse
 import collections
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -88,8 +87,7 @@ def run_group(paths, name, root, out_dir, sample):
 
 
 def _op_of(nodeid):
-    sys.path.insert(0, str(PLUGIN_DIR))
-    from coremltools_op_suite import op_of
+    from coremltools_op_suite import op_of  # PLUGIN_DIR is on sys.path (see __main__)
     return op_of(nodeid)
 
 

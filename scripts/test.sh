@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
-# Python suite (pytest, against the installed package and ../shared/corpus), and the
-# sanitizer runs (ASan+UBSan, TSan: scripts/test_sanitizers.sh).
+# Python suite (pytest, against the installed package and ../shared/corpus), a sample of
+# coremltools' own op tests (scripts/coremltools_op_tests.py), and the sanitizer runs
+# (ASan+UBSan, TSan: scripts/test_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -20,8 +20,6 @@ line per case to ``--coremlrt-results``.
 import json
 import os
 import re
-import time
-import traceback
 
 import pytest
 
@@ -31,10 +29,9 @@ import pytest
 import coremlrt  # noqa: F401
 
 # The macOS the gates report: one whose Core ML runs every opset coremltools 9 targets (iOS18
-# needs macOS 15) and has the fixes the suite's version skips wait for (15.2 is the newest).
+# needs macOS 15) and has every fix the suite's version skips wait for (the newest is 15.2).
 PRETENDED_MACOS_VERSION = (15, 5)
 
-NOT_APPLICABLE_REASON = "not applicable: neuralnetwork backend (coremlrt runs ML programs)"
 _NEURALNETWORK_LOAD_ERROR = "this build runs ML programs (mlProgram) only"
 
 _predictions_in_current_case = 0
@@ -115,26 +112,27 @@ def _is_neuralnetwork_case(item):
 def pytest_collection_modifyitems(session, config, items):
     log = config._coremlrt_log
     done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
-    keep, drop = [], []
+    applicable, drop = [], []
     for item in items:
-        if item.nodeid in done:
-            drop.append(item)
-        elif _is_neuralnetwork_case(item):
+        if _is_neuralnetwork_case(item):
             # Not run at all: the whole case is about a model format coremlrt does not load.
-            log.write(_record(item, "not_applicable", cause="neuralnetwork backend"))
+            if item.nodeid not in done:
+                log.write(_record(item, "not_applicable", cause="neuralnetwork backend"))
             drop.append(item)
         else:
-            keep.append(item)
+            applicable.append(item)
     every = config.getoption("--coremlrt-sample")
     if every > 1:
-        # Every N-th case of each file by node id: the same cases whichever files share a process.
+        # Every N-th case of each file by node id: the same cases whichever files share a
+        # process, and the same after a restart (cases already recorded are dropped below).
         by_file = {}
-        for item in sorted(keep, key=lambda i: i.nodeid):
+        for item in sorted(applicable, key=lambda i: i.nodeid):
             by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
         chosen = {id(i) for cases in by_file.values() for i in cases[::every]}
-        drop += [i for i in keep if id(i) not in chosen]
-        keep = [i for i in keep if id(i) in chosen]
-    items[:] = keep
+    else:
+        chosen = {id(i) for i in applicable}
+    items[:] = [i for i in applicable if id(i) in chosen and i.nodeid not in done]
+    drop += [i for i in applicable if id(i) not in chosen or i.nodeid in done]
     if drop:
         config.hook.pytest_deselected(items=drop)
 
@@ -235,9 +233,12 @@ def classify_failure(excinfo):
     in_proxy = [name for path, name in frames if path.endswith("coremltools_backend.py")]
     if _NEURALNETWORK_LOAD_ERROR in text:
         return "neuralnetwork model", None, {}
-    if "unsupported op" in text:
-        match = re.search(r"no kernel for op type '([^']+)' in opset (\w+)", text)
-        return "missing op", match.group(1) + " (opset " + match.group(2) + ")" if match else text[:200], {}
+    # A load error usually reaches the test only as coremltools' "prediction is only supported
+    # on macOS" (it keeps the model without a proxy), so the load errors seen count too.
+    for message in [text] + _load_errors_in_current_case:
+        if "unsupported op" in message:
+            match = re.search(r"no kernel for op type '([^']+)' in opset (\w+)", message)
+            return "missing op", f"{match.group(1)} (opset {match.group(2)})" if match else message[:200], {}
     if isinstance(excinfo.value, AssertionError) and "Not equal to tolerance" in text:
         errors = {}
         for key, pattern in (("max_abs_error", _MAX_ABS), ("max_rel_error", _MAX_REL)):

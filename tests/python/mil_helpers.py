@@ -23,6 +23,23 @@ def save_program(prog, directory, name="model", fp16=False, target=None):
     return path
 
 
+def tensor_spec(array):
+    """An mb.TensorSpec with a numpy array's shape and dtype (fp32, fp16 or int32)."""
+    import numpy as np
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    builtin = {np.float32: types.fp32, np.float16: types.fp16, np.int32: types.int32}[array.dtype.type]
+    return mb.TensorSpec(shape=array.shape, dtype=builtin)
+
+
+def predict_program(prog, directory, inputs, target):
+    """Saves a MIL program for `target` (fp32 compute) and predicts once with coremlrt."""
+    import coremlrt
+
+    return coremlrt.MLModel(save_program(prog, directory, target=target)).predict(inputs)
+
+
 def matmul_chain(directory, depth=8, size=256, name="chain"):
     """y = tanh(...tanh(x @ W1)... @ Wdepth) for x fp32 [size, size]: a compute-bound model.
 

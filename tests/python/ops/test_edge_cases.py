@@ -14,24 +14,13 @@ import numpy as np
 import pytest
 import torch
 from coremltools.converters.mil import Builder as mb
-from coremltools.converters.mil.mil import types
 
-import coremlrt
-from mil_helpers import save_program
+from mil_helpers import predict_program as run
+from mil_helpers import tensor_spec as spec
 
 RNG = np.random.default_rng(2024)
 NAN, INF = float("nan"), float("inf")
 INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
-BUILTIN_TYPES = {np.float32: types.fp32, np.float16: types.fp16, np.int32: types.int32}
-
-
-def run(prog, tmp_path, inputs, target):
-    path = save_program(prog, tmp_path, target=target)
-    return coremlrt.MLModel(path).predict(inputs)
-
-
-def spec(array):
-    return mb.TensorSpec(shape=array.shape, dtype=BUILTIN_TYPES[array.dtype.type])
 
 
 def program(inputs, target, body):
