@@ -144,6 +144,9 @@ def main():
     parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
     parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
     parser.add_argument("--check", action="store_true", help="fail on a regression from the recorded run")
+    parser.add_argument("--from-results", action="store_true",
+                        help="run nothing: report on the per-file results already in --out (a full run "
+                             "whose files were partly rerun with --only, say)")
     args = parser.parse_args()
 
     import coremltools
@@ -152,6 +155,10 @@ def main():
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pytest.ini").write_text("[pytest]\n")
     files = test_files(root, args.only)
+    if args.from_results:
+        results = sorted(out_dir.glob("*.jsonl"))
+        finish(args, [r for path in results for r in _read(path)], coremltools.__version__, None, len(results))
+        return
     started = time.monotonic()
     # A full run gives each file its own process, so that one file's crash or hang costs only
     # that file's time; a sample is mostly start-up cost (importing coremltools and torch), so
@@ -171,21 +178,24 @@ def main():
             print(f"{futures[future]}: {counts['passed']}/{ran} passed, "
                   f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped, "
                   f"{counts['not_applicable']} n/a", flush=True)
-    seconds = time.monotonic() - started
+    finish(args, records, coremltools.__version__, time.monotonic() - started, len(files))
+
+
+def finish(args, records, version, seconds, file_count):
     counts, ran, rate = summarize(records)
-    print(f"\n{len(files)} files in {seconds:.0f} s: {counts['passed']} of {ran} cases passed ({rate:.2%}); "
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    print(f"\n{file_count} files{took}: {counts['passed']} of {ran} cases passed ({rate:.2%}); "
           f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped by the tests, "
           f"{counts['not_applicable']} not applicable")
-    with open(out_dir / "results.json", "w") as f:
+    with open(pathlib.Path(args.out) / "results.json", "w") as f:
         json.dump(records, f)
 
     from coremltools_op_report import write_report
     if args.report:
-        write_report(records, pathlib.Path(args.report), coremltools.__version__, args.sample, seconds,
-                     _known_differences())
+        write_report(records, pathlib.Path(args.report), version, args.sample, seconds, _known_differences())
         print(f"report: {args.report}")
     if args.record:
-        record(records, coremltools.__version__)
+        record(records, version)
         print(f"recorded: {RECORDED}")
     if args.check:
         problems = check_against_recorded(records, args.sample)

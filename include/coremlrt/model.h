@@ -84,6 +84,7 @@ struct UnsupportedOp {
   std::string op_type;
   std::string op_name;
   std::string output;
+  std::string reason;  // set where more than the missing kernel explains it (neuralNetwork layers)
 };
 
 struct FunctionReport {
@@ -95,6 +96,7 @@ struct FunctionReport {
 
 struct ModelReport {
   ModelDescription description;
+  std::string problem;  // why the model as a whole cannot run here (its type, its input layout); else empty
   size_t weight_bytes = 0;
   std::vector<FunctionReport> functions;
 };

@@ -41,17 +41,19 @@ def cmd_info(args, out=sys.stdout):
     opsets = {f["name"]: f for f in report["functions"]}
     print(f"  functions ({len(desc['functions'])}):", file=out)
     unsupported_total = 0
+    # A neuralNetwork model is described by its layers, in the file's own vocabulary.
+    unit = "layer" if desc["model_type"] == "neuralNetwork" else "op"
     for function in desc["functions"]:
         default = " (default)" if function["name"] == desc["default_function"] else ""
         program = opsets.get(function["name"], {})
-        opset = f", opset {program['opset']}" if program else ""
+        opset = f", opset {program['opset']}" if program.get("opset") else ""
         print(f"  - {function['name']}{default}{opset}", file=out)
         _print_features("inputs", function["inputs"], out)
         _print_features("outputs", function["outputs"], out)
         _print_features("states", function["states"], out)
         if program:
             counts = program["op_counts"]
-            print(f"    ops ({sum(counts.values())}): " +
+            print(f"    {unit}s ({sum(counts.values())}): " +
                   ", ".join(f"{op} x{n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
                   file=out)
             unsupported = program["unsupported"]
@@ -59,11 +61,12 @@ def cmd_info(args, out=sys.stdout):
             if unsupported:
                 print(f"    unsupported by this build ({len(unsupported)}):", file=out)
                 for u in unsupported:
-                    print(f"      {u['op_type']} (op '{u['op_name']}', output '{u['output']}')", file=out)
-    if desc["model_type"] != "mlProgram":
-        print(f"  unsupported: model type '{desc['model_type']}' (this build runs ML programs)", file=out)
+                    reason = f": {u['reason']}" if u["reason"] else ""
+                    print(f"      {u['op_type']} ({unit} '{u['op_name']}', output '{u['output']}'){reason}", file=out)
+    if report["problem"]:
+        print(f"  unsupported: {report['problem']}", file=out)
     elif unsupported_total == 0:
-        print("  every op is supported by this build", file=out)
+        print(f"  every {unit} is supported by this build", file=out)
     return 0
 
 

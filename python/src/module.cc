@@ -228,6 +228,7 @@ nb::dict inspect(const std::string& path) {
   nb::dict d;
   d["description"] = description_dict(report.description);
   d["weight_bytes"] = report.weight_bytes;
+  d["problem"] = report.problem;
   nb::list functions;
   for (const auto& f : report.functions) {
     nb::dict fd;
@@ -240,6 +241,7 @@ nb::dict inspect(const std::string& path) {
       ud["op_type"] = u.op_type;
       ud["op_name"] = u.op_name;
       ud["output"] = u.output;
+      ud["reason"] = u.reason;
       unsupported.append(ud);
     }
     fd["unsupported"] = unsupported;

@@ -241,6 +241,10 @@ LoadedModel read_model(const ModelFiles& files) {
     ValueReader values(files.model_dir);
     out.program = read_program(model.mlprogram(), values);
     out.weight_bytes = values.weight_bytes();
+  } else if (model.Type_case() == spec::Model::kNeuralNetwork) {
+    out.weight_bytes = model.neuralnetwork().size();  // weights are stored in the message itself; count all of it
+    out.network = read_neural_network(model.neuralnetwork(), out.description.functions.front());
+    out.program = std::move(out.network.program);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "coremlrt/description.h"
+#include "format/neural_network_reader.h"
 #include "format/package.h"
 #include "ir/program.h"
 
@@ -14,7 +15,9 @@ namespace coremlrt::format {
 struct LoadedModel {
   ModelFiles files;
   ModelDescription description;
-  ir::Program program;        // empty unless description.model_type == "mlProgram"
+  // ML programs, and neuralNetwork models whose every layer translated; empty otherwise.
+  ir::Program program;
+  NeuralNetworkReading network;  // neuralNetwork models: their layers and why any cannot run
   size_t weight_bytes = 0;    // bytes of all weight files the program references
 };
 

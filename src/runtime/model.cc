@@ -101,7 +101,7 @@ void count_ops(const ir::Block& block, const ir::Function& function, const ops::
   for (const ir::Operation& op : block.operations) {
     ++report.op_counts[op.type];
     if (op.type != "const" && !registry.find(op.type, function.ios_version))
-      report.unsupported.push_back({op.type, op.name, op.outputs.empty() ? "" : op.outputs[0].name});
+      report.unsupported.push_back({op.type, op.name, op.outputs.empty() ? "" : op.outputs[0].name, ""});
     for (const ir::Block& nested : op.blocks) count_ops(nested, function, registry, report);
   }
 }
@@ -145,8 +145,14 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->path = path;
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
-  COREMLRT_CHECK(description.model_type == "mlProgram", "model '", path, "' is of type '", description.model_type,
-                 "'; this build runs ML programs (mlProgram) only");
+  COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork", "model '", path,
+                 "' is of type '", description.model_type,
+                 "'; this build runs ML programs (mlProgram) and neuralNetwork models only");
+  const format::NeuralNetworkReading& network = impl->loaded.network;
+  COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
+  for (const format::NetworkLayer& layer : network.layers)
+    COREMLRT_CHECK(layer.problem.empty(), "model '", path, "': neuralNetwork layer '", layer.name, "' (", layer.type,
+                   "): ", layer.problem);
   std::string name = options.function_name.empty() ? description.default_function : options.function_name;
   if (!description.multifunction && !options.function_name.empty())
     COREMLRT_CHECK(options.function_name == "main", "model '", path, "' has a single function, 'main'; "
@@ -258,6 +264,21 @@ ModelReport inspect_model(const std::string& path) {
   ModelReport report;
   report.description = loaded.description;
   report.weight_bytes = loaded.weight_bytes;
+  const std::string& type = loaded.description.model_type;
+  if (type == "neuralNetwork") {
+    // Reported by layer kind, the vocabulary of the file, rather than by translated op.
+    FunctionReport f;
+    f.name = loaded.description.default_function;
+    for (const format::NetworkLayer& layer : loaded.network.layers) {
+      ++f.op_counts[layer.type];
+      if (!layer.problem.empty()) f.unsupported.push_back({layer.type, layer.name, layer.output, layer.problem});
+    }
+    report.functions.push_back(std::move(f));
+    report.problem = loaded.network.problem;
+    return report;
+  }
+  if (type != "mlProgram")
+    report.problem = "model type '" + type + "' (this build runs ML programs and neuralNetwork models)";
   for (const auto& [name, function] : loaded.program.functions) {
     FunctionReport f;
     f.name = name;

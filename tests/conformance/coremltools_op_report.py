@@ -57,14 +57,17 @@ def write_report(records, path, coremltools_version, sample, seconds, known):
         f"`python3 scripts/coremltools_op_tests.py{'' if sample == 1 else f' --sample {sample}'} "
         "--report docs/conformance.md` on "
         f"{datetime.date.today().isoformat()} at commit `{_commit()}`"
-        f"{'' if sample == 1 else f', every {sample}th case'} ({seconds / 60:.0f} min on this machine).",
+        f"{'' if sample == 1 else f', every {sample}th case'}"
+        f"{f' ({seconds / 60:.0f} min on this machine)' if seconds is not None else ''}"
+        f"{'' if seconds is not None else ', assembled with --from-results from per-file results of one full run (some files rerun with --only)'}.",
         "",
         "How cases are counted:",
         "",
         "* **applicable**: the cases that would run on macOS: the `mlprogram` backend at every "
-        "precision and opset the suite tests, every compute unit (all run on coremlrt's CPU engine).",
-        "* **not applicable**: cases for the `neuralnetwork` backend (a model format coremlrt does "
-        "not load yet); they are not run.",
+        "opset and precision the suite runs by default (fp16; its fp32 variants need "
+        "`INCLUDE_MIL_FP32_UNIT_TESTS=1`), every compute unit (all run on coremlrt's CPU engine).",
+        "* **not applicable**: cases for the `neuralnetwork` backend (a model format coremlrt runs "
+        "only for a few layer kinds); they are not run.",
         "* **skipped**: skipped or marked xfail by coremltools itself, as they are on macOS.",
         "* **pass rate** = passed / (passed + failed + crashed).",
         "",

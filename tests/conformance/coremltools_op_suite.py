@@ -32,7 +32,14 @@ import coremlrt  # noqa: F401
 # needs macOS 15) and has every fix the suite's version skips wait for (the newest is 15.2).
 PRETENDED_MACOS_VERSION = (15, 5)
 
-_NEURALNETWORK_LOAD_ERROR = "this build runs ML programs (mlProgram) only"
+# How coremlrt refuses a model it cannot run as a whole: a model type other than mlProgram or
+# neuralNetwork, or a neuralNetwork model with a layer or layout it does not translate.
+_NEURALNETWORK_LOAD_ERRORS = ("this build runs ML programs (mlProgram)", "neuralNetwork layer '", "(neuralNetwork): ")
+
+
+def _is_neuralnetwork_load_error(text):
+    return any(marker in text for marker in _NEURALNETWORK_LOAD_ERRORS)
+
 
 _predictions_in_current_case = 0
 # neuralnetwork models a case made (through assert_model_is_valid's default backend, say):
@@ -74,7 +81,7 @@ def _watch_the_proxy():
         try:
             original_init(self, *args, **kwargs)
         except Exception as exc:
-            if _NEURALNETWORK_LOAD_ERROR in str(exc):
+            if _is_neuralnetwork_load_error(str(exc)):
                 _neuralnetwork_loads_in_current_case += 1
             else:
                 _load_errors_in_current_case.append(_last_line(str(exc)))
@@ -231,7 +238,7 @@ def classify_failure(excinfo):
     text = str(excinfo.value)
     frames = [(entry.frame.code.raw.co_filename, entry.frame.code.raw.co_name) for entry in excinfo.traceback]
     in_proxy = [name for path, name in frames if path.endswith("coremltools_backend.py")]
-    if _NEURALNETWORK_LOAD_ERROR in text:
+    if _is_neuralnetwork_load_error(text):
         return "neuralnetwork model", None, {}
     # A load error usually reaches the test only as coremltools' "prediction is only supported
     # on macOS" (it keeps the model without a proxy), so the load errors seen count too.

@@ -39,6 +39,11 @@ def test_info_runs_on_every_corpus_model(name):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"specification version {case['spec_version']}" in out if "spec_version" in case else True
+    if case["format"] == "neuralnetwork":
+        for layer_type in case["ops"]:
+            assert f"{layer_type} x" in out, f"layer histogram lacks {layer_type}"
+        assert ("every layer is supported by this build" in out) != ("unsupported by this build" in out)
+        return
     if case["format"] != "mlprogram":
         assert "unsupported: model type" in out
         return

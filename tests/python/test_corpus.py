@@ -1,8 +1,8 @@
 """Every case of the shared corpus through coremlrt.MLModel(...).predict.
 
 A case is an expected failure only when this build provably cannot run it yet: `inspect`
-reports ops without a kernel, the model type is not an ML program, or the case needs
-states. Those are decided before predicting, never from the result, so a wrong answer is
+reports ops (or neuralNetwork layers) it cannot run, or a model type or layout it does not
+run. Those are decided before predicting, never from the result, so a wrong answer is
 always a failure. The cases in MUST_PASS may not be expected failures at all.
 """
 
@@ -26,14 +26,16 @@ MUST_PASS = {
     "mil_reduce_sum_mean_max", "mil_reduce_argmax", "mil_softmax", "mil_softmax_fp16", "mil_matmul",
     "mil_matmul_fp16", "mil_matmul_const_weight", "mil_linear", "mil_linear_fp16", "mil_reshape_transpose",
     "mil_concat_split", "mil_slice", "mil_cast",
+    # neuralNetwork models translated into the same program
+    "nn_mlp",
 }
 
 
 def blockers(name, case):
     """Why this build cannot run the case yet, or None."""
-    if case["format"] != "mlprogram":
-        return f"model type {case['format']} is not supported yet"
     report = _core.inspect(model_path(name, case))
+    if report["problem"]:
+        return "unsupported: " + report["problem"]
     missing = sorted({u["op_type"] for f in report["functions"] for u in f["unsupported"]})
     if missing:
         return "missing ops: " + ", ".join(missing)

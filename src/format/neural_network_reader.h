@@ -1,0 +1,34 @@
+#pragma once
+// Translates a neuralNetwork model (Core ML's legacy layer graph) into the same typed
+// program the ML-program reader produces, so one planner and one set of kernels run both.
+// Only layers whose meaning maps exactly onto existing ops are translated; every other
+// layer is reported by type and name rather than approximated.
+#include <string>
+#include <vector>
+
+#include "coremlrt/description.h"
+#include "ir/program.h"
+
+namespace coremlrt::format {
+
+// One layer as `coremlrt info` shows it.
+struct NetworkLayer {
+  std::string type;     // the schema's name of the layer kind: "innerProduct", "convolution", ...
+  std::string name;
+  std::string output;   // its first output blob
+  std::string problem;  // why this build cannot run it; empty when it translated
+};
+
+struct NeuralNetworkReading {
+  std::vector<NetworkLayer> layers;
+  std::string problem;  // a model-wide reason it cannot run (input mapping, preprocessing, ...)
+  ir::Program program;  // function "main"; filled only when nothing above reports a problem
+};
+
+// `serialized` is the NeuralNetwork message; `function` the model's (single) description.
+NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& function);
+
+// The schema's name for the layer kind stored under this field number ("layer #N" if unknown).
+std::string network_layer_type_name(int field_number);
+
+}  // namespace coremlrt::format

@@ -1,0 +1,135 @@
+#include "format/neural_network_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace coremlrt::format {
+namespace {
+
+// Writes protobuf wire format by hand, so the test states the field numbers it relies on.
+class Message {
+ public:
+  Message& varint(int field, uint64_t value) {
+    key(field, 0);
+    put_varint(value);
+    return *this;
+  }
+  Message& text(int field, const std::string& value) {
+    key(field, 2);
+    put_varint(value.size());
+    bytes_ += value;
+    return *this;
+  }
+  Message& message(int field, const Message& value) { return text(field, value.bytes_); }
+  Message& float32(int field, float value) {
+    key(field, 5);
+    char raw[4];
+    std::memcpy(raw, &value, 4);
+    bytes_.append(raw, 4);
+    return *this;
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  void key(int field, int wire_type) { put_varint(static_cast<uint64_t>(field) << 3 | wire_type); }
+  void put_varint(uint64_t value) {
+    do {
+      bytes_.push_back(static_cast<char>((value & 0x7f) | (value > 0x7f ? 0x80 : 0)));
+      value >>= 7;
+    } while (value);
+  }
+  std::string bytes_;
+};
+
+constexpr int kLayers = 1, kArrayMapping = 5, kExactMapping = 1;
+constexpr int kName = 1, kInput = 2, kOutput = 3;
+constexpr int kConvolution = 100, kActivation = 130, kInnerProduct = 140, kReLU = 10;
+
+Message weights(std::initializer_list<float> values) {
+  Message out;
+  for (float v : values) out.float32(1, v);
+  return out;
+}
+
+Message layer(const std::string& name, const std::string& input, const std::string& output) {
+  return Message().text(kName, name).text(kInput, input).text(kOutput, output);
+}
+
+FunctionDescription description(Shape input_shape) {
+  FunctionDescription out;
+  out.name = "main";
+  FeatureDescription x;
+  x.name = "x";
+  x.kind = FeatureKind::MultiArray;
+  x.dtype = DType::Float32;
+  x.shape = std::move(input_shape);
+  out.inputs.push_back(x);
+  FeatureDescription y;
+  y.name = "y";
+  y.kind = FeatureKind::MultiArray;
+  out.outputs.push_back(y);
+  return out;
+}
+
+TEST(NeuralNetworkReader, TranslatesInnerProductAndReluIntoLinearAndRelu) {
+  Message inner_product;
+  inner_product.varint(1, 3).varint(2, 2).varint(10, 1)
+      .message(20, weights({1, 2, 3, 4, 5, 6}))
+      .message(21, weights({0.5f, -0.5f}));
+  Message network;
+  network.message(kLayers, layer("fc", "x", "h").message(kInnerProduct, inner_product))
+      .message(kLayers, layer("act", "h", "y").message(kActivation, Message().message(kReLU, Message())))
+      .varint(kArrayMapping, kExactMapping);
+
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), description({4, 3}));
+  ASSERT_EQ(reading.problem, "");
+  ASSERT_EQ(reading.layers.size(), 2u);
+  EXPECT_EQ(reading.layers[0].type, "innerProduct");
+  EXPECT_EQ(reading.layers[1].type, "activation");
+  const ir::Function& main = reading.program.functions.at("main");
+  ASSERT_EQ(main.block.operations.size(), 2u);
+  const ir::Operation& linear = main.block.operations[0];
+  EXPECT_EQ(linear.type, "linear");
+  const Tensor& w = linear.inputs.at("weight")[0].value->tensor;
+  ASSERT_EQ(w.shape, (Shape{2, 3}));
+  EXPECT_EQ(w.ptr<float>()[5], 6.0f);
+  EXPECT_EQ(linear.inputs.at("bias")[0].value->tensor.ptr<float>()[1], -0.5f);
+  EXPECT_EQ(linear.outputs[0].type.dims, (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(main.block.operations[1].type, "relu");
+  EXPECT_EQ(main.block.outputs, (std::vector<std::string>{"y"}));
+}
+
+TEST(NeuralNetworkReader, NamesALayerKindOutsideItsSchemaSubset) {
+  Message network;
+  network.message(kLayers, layer("conv1", "x", "y").message(kConvolution, Message().varint(1, 3)))
+      .varint(kArrayMapping, kExactMapping);
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), description({1, 3, 8, 8}));
+  ASSERT_EQ(reading.layers.size(), 1u);
+  EXPECT_EQ(reading.layers[0].type, "convolution");
+  EXPECT_EQ(reading.layers[0].name, "conv1");
+  EXPECT_NE(reading.layers[0].problem.find("'convolution'"), std::string::npos) << reading.layers[0].problem;
+  EXPECT_TRUE(reading.program.functions.empty());
+}
+
+TEST(NeuralNetworkReader, RefusesInnerProductOnRank4Blobs) {
+  Message inner_product;
+  inner_product.varint(1, 3).varint(2, 1).message(20, weights({1, 1, 1}));
+  Message network;
+  network.message(kLayers, layer("fc", "x", "y").message(kInnerProduct, inner_product))
+      .varint(kArrayMapping, kExactMapping);
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), description({2, 3, 1, 1}));
+  ASSERT_EQ(reading.layers.size(), 1u);
+  EXPECT_NE(reading.layers[0].problem.find("rank 4"), std::string::npos) << reading.layers[0].problem;
+  EXPECT_TRUE(reading.program.functions.empty());
+}
+
+TEST(NeuralNetworkReader, NamesEveryLayerKindByFieldNumber) {
+  EXPECT_EQ(network_layer_type_name(140), "innerProduct");
+  EXPECT_EQ(network_layer_type_name(795), "gelu");
+  EXPECT_EQ(network_layer_type_name(7), "layer #7");
+}
+
+}  // namespace
+}  // namespace coremlrt::format
