@@ -16,6 +16,7 @@
 #include "coremlrt/model.h"
 #include "py_owner.h"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -121,11 +122,16 @@ nb::dict description_dict(const ModelDescription& desc) {
   return d;
 }
 
+// Threads between "finished f() without the GIL" and "hold the GIL again" (without_gil).
+std::atomic<int> g_reacquiring{0};
+
 // Runs `f` with the GIL released and takes the GIL back in ordinary code, not in a
-// destructor: Python 3.11-3.13 end a thread that asks for the GIL after finalization has
-// begun with pthread_exit, whose forced unwinding aborts the process if it crosses a
-// noexcept frame (as an RAII guard's destructor is). A daemon thread that finishes a
-// prediction while the interpreter exits parks instead; the process is ending.
+// destructor. Python 3.11-3.13 end a thread that asks for the GIL after finalization has
+// begun with pthread_exit, whose forced unwinding is fatal here: it aborts the process in
+// a noexcept frame (an RAII guard's destructor) and crashes nanobind's catch-all handler.
+// So a thread never asks for the GIL once the module's atexit hook has run (mark_exiting):
+// a daemon thread that finishes a prediction after that parks; the process is ending. The
+// hook waits for threads already asking, so none is still waiting when finalization begins.
 template <class F>
 auto without_gil(F&& f) {
   PyThreadState* state = PyEval_SaveThread();
@@ -136,10 +142,24 @@ auto without_gil(F&& f) {
   } catch (...) {
     error = std::current_exception();
   }
-  while (python::PyOwner::interpreter_finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+  ++g_reacquiring;  // before the check: mark_exiting sees this thread or this thread sees the flag
+  if (python::PyOwner::interpreter_finalizing()) {
+    --g_reacquiring;
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   PyEval_RestoreThread(state);
+  --g_reacquiring;
   if (error) std::rethrow_exception(error);
   return std::move(*result);
+}
+
+// The atexit hook (runs with the GIL held, before finalization): from now on threads park
+// instead of asking for the GIL; those already asking get it while this waits.
+void mark_exiting() {
+  python::PyOwner::exiting() = true;
+  Py_BEGIN_ALLOW_THREADS
+  while (g_reacquiring.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Py_END_ALLOW_THREADS
 }
 
 // A numpy array (already of the right dtype, C-contiguous) as a zero-copy engine view.
@@ -256,6 +276,7 @@ nb::dict inspect(const std::string& path) {
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
   nb::class_<PyModel>(m, "Model")
       .def(nb::init<const std::string&, const std::string&, double>(), nb::arg("path"),
            nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0)

@@ -9,6 +9,7 @@
 // the GIL then can hang or kill a non-main thread, and the process is ending anyway.
 #include <Python.h>
 
+#include <atomic>
 #include <memory>
 
 namespace coremlrt::python {
@@ -31,10 +32,17 @@ class PyOwner {
 
  static bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing();
+    return exiting().load() || Py_IsFinalizing();
 #else
-    return _Py_IsFinalizing();
+    return exiting().load() || _Py_IsFinalizing();
 #endif
+  }
+
+  // Set by the module's atexit hook (mark_exiting), before the interpreter starts finalizing:
+  // from then on no thread of ours asks for the GIL again.
+  static std::atomic<bool>& exiting() {
+    static std::atomic<bool> flag{false};
+    return flag;
   }
 
  private:

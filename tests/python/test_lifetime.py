@@ -227,6 +227,8 @@ def test_interpreter_exit_with_live_objects(chain):
         threading.Thread(target=busy, daemon=True).start()  # still predicting when the interpreter exits
         print("ok", float(out.sum()), float(state.read_state("acc").sum()))
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ok")
+    # The daemon thread races the exit: several runs give the race several chances to show.
+    for _ in range(5):
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("ok")
