@@ -17,6 +17,7 @@ from coremltools.converters.mil.mil import types
 
 import coremlrt
 from mil_helpers import save_program
+from op_references import REDUCTIONS
 
 RNG = np.random.default_rng(1234)
 NAN, INF = float("nan"), float("inf")
@@ -262,20 +263,6 @@ def test_softmax(tmp_path, fp16):
         check(out[name], torch.softmax(t, dim=axis).numpy(), fp16)
 
 
-# name -> float64 reference(x, axis=..., keepdims=...)
-REDUCTIONS = {
-    "reduce_sum": np.sum,
-    "reduce_mean": np.mean,
-    "reduce_prod": np.prod,
-    "reduce_max": np.max,
-    "reduce_min": np.min,
-    "reduce_sum_square": lambda x, **kw: np.sum(x * x, **kw),
-    "reduce_l1_norm": lambda x, **kw: np.sum(np.abs(x), **kw),
-    "reduce_l2_norm": lambda x, **kw: np.sqrt(np.sum(x * x, **kw)),
-    "reduce_log_sum": lambda x, **kw: np.log(np.sum(x, **kw)),
-    "reduce_log_sum_exp": lambda x, **kw: torch.logsumexp(torch.from_numpy(x), dim=kw["axis"] or tuple(range(x.ndim)),
-                                                          keepdim=kw["keepdims"]).numpy(),
-}
 AXES = [(None, False), ([1], False), ([-1, 0], True), ([2, 0, 1], False), ([-2], True), (None, True)]
 
 
