@@ -26,6 +26,20 @@ struct LoadOptions {
   // How long an execution context (per-prediction buffers) may stay idle before a
   // background thread frees it. Negative: keep idle contexts until the model is destroyed.
   std::chrono::milliseconds context_linger{1000};
+  // Which execution backends may run the model (docs/architecture.md, "Backends"):
+  //   "auto"      every backend this build has, each region only where its cost rule says
+  //               it pays (a tiny model stays on our kernels);
+  //   "reference" our own kernels alone;
+  //   a name      that backend wherever it can run an op ("openvino"), our kernels elsewhere.
+  // available_backends() lists the names this build accepts.
+  std::string backend = "auto";
+  // Opt-in low-precision mode (DESIGN.md law 6): matrix ops of fp16 programs may compute in
+  // bf16 on a CPU's matrix unit. Python maps ComputeUnit.CPU_AND_NE to it. Off by default.
+  bool low_precision = false;
+  // Threads one prediction may use; 0 = the machine's cores.
+  int threads = 0;
+  // Where backends cache compiled models across processes; empty = no cache.
+  std::string cache_dir;
 };
 
 // Counters about a model's execution contexts, for monitoring and tests.
@@ -71,6 +85,19 @@ class Model {
 
   ModelStats stats() const;
 
+  // Where each op of the loaded function runs (coremlrt info --plan), in program order.
+  struct OpPlacement {
+    std::string op_type;
+    std::string op_name;
+    std::string output;   // the op's first output
+    std::string backend;  // "reference", a backend's name, or "folded" (computed at load)
+    std::string reason;   // why it is not on a backend that was asked for; empty otherwise
+    int region = -1;      // the backend region it belongs to; -1 on our kernels
+  };
+  std::vector<OpPlacement> placements() const;
+  // The backend choice the model was loaded with ("auto", "reference", a name).
+  const std::string& backend() const;
+
   struct Impl;
 
  private:
@@ -114,5 +141,8 @@ struct SupportedOp {
   bool any_dtype = false;
 };
 std::vector<SupportedOp> supported_ops();
+
+// The `backend` choices this build accepts: "auto", "reference", then each backend's name.
+std::vector<std::string> available_backends();
 
 }  // namespace coremlrt

@@ -5,8 +5,8 @@
     outputs = model.predict({"x": array})
 """
 
-from ._core import Error
+from ._core import Error, available_backends
 from .model import ComputeUnit, MLModel, MLState
 
-__all__ = ["ComputeUnit", "Error", "MLModel", "MLState"]
+__all__ = ["ComputeUnit", "Error", "MLModel", "MLState", "available_backends"]
 __version__ = "0.1.0"

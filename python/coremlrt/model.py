@@ -31,6 +31,10 @@ from . import _core
 from ._core import Error
 
 
+# MLModel's cache_dir when the caller names none (resolved at load, so the environment counts).
+_DEFAULT_CACHE_DIR = object()
+
+
 class ComputeUnit(enum.Enum):
     """Where Core ML may run a model. coremlrt runs every choice on the CPU."""
 
@@ -204,9 +208,26 @@ class MLModel:
     per-model pool. A context idle for ``context_linger`` seconds (default 1.0) is freed
     by a background thread, so a process that stops predicting returns to its post-load
     memory; a negative value keeps idle contexts for the model's lifetime.
+
+    ``backend`` chooses who runs the ops (docs/architecture.md, "Backends"): ``"auto"``
+    (default) lets the OpenVINO backend take the regions of the program where its cost rule
+    says it pays and runs the rest on coremlrt's own kernels; ``"openvino"`` gives OpenVINO
+    every op it can run; ``"reference"`` runs everything on coremlrt's own kernels.
+    ``coremlrt.available_backends()`` lists what this build has.
+
+    ``compute_units=ComputeUnit.CPU_AND_NE`` is the opt-in low-precision mode: matrix ops of
+    fp16 programs may compute in bf16 on the CPU's matrix unit (AMX), as Core ML's Neural
+    Engine computes in reduced precision. Every other choice keeps fp32 programs in fp32 and
+    fp16 programs in fp16 or fp32.
+
+    ``threads`` caps the threads one prediction may use (default: every core).
+    ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
+    model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
+    ``None`` turns the cache off).
     """
 
-    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0):
+    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
+                 backend="auto", threads=None, cache_dir=_DEFAULT_CACHE_DIR):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -216,7 +237,16 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
-        self._model = _core.Model(self.package_path, function_name or "", float(context_linger))
+        if not isinstance(backend, str):
+            raise TypeError('"backend" must be a string: "auto", "reference" or a backend name')
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError('"threads" must be a positive integer or None')
+        if cache_dir is _DEFAULT_CACHE_DIR:
+            cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
+        self.backend = backend
+        self._model = _core.Model(self.package_path, function_name or "", float(context_linger), backend,
+                                  compute_units.name == "CPU_AND_NE", threads or 0,
+                                  os.fspath(cache_dir) if cache_dir else "")
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0
@@ -284,6 +314,13 @@ class MLModel:
                 f"outputs=[{_describe(self._function['outputs'])}])")
 
     # -- prediction ----------------------------------------------------------------------
+    def placements(self):
+        """Where each op of the loaded function runs: a list of dicts with ``op_type``,
+        ``op_name``, ``output``, ``backend`` ("reference", "openvino", or "folded" for ops
+        computed at load), ``region`` (the backend region, -1 on coremlrt's kernels) and
+        ``reason`` (why an op is not on the backend that was asked for)."""
+        return self._model.placements()
+
     def make_state(self):
         """A zero-filled :class:`MLState` for this function's state declarations."""
         if not self._function["states"]:

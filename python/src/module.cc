@@ -197,13 +197,35 @@ class PyState {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& function_name, double linger_seconds) {
+  PyModel(const std::string& path, const std::string& function_name, double linger_seconds, const std::string& backend,
+          bool low_precision, int threads, const std::string& cache_dir) {
     LoadOptions options;
     options.function_name = function_name;
     options.context_linger = std::chrono::milliseconds(
         linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
+    options.backend = backend;
+    options.low_precision = low_precision;
+    options.threads = threads;
+    options.cache_dir = cache_dir;
     model_ = without_gil([&] { return Model::load(path, options); });
   }
+
+  // Where each op runs (Model::placements()), as dicts for `coremlrt info --plan`.
+  nb::list placements() const {
+    nb::list out;
+    for (const Model::OpPlacement& p : model_->placements()) {
+      nb::dict d;
+      d["op_type"] = p.op_type;
+      d["op_name"] = p.op_name;
+      d["output"] = p.output;
+      d["backend"] = p.backend;
+      d["reason"] = p.reason;
+      d["region"] = p.region;
+      out.append(d);
+    }
+    return out;
+  }
+  std::string backend() const { return model_->backend(); }
 
   nb::dict stats() const {
     ModelStats s = model_->stats();
@@ -278,8 +300,11 @@ NB_MODULE(_core, m) {
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
   nb::class_<PyModel>(m, "Model")
-      .def(nb::init<const std::string&, const std::string&, double>(), nb::arg("path"),
-           nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0)
+      .def(nb::init<const std::string&, const std::string&, double, const std::string&, bool, int, const std::string&>(),
+           nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0, nb::arg("backend") = "auto",
+           nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "")
+      .def("placements", &PyModel::placements)
+      .def_prop_ro("backend", &PyModel::backend)
       .def("stats", &PyModel::stats)
       .def("description", &PyModel::description)
       .def_prop_ro("function_name", &PyModel::function_name)
@@ -292,6 +317,7 @@ NB_MODULE(_core, m) {
       .def("write_state", &PyState::write_state, nb::arg("name"), nb::arg("value"))
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
+  m.def("available_backends", &available_backends);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

@@ -89,6 +89,8 @@ std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
 
 }  // namespace
 
-void register_classify_kernels(KernelRegistry& registry) { registry.add("classify", kFloat, make_classify); }
+void register_classify_kernels(KernelRegistry& registry) {
+  registry.add("classify", kFloat, make_classify).traits.class_index_label = true;
+}
 
 }  // namespace coremlrt::ops

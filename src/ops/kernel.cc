@@ -111,19 +111,25 @@ std::vector<DType> DTypeSet::list() const {
   return out;
 }
 
-void KernelRegistry::add(const std::string& op_type, DTypeSet dtypes, KernelFactory factory, int min_ios,
-                         int max_ios) {
+KernelRegistry::Entry& KernelRegistry::add(const std::string& op_type, DTypeSet dtypes, KernelFactory factory,
+                                           int min_ios, int max_ios) {
   for (const Entry& e : entries_)
     if (e.op_type == op_type && e.min_ios <= max_ios && min_ios <= e.max_ios)
       fail("kernel for '", op_type, "' registered twice for overlapping opsets");
   if (!dtypes.is_any() && dtypes.list().empty()) fail("kernel for '", op_type, "' accepts no dtype");
-  entries_.push_back({op_type, min_ios, max_ios, dtypes, std::move(factory)});
+  entries_.push_back({op_type, min_ios, max_ios, dtypes, std::move(factory), OpTraits{}});
+  return entries_.back();
+}
+
+const KernelRegistry::Entry* KernelRegistry::find_entry(const std::string& op_type, int ios_version) const {
+  for (const Entry& e : entries_)
+    if (e.op_type == op_type && e.min_ios <= ios_version && ios_version <= e.max_ios) return &e;
+  return nullptr;
 }
 
 const KernelFactory* KernelRegistry::find(const std::string& op_type, int ios_version) const {
-  for (const Entry& e : entries_)
-    if (e.op_type == op_type && e.min_ios <= ios_version && ios_version <= e.max_ios) return &e.factory;
-  return nullptr;
+  const Entry* entry = find_entry(op_type, ios_version);
+  return entry ? &entry->factory : nullptr;
 }
 
 const KernelRegistry& KernelRegistry::cpu() {

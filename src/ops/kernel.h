@@ -20,6 +20,14 @@
 
 namespace coremlrt::ops {
 
+// State a kernel keeps for one execution context between calls (an execution backend's infer
+// request, say: src/backends/backend.h). Destroyed with the context, off the caller's thread
+// when the context pool's reaper frees an idle context (src/runtime/context_pool.h).
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
 // Implemented by the runtime for one step of one execution context.
 class KernelContext {
  public:
@@ -38,6 +46,9 @@ class KernelContext {
   virtual void replace_state(int index, Tensor value) = 0;
   // "function 'main', op 'x' (add) producing 'y'", for errors raised while running.
   virtual std::string where() const = 0;
+  // This step's state in this execution context: empty until the kernel first fills it. Only
+  // steps planned with a state slot have one (backend regions); others fail when they ask.
+  virtual std::unique_ptr<KernelState>& kernel_state() = 0;
 
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {
@@ -152,20 +163,38 @@ inline constexpr DTypeSet kPlainDTypes{DType::Float16, DType::Float32, DType::Fl
                                        DType::UInt16,  DType::UInt32,  DType::UInt64,  DType::Bool};
 inline constexpr DTypeSet kAnyDType = DTypeSet::any();
 
+// Facts about an op that the planner, the executor and every execution backend must respect.
+// They live on the registry entry, beside the kernel, so that no layer above tests op names
+// (src/runtime/plan.cc, src/runtime/execute.cc, src/runtime/partition.cc read them).
+struct OpTraits {
+  // Never evaluated at load even when every input is constant (random ops, state ops).
+  bool never_fold = false;
+  // Takes a state input (read_state, write_state); other ops may not be bound to a state.
+  bool binds_state = false;
+  // Output 0 is a class label that the engine encodes as an int32 class index scalar
+  // (classify: tensors hold no strings; ops/classify.h). The executor checks that encoding
+  // instead of the declared int64-or-string type, and Model reads the op's class labels.
+  bool class_index_label = false;
+};
+
 // Op type (+ opset range) -> kernel factory. Filled once by register_cpu_kernels().
 class KernelRegistry {
  public:
-  // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios], accepting `dtypes`.
-  // A second registration overlapping the same range is a programming error.
-  void add(const std::string& op_type, DTypeSet dtypes, KernelFactory factory, int min_ios = 15, int max_ios = 99);
-  const KernelFactory* find(const std::string& op_type, int ios_version) const;
   struct Entry {
     std::string op_type;
     int min_ios;
     int max_ios;
     DTypeSet dtypes;
     KernelFactory factory;
+    OpTraits traits;
   };
+  // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios], accepting `dtypes`.
+  // A second registration overlapping the same range is a programming error. The returned
+  // entry is where a registration sets the op's traits.
+  Entry& add(const std::string& op_type, DTypeSet dtypes, KernelFactory factory, int min_ios = 15, int max_ios = 99);
+  const KernelFactory* find(const std::string& op_type, int ios_version) const;
+  // The entry serving `op_type` at `ios_version`; nullptr when none does.
+  const Entry* find_entry(const std::string& op_type, int ios_version) const;
   const std::vector<Entry>& entries() const { return entries_; }
 
   // The registry of every CPU kernel in this build.

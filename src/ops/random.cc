@@ -189,10 +189,10 @@ std::unique_ptr<Kernel> random_categorical(KernelBuilder& b) {
 }  // namespace
 
 void register_random_kernels(KernelRegistry& registry) {
-  registry.add("random_uniform", kFloat, random_uniform);
-  registry.add("random_normal", kFloat, random_normal);
-  registry.add("random_bernoulli", kFloat, random_bernoulli);
-  registry.add("random_categorical", kFloat, random_categorical);
+  registry.add("random_uniform", kFloat, random_uniform).traits.never_fold = true;
+  registry.add("random_normal", kFloat, random_normal).traits.never_fold = true;
+  registry.add("random_bernoulli", kFloat, random_bernoulli).traits.never_fold = true;
+  registry.add("random_categorical", kFloat, random_categorical).traits.never_fold = true;
 }
 
 }  // namespace coremlrt::ops

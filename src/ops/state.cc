@@ -10,7 +10,7 @@ void register_state_kernels(KernelRegistry& registry) {
     b.check(b.input_type("input").kind == ir::TypeKind::State, "input must be a state");
     const int state = b.input("input");
     return make_kernel([state](KernelContext& ctx) { ctx.set_output(0, ctx.input(state)); });
-  }, 18);
+  }, 18).traits = {.never_fold = true, .binds_state = true};
 
   registry.add("write_state", kAnyDType, [](KernelBuilder& b) {
     const ir::ValueType& type = b.input_type("input");
@@ -28,7 +28,7 @@ void register_state_kernels(KernelRegistry& registry) {
                  dtype_name(current.dtype), " ", shape_str(current.shape));
       ctx.replace_state(state, value);
     });
-  }, 18);
+  }, 18).traits = {.never_fold = true, .binds_state = true};
 }
 
 }  // namespace coremlrt::ops

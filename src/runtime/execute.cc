@@ -47,12 +47,16 @@ bool matches_declared(const Tensor& t, const ir::ValueType& type) {
   return true;
 }
 
-void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool);
+using KernelStates = std::vector<std::unique_ptr<ops::KernelState>>;
+
+void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool,
+               KernelStates* states);
 
 class StepContext final : public ops::KernelContext {
  public:
-  StepContext(const Plan& plan, const PlannedStep& step, std::vector<Tensor>& slots, BufferPool* pool)
-      : plan_(plan), step_(step), slots_(slots), pool_(pool) {}
+  StepContext(const Plan& plan, const PlannedStep& step, std::vector<Tensor>& slots, BufferPool* pool,
+              KernelStates* states)
+      : plan_(plan), step_(step), slots_(slots), pool_(pool), states_(states) {}
 
   const Tensor& input(int index) const override {
     if (index < 0 || index >= static_cast<int>(step_.input_slots.size()))
@@ -73,7 +77,7 @@ class StepContext final : public ops::KernelContext {
     if (inputs.size() != block.input_slots.size())
       fail("block #", index, " takes ", block.input_slots.size(), " inputs; got ", inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) slots_[block.input_slots[i]] = std::move(inputs[i]);
-    run_steps(plan_, block, slots_, pool_);
+    run_steps(plan_, block, slots_, pool_, states_);
     std::vector<Tensor> outputs;
     for (int slot : block.output_slots) {
       const Tensor& constant = plan_.constants[slot];
@@ -88,27 +92,34 @@ class StepContext final : public ops::KernelContext {
     if (plan_.slot_types[slot].kind != ir::TypeKind::State) fail("input #", index, " is not a state");
     slots_[slot] = std::move(value);
   }
-  std::string where() const override { return "function '" + plan_.function->name + "', " + step_.op->describe(); }
+  std::string where() const override { return "function '" + plan_.function->name + "', " + step_.describe(); }
+  std::unique_ptr<ops::KernelState>& kernel_state() override {
+    if (step_.kernel_state < 0 || !states_ || step_.kernel_state >= static_cast<int>(states_->size()))
+      fail("asked for a per-context kernel state, which this step was not planned with");
+    return (*states_)[step_.kernel_state];
+  }
 
   // Every output set, with the dtype and static dims the program declares.
   void check_outputs() const {
     for (size_t i = 0; i < step_.output_slots.size(); ++i) {
-      const Tensor& t = slots_[step_.output_slots[i]];
-      const ir::ValueType& declared = step_.op->outputs[i].type;
-      if (!t.defined()) fail("kernel did not produce output '", step_.op->outputs[i].name, "'");
-      // classify declares an int64-or-string scalar label (and a dictionary, which is not a
-      // tensor type and so is not checked). Tensors hold no strings, so its kernel returns the
+      const int slot = step_.output_slots[i];
+      const Tensor& t = slots_[slot];
+      const ir::ValueType& declared = plan_.slot_types[slot];
+      const std::string& name = plan_.slot_names[slot];
+      if (!t.defined()) fail("kernel did not produce output '", name, "'");
+      // A class label (classify) is declared int64-or-string, and its dictionary is not a
+      // tensor type and so is not checked. Tensors hold no strings, so the kernel returns the
       // winning class index as an int32 scalar for either label type (ops/classify.cc; the
       // labels are Model::class_labels()). Check that encoding instead of the declared dtype.
-      if (step_.op->type == "classify" && i == 0) {
+      if (step_.traits.class_index_label && i == 0) {
         if (t.dtype != DType::Int32 || t.rank() != 0)
-          fail("output '", step_.op->outputs[i].name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
-               " but classify's label must be encoded as an int32 class index scalar");
+          fail("output '", name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
+               " but a class label must be encoded as an int32 class index scalar");
         continue;
       }
       if (!matches_declared(t, declared))
-        fail("output '", step_.op->outputs[i].name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
-             " but the program declares ", declared.str());
+        fail("output '", name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape), " but the program declares ",
+             declared.str());
     }
   }
 
@@ -122,11 +133,13 @@ class StepContext final : public ops::KernelContext {
   const PlannedStep& step_;
   std::vector<Tensor>& slots_;
   BufferPool* pool_;
+  KernelStates* states_;
 };
 
-void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool) {
+void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool,
+               KernelStates* states) {
   for (const PlannedStep& step : block.steps) {
-    StepContext context(plan, step, slots, pool);
+    StepContext context(plan, step, slots, pool, states);
     try {
       step.kernel->run(context);
     } catch (const Error& e) {
@@ -157,7 +170,7 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
         if (t.defined()) pool.recycle(std::move(t));
     }
   } clear{slots_, pool_};
-  run_steps(plan_, plan_.body, slots_, &pool_);
+  run_steps(plan_, plan_.body, slots_, &pool_, &kernel_states_);
   // Results that view memory the caller does not own outright (its inputs, constants)
   // are copied.
   auto owned = [](Tensor t, bool constant) {
@@ -188,7 +201,7 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
 
 std::vector<Tensor> run_step_once(const Plan& plan, const PlannedStep& step) {
   std::vector<Tensor> slots(plan.slot_count());
-  StepContext context(plan, step, slots, nullptr);
+  StepContext context(plan, step, slots, nullptr, nullptr);
   step.kernel->run(context);
   context.check_outputs();
   std::vector<Tensor> outputs;

@@ -27,7 +27,8 @@ class BufferPool {
 
 class ExecutionContext {
  public:
-  explicit ExecutionContext(const Plan& plan) : plan_(plan), slots_(plan.slot_count()) {}
+  explicit ExecutionContext(const Plan& plan)
+      : plan_(plan), slots_(plan.slot_count()), kernel_states_(plan.kernel_state_count) {}
 
   struct Result {
     std::vector<Tensor> outputs;  // block outputs, in order
@@ -47,6 +48,9 @@ class ExecutionContext {
   const Plan& plan_;
   std::vector<Tensor> slots_;
   BufferPool pool_;
+  // Per-step kernel states (Plan::kernel_state_count); declared last so that they are
+  // destroyed first, before the buffers they may still point into.
+  std::vector<std::unique_ptr<ops::KernelState>> kernel_states_;
 };
 
 // Runs one step whose inputs are all constants of `plan` (constant folding at load).

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "backends/backend.h"
 #include "format/spec_reader.h"
 #include "ops/classify.h"
 #include "runtime/context_pool.h"
@@ -19,6 +20,7 @@ struct Model::Impl {
   format::LoadedModel loaded;
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
+  std::string backend;
   std::unique_ptr<runtime::Plan> plan;
   std::vector<std::string> class_labels;  // from the classify op, if any (class_labels())
   // Declared after the plan so that it is destroyed (and its reaper joined) first.
@@ -73,12 +75,13 @@ bool shape_allowed(const Shape& shape, const FeatureDescription& feature, const 
   return true;
 }
 
-// The labels of the function's classify op (the last op of a classifier, so at the top level
-// of its block); empty when it has none. `classes` is bound inline (as coremltools writes it)
-// or to a const op of the block.
+// The labels of the function's class-label op (classify: the last op of a classifier, so at
+// the top level of its block; OpTraits::class_index_label in src/ops/kernel.h); empty when it
+// has none. `classes` is bound inline (as coremltools writes it) or to a const op of the block.
 std::vector<std::string> read_class_labels(const ir::Function& function, const std::string& where) {
   for (const ir::Operation& op : function.block.operations) {
-    if (op.type != "classify") continue;
+    const ops::KernelRegistry::Entry* entry = ops::KernelRegistry::cpu().find_entry(op.type, function.ios_version);
+    if (!entry || !entry->traits.class_index_label) continue;
     auto input = op.inputs.find("classes");
     COREMLRT_CHECK(input != op.inputs.end() && input->second.size() == 1, where, ", ", op.describe(),
                    ": classify needs one 'classes' binding");
@@ -177,8 +180,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
                    "model '", path, "', function '", name, "': state input '", input.name,
                    "' does not match the model description's states (", input.type.str(), ")");
   }
+  backends::BackendOptions backend_options;
+  backend_options.low_precision = options.low_precision;
+  backend_options.threads = options.threads;
+  backend_options.cache_dir = options.cache_dir;
+  backend_options.force = options.backend != "auto";
+  impl->backend = options.backend;
   try {
-    impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu());
+    impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
+                                     backends::select_backends(options.backend, backend_options));
   } catch (const Error& e) {
     fail("model '", path, "': ", e.what());
   }
@@ -202,6 +212,17 @@ ModelStats Model::stats() const {
   stats.pooled_bytes = pool.pooled_bytes;
   return stats;
 }
+
+const std::string& Model::backend() const { return impl_->backend; }
+
+std::vector<Model::OpPlacement> Model::placements() const {
+  std::vector<OpPlacement> out;
+  for (const runtime::Placement& p : impl_->plan->placements)
+    out.push_back({p.op_type, p.op_name, p.output, p.backend, p.reason, p.region});
+  return out;
+}
+
+std::vector<std::string> available_backends() { return backends::available_backends(); }
 
 std::shared_ptr<State> Model::make_state() const { return std::make_shared<State>(impl_->function_description->states); }
 

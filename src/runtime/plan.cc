@@ -4,23 +4,24 @@
 #include <set>
 
 #include "runtime/execute.h"
+#include "runtime/partition.h"
 
 namespace coremlrt::runtime {
 
 namespace {
 
-// Ops whose result must not be computed at load even when every input is constant.
-bool foldable(const ir::Operation& op) {
-  static const std::set<std::string> kNever = {"read_state", "write_state", "random_uniform", "random_normal",
-                                               "random_bernoulli", "random_categorical"};
-  return op.blocks.empty() && !kNever.count(op.type);
+// Ops whose result must not be computed at load even when every input is constant: those
+// with nested blocks and those whose registry entry says so (src/ops/kernel.h, OpTraits).
+bool foldable(const ir::Operation& op, const ops::OpTraits& traits) {
+  return op.blocks.empty() && !traits.never_fold;
 }
 
 class PlanBuilder;
 
 class StepBuilder final : public ops::KernelBuilder {
  public:
-  StepBuilder(PlanBuilder& plan, const ir::Operation& op) : plan_(plan), op_(op) {}
+  StepBuilder(PlanBuilder& plan, const ir::Operation& op, bool binds_state)
+      : plan_(plan), op_(op), binds_state_(binds_state) {}
   const ir::Operation& op() const override { return op_; }
   const ir::Function& function() const override;
   int input(const std::string& param) override {
@@ -60,6 +61,7 @@ class StepBuilder final : public ops::KernelBuilder {
 
   PlanBuilder& plan_;
   const ir::Operation& op_;
+  const bool binds_state_;
 };
 
 class PlanBuilder {
@@ -69,20 +71,26 @@ class PlanBuilder {
     plan_->function = &function;
   }
 
-  std::unique_ptr<Plan> build() {
+  std::unique_ptr<Plan> build(const std::vector<std::shared_ptr<const backends::Backend>>& backends) {
     scopes_.emplace_back();
     for (const ir::NamedValue& input : function_.inputs) plan_->input_slots.push_back(define(input));
-    fill_block(plan_->body, function_.block, plan_->input_slots);
+    fill_block(plan_->body, function_.block, plan_->input_slots, &backends);
     return std::move(plan_);
   }
 
   // Compiles `block` into `out` in a new scope; `own_slots` are slots the block itself
   // binds (function or block inputs) whose buffers it may release after their last use.
-  void fill_block(BlockPlan& out, const ir::Block& block, std::vector<int> own_slots) {
+  // The function's own block (and only it) is then partitioned among `backends`.
+  void fill_block(BlockPlan& out, const ir::Block& block, std::vector<int> own_slots,
+                  const std::vector<std::shared_ptr<const backends::Backend>>* backends = nullptr) {
     BlockPlan* saved = current_;
     current_ = &out;
     for (const ir::Operation& op : block.operations) add_step(op);
     for (const std::string& name : block.outputs) out.output_slots.push_back(slot_of(name));
+    if (backends && !backends->empty()) {
+      Values values(*this);
+      partition_body(*plan_, values, *backends, [this](const std::string& name) { return slot_of(name); });
+    }
     for (const PlannedStep& step : out.steps)
       own_slots.insert(own_slots.end(), step.output_slots.begin(), step.output_slots.end());
     compute_releases(out, own_slots);
@@ -136,6 +144,23 @@ class PlanBuilder {
     constant_values_[slot] = std::move(value);
   }
 
+  // The function's values as backends see them (src/backends/backend.h).
+  class Values final : public backends::ValueInfo {
+   public:
+    explicit Values(const PlanBuilder& builder) : builder_(builder) {}
+    const ir::ValueType& type(const std::string& name) const override {
+      return builder_.plan_->slot_types[builder_.slot_of(name)];
+    }
+    const ir::ConstValue* constant(const std::string& name) const override {
+      return builder_.constant_of(builder_.slot_of(name)).get();
+    }
+    using backends::ValueInfo::constant;
+    using backends::ValueInfo::type;
+
+   private:
+    const PlanBuilder& builder_;
+  };
+
   void add_step(const ir::Operation& op) {
     if (op.type == "const") {
       auto val = op.attributes.find("val");
@@ -145,18 +170,22 @@ class PlanBuilder {
       set_constant(slot, val->second);
       return;
     }
-    const ops::KernelFactory* factory = registry_.find(op.type, function_.ios_version);
-    COREMLRT_CHECK(factory != nullptr, "unsupported op: function '", function_.name, "', ", op.describe(),
+    const ops::KernelRegistry::Entry* entry = registry_.find_entry(op.type, function_.ios_version);
+    COREMLRT_CHECK(entry != nullptr, "unsupported op: function '", function_.name, "', ", op.describe(),
                    ": this build has no kernel for op type '", op.type, "' in opset ", function_.opset);
     PlannedStep step;
     step.op = &op;
-    StepBuilder builder(*this, op);
-    step.kernel = (*factory)(builder);
+    step.traits = entry->traits;
+    StepBuilder builder(*this, op, entry->traits.binds_state);
+    step.kernel = entry->factory(builder);
     step.input_slots = std::move(builder.input_slots);
     step.blocks = std::move(builder.blocks);
     for (const ir::NamedValue& out : op.outputs) step.output_slots.push_back(define(out));
-    bool all_constant = foldable(op);
+    bool all_constant = foldable(op, entry->traits);
     for (int slot : step.input_slots) all_constant = all_constant && plan_->constants[slot].defined();
+    if (current_ == &plan_->body)
+      plan_->placements.push_back({&op, op.type, op.name, op.outputs.empty() ? "" : op.outputs[0].name,
+                                   all_constant ? "folded" : "reference", "", -1});
     if (all_constant) {
       std::vector<Tensor> outputs = run_step_once(*plan_, step);
       for (size_t i = 0; i < outputs.size(); ++i) {
@@ -221,8 +250,8 @@ int StepBuilder::bind(const ir::Binding& binding, const std::string& param) {
   } else {
     slot = plan_.slot_of(binding.name);
     const ir::ValueType& type = plan_.plan().slot_types[slot];
-    check(type.kind != ir::TypeKind::State || op_.type == "read_state" || op_.type == "write_state",
-          "input '", param, "' is a state, which only read_state and write_state accept");
+    check(type.kind != ir::TypeKind::State || binds_state_, "input '", param,
+          "' is a state, which only ops that bind states (read_state, write_state) accept");
   }
   input_slots.push_back(slot);
   return static_cast<int>(input_slots.size() - 1);
@@ -268,8 +297,9 @@ bool StepBuilder::is_constant(const std::string& param) const {
 
 }  // namespace
 
-std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry) {
-  return PlanBuilder(function, registry).build();
+std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry,
+                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends) {
+  return PlanBuilder(function, registry).build(backends);
 }
 
 }  // namespace coremlrt::runtime

@@ -2,12 +2,15 @@
 // A Plan is one function compiled at load: every value gets a slot, every operation a
 // kernel chosen by op type and opset, constants (and ops computable from constants alone,
 // such as constexpr_* decompression) are evaluated once, and each step lists the slots
-// whose last use it is so their buffers can be reused. A Plan is immutable and shared by
-// every execution context of its model.
+// whose last use it is so their buffers can be reused. After folding, the top-level steps are
+// partitioned among execution backends (src/runtime/partition.h): a run of ops a backend
+// takes becomes one step. A Plan is immutable and shared by every execution context of its
+// model.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ir/program.h"
 #include "ops/kernel.h"
 
@@ -16,12 +19,20 @@ namespace coremlrt::runtime {
 struct BlockPlan;
 
 struct PlannedStep {
-  const ir::Operation* op = nullptr;
+  const ir::Operation* op = nullptr;  // null for a backend region
+  // For a backend region: its ops, in order, and a label for errors and reports.
+  std::vector<const ir::Operation*> region_ops;
+  std::string region_label;
+  ops::OpTraits traits;  // of op's registry entry (empty for a region)
+  int kernel_state = -1;  // index of the kernel's per-context state (KernelContext::kernel_state)
   std::unique_ptr<ops::Kernel> kernel;
   std::vector<int> input_slots;    // indexed by the input index the kernel was given
   std::vector<int> output_slots;   // in op output order
   std::vector<int> release_slots;  // values not read after this step
   std::vector<std::unique_ptr<BlockPlan>> blocks;  // nested blocks (cond, while_loop)
+
+  // "op 'x' (add) producing 'y'", or the region's label.
+  std::string describe() const { return op ? op->describe() : region_label; }
 };
 
 // A block compiled into steps. Nested blocks share their function's slot table: a value
@@ -32,6 +43,17 @@ struct BlockPlan {
   std::vector<int> output_slots;
 };
 
+// Where one op of the function runs, and why (coremlrt info --plan).
+struct Placement {
+  const ir::Operation* op = nullptr;
+  std::string op_type;
+  std::string op_name;
+  std::string output;   // the op's first output
+  std::string backend;  // "reference", a backend's name, or "folded" (computed at load)
+  std::string reason;   // why it is not on a backend that was asked for; empty otherwise
+  int region = -1;      // index of its backend region; -1 on our kernels
+};
+
 struct Plan {
   const ir::Function* function = nullptr;
   std::vector<std::string> slot_names;
@@ -40,12 +62,16 @@ struct Plan {
   std::vector<int> input_slots;   // function inputs, in declaration order
   BlockPlan body;                 // the function's block (its input_slots are unused)
   int folded_ops = 0;             // ops evaluated at load from constants
+  int kernel_state_count = 0;     // per-context kernel states (backend regions' run state)
+  std::vector<Placement> placements;  // every non-const op of the function's block, in order
 
   size_t slot_count() const { return slot_names.size(); }
 };
 
 // Throws Error naming the op type, function and output of the first op that has no
-// kernel in `registry`, or whose parameters its kernel rejects.
-std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry);
+// kernel in `registry`, or whose parameters its kernel rejects. `backends` (priority order)
+// may take regions of the top-level block; everything else runs on `registry`'s kernels.
+std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry,
+                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends = {});
 
 }  // namespace coremlrt::runtime

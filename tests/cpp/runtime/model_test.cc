@@ -24,7 +24,10 @@ float reference_add_one(float x) { return static_cast<float>(static_cast<half>(s
 TEST(Model, LoadsAndPredictsThroughTheCppApi) {
   std::string path = corpus_model("repro_add");
   if (path.empty()) GTEST_SKIP() << "corpus not found at " << kCorpus;
-  auto model = Model::load(path);
+  // Our own kernels round every fp16 value, so the result is exactly the fp16 computation.
+  LoadOptions options;
+  options.backend = "reference";
+  auto model = Model::load(path, options);
   ASSERT_EQ(model->function().inputs.size(), 1u);
   EXPECT_EQ(model->function().inputs[0].name, "x");
   EXPECT_EQ(model->function().inputs[0].shape, (Shape{1, 64, 512}));
@@ -36,6 +39,22 @@ TEST(Model, LoadsAndPredictsThroughTheCppApi) {
   ASSERT_EQ(y.shape, (Shape{1, 64, 512}));
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y.ptr<float>()[i], reference_add_one(x[i])) << i;
   EXPECT_NE(y.data, x.data());
+}
+
+// With every backend this build has, fp16 ops may compute in fp32 (DESIGN.md law 6: fp16 or
+// wider), so each value is the fp16 result or the fp32 one, nothing else.
+TEST(Model, AutoBackendComputesFp16OpsInFp16OrWider) {
+  std::string path = corpus_model("repro_add");
+  if (path.empty()) GTEST_SKIP() << "corpus not found at " << kCorpus;
+  auto model = Model::load(path);
+  std::vector<float> x(64 * 512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * i) * 10;
+  auto outputs = model->predict({{"x", Tensor::view(DType::Float32, {1, 64, 512}, x.data(), nullptr)}});
+  const Tensor& y = outputs.at("add_0");
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float got = y.ptr<float>()[i];
+    ASSERT_TRUE(got == reference_add_one(x[i]) || got == x[i] + 1.0f) << i << ": " << got;
+  }
 }
 
 TEST(Model, ConcurrentPredictionsMatchSerialOnes) {

@@ -1,0 +1,111 @@
+#pragma once
+// The seam between the runtime and execution backends (docs/architecture.md, "Backends").
+//
+// At load, after constant folding, the runtime shows each backend the function's top-level
+// ops (a FunctionView); the backend says, op by op, whether it can run it and why not
+// (propose). The runtime decides (src/runtime/partition.cc): in backend priority order, each
+// maximal run of consecutive ops that a backend claimed and nobody took earlier becomes a
+// Region; a region the backend does not find worth its per-call cost is dropped. Each kept
+// region is compiled once into one ops::Kernel, which becomes one step of the plan and is
+// shared by every execution context; whatever per-run state the backend needs (an infer
+// request, say) it keeps in KernelContext::kernel_state(), which belongs to one execution
+// context. Every op nobody claims runs on our own kernels (src/ops/), the semantic reference.
+//
+// Ownership: a FunctionView and a Region borrow the function, its ops and the plan's constants
+// for the duration of propose() / compile() only; a compiled kernel that needs a constant later
+// must keep its Tensor (which shares the storage). Tensors a compiled kernel reads through its
+// KernelContext are borrowed for that call only (DESIGN.md law 4).
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/program.h"
+#include "ops/kernel.h"
+
+namespace coremlrt::backends {
+
+// Resolves the values an op reads: their types and, for values known at load, their contents.
+class ValueInfo {
+ public:
+  virtual ~ValueInfo() = default;
+  // The declared type of a named value visible at the top level of the function.
+  virtual const ir::ValueType& type(const std::string& name) const = 0;
+  // The value's contents when it is known at load (a const op or a folded op); else nullptr.
+  virtual const ir::ConstValue* constant(const std::string& name) const = 0;
+
+  // The same questions for one binding of an op's parameter (named or inline).
+  const ir::ValueType& type(const ir::Binding& binding) const {
+    return binding.value ? binding.value->type : type(binding.name);
+  }
+  const ir::ConstValue* constant(const ir::Binding& binding) const {
+    return binding.value ? binding.value.get() : constant(binding.name);
+  }
+};
+
+// What propose() sees: the ops of the function's block that run at predict time (const ops
+// and ops folded at load are not in it), in plan order.
+struct FunctionView {
+  const ir::Function& function;
+  std::vector<const ir::Operation*> ops;
+  const ValueInfo& values;
+};
+
+// A backend's answer for one op.
+struct Verdict {
+  bool claimed = false;
+  std::string reason;  // why not, when not claimed ("no lowering for op type 'cond'")
+
+  static Verdict claim() { return {true, {}}; }
+  static Verdict refuse(std::string why) { return {false, std::move(why)}; }
+};
+
+// A run of consecutive ops that one backend takes. `inputs` are the values the region reads
+// that are computed outside it at run time (function inputs, outputs of earlier steps), in the
+// order of the compiled kernel's inputs 0..n-1; `outputs` are the values produced inside it
+// that anything after it reads (later ops, nested blocks, the function's outputs), in the order
+// of the kernel's outputs 0..m-1. Values known at load are read through `values`.
+struct Region {
+  const ir::Function& function;
+  std::vector<const ir::Operation*> ops;
+  std::vector<ir::NamedValue> inputs;
+  std::vector<ir::NamedValue> outputs;
+  const ValueInfo& values;
+};
+
+// How a backend may compute; from LoadOptions (include/coremlrt/model.h).
+struct BackendOptions {
+  // Matrix ops of fp16 programs may use bf16 (DESIGN.md law 6: an opt-in mode, never a default).
+  bool low_precision = false;
+  // Threads one prediction may use; 0 = the machine's cores.
+  int threads = 0;
+  // Where compiled regions are cached across processes; empty = no cache.
+  std::string cache_dir;
+  // Claim every region the backend can run, however small (backend="openvino"); otherwise the
+  // backend's cost rule drops regions too cheap to pay its per-call overhead (backend="auto").
+  bool force = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const std::string& name() const = 0;
+  // One verdict per op of `view`, in the same order. Must not throw for ops it cannot run.
+  virtual std::vector<Verdict> propose(const FunctionView& view) const = 0;
+  // The cost rule: whether running `region` here pays for the backend's per-call overhead.
+  // An empty string means yes; otherwise the reason it stays on our kernels.
+  virtual std::string worth_running(const Region& region) const = 0;
+  // Lowers and compiles `region` into one kernel (see the ownership rules above). Throws
+  // Error when it cannot; the runtime then keeps our kernels for the region and reports why.
+  virtual std::unique_ptr<ops::Kernel> compile(const Region& region) const = 0;
+};
+
+// The backends this build has, in priority order, for a `choice` of "auto", "reference" or a
+// backend's name; "reference" (our kernels alone) gives none. Throws Error for an unknown
+// name or a backend this build was made without, listing the available ones.
+std::vector<std::shared_ptr<const Backend>> select_backends(const std::string& choice, const BackendOptions& options);
+
+// Names accepted by select_backends in this build, "auto" and "reference" first.
+std::vector<std::string> available_backends();
+
+}  // namespace coremlrt::backends

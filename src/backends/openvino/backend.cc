@@ -1,0 +1,232 @@
+// The OpenVINO backend: which ops it takes (propose), whether a region pays for itself
+// (worth_running), and the lowering of a region into a compiled model (compile). The compiled
+// kernel is in region_kernel.cc.
+#include <openvino/core/model.hpp>
+#include <openvino/op/constant.hpp>
+#include <openvino/op/parameter.hpp>
+#include <openvino/op/result.hpp>
+#include <openvino/runtime/core.hpp>
+#include <openvino/runtime/properties.hpp>
+#include <openvino/runtime/intel_cpu/properties.hpp>
+
+#include <map>
+
+#include "backends/openvino/lowering.h"
+#include "backends/openvino/openvino_backend.h"
+#include "backends/openvino/region_kernel.h"
+
+namespace coremlrt::backends::openvino {
+
+namespace {
+
+// The cost rule of backend "auto". One OpenVINO inference costs a few microseconds more than
+// running the same few ops on our kernels (benchmarks/bench_peers.py, the tiny model: relu(x + 1)
+// on 16 values), so a region must do enough work to win that back. Work is counted in
+// multiply-adds for matrix ops and convolutions, and in output elements for everything else.
+constexpr double kMinRegionWork = 1 << 16;
+
+// Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of static,
+// non-empty shape with an element type we map.
+std::string crossable(const ir::ValueType& type) {
+  if (type.kind != ir::TypeKind::Tensor) return "a value of type " + type.str() + " (not a tensor)";
+  if (!type.is_static()) return "a value of dynamic shape " + type.str();
+  for (int64_t d : type.dims)
+    if (d == 0) return "an empty tensor " + type.str();
+  if (!element_type(type.dtype)) return "dtype " + std::string(dtype_name(type.dtype));
+  return {};
+}
+
+std::string support(const ir::Operation& op, const ValueInfo& values) {
+  auto it = lowerings().find(op.type);
+  if (it == lowerings().end()) return "no lowering for op type '" + op.type + "'";
+  for (const ir::NamedValue& out : op.outputs) {
+    std::string why = crossable(out.type);
+    if (!why.empty()) return "output '" + out.name + "' is " + why;
+  }
+  for (const auto& [param, bindings] : op.inputs)
+    for (const ir::Binding& binding : bindings) {
+      if (values.constant(binding)) continue;
+      std::string why = crossable(values.type(binding));
+      if (!why.empty()) return "input '" + param + "' is " + why;
+    }
+  if (!it->second.check) return {};
+  try {
+    return it->second.check(OpReader(op, values));
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+double numel(const ir::ValueType& type) {
+  double n = 1;
+  for (int64_t d : type.dims) n *= static_cast<double>(d);
+  return n;
+}
+
+double work(const ir::Operation& op, const ValueInfo& values) {
+  const double out = op.outputs.empty() ? 0 : numel(op.outputs[0].type);
+  auto input = [&](const char* param) -> const ir::ValueType* {
+    auto it = op.inputs.find(param);
+    return it == op.inputs.end() || it->second.empty() ? nullptr : &values.type(it->second[0]);
+  };
+  if (op.type == "linear" || op.type == "matmul" || op.type == "conv") {
+    // Each output element is a dot product over the reduced extent.
+    if (op.type == "linear") {
+      if (const ir::ValueType* w = input("weight"); w && w->rank == 2) return out * static_cast<double>(w->dims[1]);
+    } else if (op.type == "conv") {
+      if (const ir::ValueType* w = input("weight"); w && w->rank >= 3) return out * numel(*w) / static_cast<double>(w->dims[0]);
+    } else if (const ir::ValueType* x = input("x"); x && x->rank >= 1) {
+      return out * static_cast<double>(x->dims.back());  // the reduced extent, or the other dim when transposed
+    }
+  }
+  return out;
+}
+
+class OpenVinoBackend final : public Backend {
+ public:
+  explicit OpenVinoBackend(const BackendOptions& options) : options_(options) {}
+
+  const std::string& name() const override {
+    static const std::string kName = "openvino";
+    return kName;
+  }
+
+  std::vector<Verdict> propose(const FunctionView& view) const override {
+    std::vector<Verdict> verdicts;
+    for (const ir::Operation* op : view.ops) {
+      std::string why = support(*op, view.values);
+      verdicts.push_back(why.empty() ? Verdict::claim() : Verdict::refuse(why));
+    }
+    return verdicts;
+  }
+
+  std::string worth_running(const Region& region) const override {
+    if (options_.force) return {};
+    double total = 0;
+    for (const ir::Operation* op : region.ops) total += work(*op, region.values);
+    if (total >= kMinRegionWork) return {};
+    return "the region does about " + std::to_string(static_cast<int64_t>(total)) +
+           " units of work, too little to pay for a backend call (backend=\"auto\"; backend=\"openvino\" forces it)";
+  }
+
+  std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
+
+ private:
+  BackendOptions options_;
+};
+
+// Builds the region's graph: parameters for its inputs, constants (views of the plan's
+// constants, not copies) for values known at load, and each op's lowering in order.
+class RegionBuilder {
+ public:
+  explicit RegionBuilder(const Region& region) : region_(region) {}
+
+  std::shared_ptr<ov::Model> build(std::vector<Tensor>& kept_constants) {
+    ov::ParameterVector parameters;
+    for (const ir::NamedValue& input : region_.inputs) {
+      auto parameter = std::make_shared<ov::op::v0::Parameter>(
+          *element_type(input.type.dtype), ov::PartialShape(std::vector<ov::Dimension>(input.type.dims.begin(), input.type.dims.end())));
+      parameter->set_friendly_name(input.name);
+      parameters.push_back(parameter);
+      graph_[input.name] = parameter->output(0);
+    }
+    for (const ir::Operation* op : region_.ops) lower(*op);
+    ov::ResultVector results;
+    for (const ir::NamedValue& output : region_.outputs)
+      results.push_back(std::make_shared<ov::op::v0::Result>(graph_.at(output.name)));
+    kept_constants = std::move(kept_);
+    return std::make_shared<ov::Model>(results, parameters, region_.function.name);
+  }
+
+ private:
+  class OpLowerer final : public Lowerer {
+   public:
+    OpLowerer(const ir::Operation& op, RegionBuilder& builder) : Lowerer(op, builder.region_.values), builder_(builder) {}
+    Value input(const std::string& param, size_t index) override { return builder_.value_of(binding(param, index)); }
+
+   private:
+    RegionBuilder& builder_;
+  };
+
+  Value value_of(const ir::Binding& binding) {
+    if (!binding.value) {
+      auto it = graph_.find(binding.name);
+      if (it != graph_.end()) return it->second;
+    }
+    const ir::ConstValue* constant = region_.values.constant(binding);
+    if (!constant) fail("value '", binding.name, "' is neither computed in the region nor an input of it");
+    const Tensor& t = constant->tensor;
+    std::optional<ov::element::Type> type = element_type(t.dtype);
+    if (!type || !t.defined()) fail("constant '", binding.name, "' has dtype ", dtype_name(t.dtype), ", which has no OpenVINO type");
+    // A view of the plan's constant (weights stay in the memory-mapped weight file); the kernel
+    // keeps the tensor, and so its storage, alive as long as the compiled model.
+    ov::Tensor view(*type, ov::Shape(t.shape.begin(), t.shape.end()), t.data);
+    Value node = std::make_shared<ov::op::v0::Constant>(view);
+    kept_.push_back(t);
+    if (!binding.value) graph_[binding.name] = node;
+    return node;
+  }
+
+  void lower(const ir::Operation& op) {
+    const OpLowering& lowering = lowerings().at(op.type);
+    OpLowerer lowerer(op, *this);
+    std::vector<Value> outputs = lowering.lower(lowerer);
+    COREMLRT_CHECK(outputs.size() == op.outputs.size(), op.describe(), ": lowered to ", outputs.size(),
+                   " outputs; the op has ", op.outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const ir::ValueType& declared = op.outputs[i].type;
+      const ov::PartialShape& shape = outputs[i].get_partial_shape();
+      const ov::element::Type type = outputs[i].get_element_type();
+      // The lowering must give exactly what the program declares; otherwise its semantics
+      // differ from our kernel's and the region stays ours.
+      bool same = shape.is_static() && type == *element_type(declared.dtype) &&
+                  shape.rank().get_length() == static_cast<int64_t>(declared.dims.size());
+      for (size_t d = 0; same && d < declared.dims.size(); ++d) same = shape[d].get_length() == declared.dims[d];
+      COREMLRT_CHECK(same, op.describe(), ": lowered to ", type.get_type_name(), " ", shape.to_string(),
+                     " but the program declares ", declared.str());
+      graph_[op.outputs[i].name] = outputs[i];
+    }
+  }
+
+  const Region& region_;
+  std::map<std::string, Value> graph_;
+  std::vector<Tensor> kept_;
+};
+
+ov::Core& core() {
+  static ov::Core instance;
+  return instance;
+}
+
+std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) const {
+  std::vector<Tensor> kept;
+  std::shared_ptr<ov::Model> model;
+  bool fp16_program = false;
+  for (const ir::Operation* op : region.ops)
+    for (const ir::NamedValue& out : op->outputs) fp16_program = fp16_program || out.type.dtype == DType::Float16;
+  try {
+    model = RegionBuilder(region).build(kept);
+    ov::AnyMap config = {
+        ov::hint::performance_mode(ov::hint::PerformanceMode::LATENCY),
+        // DESIGN.md law 6: fp32 unless the caller opted in to the low-precision mode, and then
+        // bf16 only for fp16 programs.
+        ov::hint::inference_precision(options_.low_precision && fp16_program ? ov::element::bf16 : ov::element::f32),
+    };
+    if (options_.threads > 0) config.emplace(ov::inference_num_threads(options_.threads));
+    if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
+    ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
+    return make_region_kernel(std::move(compiled), region, std::move(kept));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("OpenVINO: ", e.what());
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const Backend> make_backend(const BackendOptions& options) {
+  return std::make_shared<OpenVinoBackend>(options);
+}
+
+}  // namespace coremlrt::backends::openvino

@@ -1,0 +1,167 @@
+// Matrix ops (linear, matmul), convolution and pooling (our kernels: src/ops/linear.cc,
+// conv.cc, pool.cc). Padding is resolved here from the static input dims with the rules of our
+// kernels (same: the odd pixel after; same_lower: before), so OpenVINO gets explicit pads.
+#include <openvino/op/ops.hpp>
+
+#include <algorithm>
+
+#include "backends/openvino/lowering.h"
+
+namespace coremlrt::backends::openvino {
+
+namespace {
+
+namespace v0 = ov::op::v0;
+namespace v1 = ov::op::v1;
+
+bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
+
+// Every listed parameter that is present is a float of x's dtype.
+std::string same_float_dtype(const OpReader& op, std::initializer_list<const char*> params) {
+  const DType x = op.type("x").dtype;
+  if (!fp16_or_fp32(x)) return "x is not fp16 or fp32";
+  for (const char* p : params)
+    if (op.count(p) && op.type(p).dtype != x) return std::string(p) + " and x have different dtypes";
+  return {};
+}
+
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations;
+  std::vector<int64_t> pad_begin, pad_end;  // resolved explicit pads
+};
+
+// pad_type / pad of conv and the pools, resolved for x's static spatial dims `in`.
+std::string resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window& w) {
+  const size_t n = in.size();
+  const std::string pad_type = op.const_string("pad_type", "valid");
+  w.pad_begin.assign(n, 0);
+  w.pad_end.assign(n, 0);
+  if (pad_type == "custom") {
+    const std::vector<int64_t> pad = op.const_ints("pad", std::vector<int64_t>(2 * n, 0));
+    if (pad.size() != 2 * n) return "pad has the wrong length";
+    for (size_t i = 0; i < n; ++i) {
+      w.pad_begin[i] = pad[2 * i];
+      w.pad_end[i] = pad[2 * i + 1];
+    }
+  } else if (pad_type == "same" || pad_type == "same_lower") {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t k_eff = (w.kernel[i] - 1) * w.dilations[i] + 1, s = w.strides[i];
+      const int64_t out = (in[i] + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s + k_eff - in[i]);
+      w.pad_begin[i] = pad_type == "same" ? total / 2 : total - total / 2;
+      w.pad_end[i] = total - w.pad_begin[i];
+    }
+  } else if (pad_type != "valid") {
+    return "pad_type " + pad_type;
+  }
+  return {};
+}
+
+std::vector<int64_t> spatial(const ir::ValueType& x) { return std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()); }
+
+// Conv parameters; the weight must be known at load (it is reshaped for groups).
+std::string conv_window(const OpReader& op, Window& w) {
+  const ir::ValueType& x = op.type("x");
+  const ir::ConstValue* weight = op.constant("weight");
+  if (!weight) return "weight is not known at load";
+  if (x.rank < 3 || x.rank > 5) return "x has rank " + std::to_string(x.rank);
+  const size_t n = static_cast<size_t>(x.rank - 2);
+  w.kernel.assign(weight->tensor.shape.begin() + 2, weight->tensor.shape.end());
+  w.strides = op.const_ints("strides", std::vector<int64_t>(n, 1));
+  w.dilations = op.const_ints("dilations", std::vector<int64_t>(n, 1));
+  if (w.kernel.size() != n || w.strides.size() != n || w.dilations.size() != n) return "window ranks differ";
+  return resolve_pads(op, spatial(x), w);
+}
+
+Value conv(Lowerer& op) {
+  Window w;
+  conv_window(op, w);
+  Value x = op.input("x");
+  Value weight = op.input("weight");
+  const int64_t groups = op.const_int("groups", 1);
+  const ov::Strides strides(w.strides.begin(), w.strides.end()), dilations(w.dilations.begin(), w.dilations.end());
+  const ov::CoordinateDiff begin(w.pad_begin.begin(), w.pad_begin.end()), end(w.pad_end.begin(), w.pad_end.end());
+  Value y;
+  if (groups == 1) {
+    y = std::make_shared<v1::Convolution>(x, weight, strides, begin, end, dilations);
+  } else {
+    // [C_out, C_in / g, *k] -> [g, C_out / g, C_in / g, *k]
+    std::vector<int64_t> shape = op.constant("weight")->tensor.shape;
+    std::vector<int64_t> grouped = {groups, shape[0] / groups};
+    grouped.insert(grouped.end(), shape.begin() + 1, shape.end());
+    Value reshaped = std::make_shared<v1::Reshape>(weight, Lowerer::i64s(grouped), false);
+    y = std::make_shared<v1::GroupConvolution>(x, reshaped, strides, begin, end, dilations);
+  }
+  if (op.count("bias")) {
+    std::vector<int64_t> bias_shape(static_cast<size_t>(op.type("x").rank), 1);
+    bias_shape[1] = -1;
+    y = std::make_shared<v1::Add>(y, std::make_shared<v1::Reshape>(op.input("bias"), Lowerer::i64s(bias_shape), false));
+  }
+  return y;
+}
+
+std::string pool_window(const OpReader& op, Window& w) {
+  const ir::ValueType& x = op.type("x");
+  if (!fp16_or_fp32(x.dtype)) return "x is not fp16 or fp32";
+  if (op.const_bool("ceil_mode", false)) return "ceil_mode";
+  w.kernel = op.const_ints("kernel_sizes");
+  const size_t n = w.kernel.size();
+  if (static_cast<int64_t>(n) + 2 != x.rank) return "kernel_sizes does not match x's rank";
+  w.strides = op.const_ints("strides", std::vector<int64_t>(n, 1));
+  w.dilations.assign(n, 1);
+  return resolve_pads(op, spatial(x), w);
+}
+
+}  // namespace
+
+void add_linear_conv_lowerings(LoweringTable& t) {
+  t["linear"] = {[](const OpReader& op) { return same_float_dtype(op, {"weight", "bias"}); },
+                 [](Lowerer& op) -> std::vector<Value> {
+                   Value y = std::make_shared<v0::MatMul>(op.input("x"), op.input("weight"), false, true);
+                   if (op.count("bias")) y = std::make_shared<v1::Add>(y, op.input("bias"));
+                   return {y};
+                 }};
+  t["matmul"] = {[](const OpReader& op) -> std::string {
+                   const DType x = op.type("x").dtype;
+                   if (!fp16_or_fp32(x)) return "x is not fp16 or fp32";
+                   if (op.type("y").dtype != x) return "x and y have different dtypes";
+                   return {};
+                 },
+                 [](Lowerer& op) -> std::vector<Value> {
+                   return {std::make_shared<v0::MatMul>(op.input("x"), op.input("y"), op.const_bool("transpose_x", false),
+                                                        op.const_bool("transpose_y", false))};
+                 }};
+  t["conv"] = {[](const OpReader& op) -> std::string {
+                 std::string why = same_float_dtype(op, {"weight", "bias"});
+                 if (!why.empty()) return why;
+                 Window w;
+                 return conv_window(op, w);
+               },
+               [](Lowerer& op) -> std::vector<Value> { return {conv(op)}; }};
+  t["max_pool"] = {[](const OpReader& op) {
+                     Window w;
+                     return pool_window(op, w);
+                   },
+                   [](Lowerer& op) -> std::vector<Value> {
+                     Window w;
+                     pool_window(op, w);
+                     return {std::make_shared<v1::MaxPool>(
+                         op.input("x"), ov::Strides(w.strides.begin(), w.strides.end()),
+                         ov::Shape(w.pad_begin.begin(), w.pad_begin.end()), ov::Shape(w.pad_end.begin(), w.pad_end.end()),
+                         ov::Shape(w.kernel.begin(), w.kernel.end()))};
+                   }};
+  t["avg_pool"] = {[](const OpReader& op) {
+                     Window w;
+                     return pool_window(op, w);
+                   },
+                   [](Lowerer& op) -> std::vector<Value> {
+                     Window w;
+                     pool_window(op, w);
+                     return {std::make_shared<v1::AvgPool>(
+                         op.input("x"), ov::Strides(w.strides.begin(), w.strides.end()),
+                         ov::Shape(w.pad_begin.begin(), w.pad_begin.end()), ov::Shape(w.pad_end.begin(), w.pad_end.end()),
+                         ov::Shape(w.kernel.begin(), w.kernel.end()), op.const_bool("exclude_padding_from_average", false))};
+                   }};
+}
+
+}  // namespace coremlrt::backends::openvino

@@ -1,0 +1,89 @@
+#pragma once
+// Lowering MIL ops to OpenVINO nodes: the vocabulary shared by the per-family files of this
+// folder (elementwise.cc, linear_conv.cc, normalization.cc, shape.cc, reduction.cc). Only
+// files of src/backends/openvino/ include this header, so OpenVINO's types stay here.
+//
+// Each op type has one OpLowering: `check` says, from the op's parameters and types alone,
+// whether the lowering gives Core ML's semantics for them (an empty string) or why not; `lower`
+// builds the op's outputs. Both see the op through an OpReader. Whatever `lower` builds is then
+// checked against the op's declared output types (backend.cc), so a lowering whose shapes or
+// element types drift from the program fails at compile time, and the region stays on our
+// kernels.
+#include <openvino/core/node.hpp>
+#include <openvino/core/type/element_type.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace coremlrt::backends::openvino {
+
+using Value = ov::Output<ov::Node>;
+
+// The OpenVINO element type of a dtype; nullopt when OpenVINO has none we use.
+std::optional<ov::element::Type> element_type(DType dtype);
+
+// Reads one op's parameters: types, constants and (while lowering) graph values.
+class OpReader {
+ public:
+  OpReader(const ir::Operation& op, const ValueInfo& values) : op_(op), values_(values) {}
+  virtual ~OpReader() = default;
+
+  const ir::Operation& op() const { return op_; }
+  bool has(const std::string& param) const;
+  // Number of bindings of a (variadic) parameter; 0 when absent.
+  size_t count(const std::string& param) const;
+  const ir::ValueType& type(const std::string& param, size_t index = 0) const;
+  const ir::ValueType& output_type(size_t index) const { return op_.outputs.at(index).type; }
+  // The parameter's value when known at load (inline, a const op or a folded op); else nullptr.
+  const ir::ConstValue* constant(const std::string& param, size_t index = 0) const;
+  bool is_constant(const std::string& param) const;
+
+  // Constant parameters as plain values; `fallback` when absent. Throws Error when present but
+  // not constant or not of a usable type.
+  int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
+  std::vector<int64_t> const_ints(const std::string& param,
+                                  std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
+  double const_float(const std::string& param, std::optional<double> fallback = std::nullopt) const;
+  bool const_bool(const std::string& param, std::optional<bool> fallback = std::nullopt) const;
+  std::vector<bool> const_bools(const std::string& param, std::optional<std::vector<bool>> fallback = std::nullopt) const;
+  std::string const_string(const std::string& param, std::optional<std::string> fallback = std::nullopt) const;
+
+ protected:
+  const ir::Binding& binding(const std::string& param, size_t index) const;
+  const ir::Operation& op_;
+  const ValueInfo& values_;
+};
+
+// While lowering: graph values for the op's parameters.
+class Lowerer : public OpReader {
+ public:
+  using OpReader::OpReader;
+  // The value bound to `param` (a region input, an earlier op's output, or a constant).
+  virtual Value input(const std::string& param, size_t index = 0) = 0;
+  // A constant node of `type` with the given values (scalars for broadcasting, shapes, axes).
+  static Value constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data);
+  static Value i64s(const std::vector<int64_t>& values);  // a 1-D int64 constant
+  static Value scalar_like(const Value& like, double value);  // a scalar of `like`'s element type
+};
+
+struct OpLowering {
+  std::function<std::string(const OpReader&)> check;  // may be empty: every parameter set is fine
+  std::function<std::vector<Value>(Lowerer&)> lower;
+};
+using LoweringTable = std::map<std::string, OpLowering>;
+
+// The whole table, filled once by the families below.
+const LoweringTable& lowerings();
+
+void add_elementwise_lowerings(LoweringTable& table);
+void add_linear_conv_lowerings(LoweringTable& table);
+void add_normalization_lowerings(LoweringTable& table);
+void add_shape_lowerings(LoweringTable& table);
+void add_reduction_lowerings(LoweringTable& table);
+
+}  // namespace coremlrt::backends::openvino

@@ -1,0 +1,200 @@
+// Data movement (our kernels: src/ops/shape.cc, slice.cc, gather.cc, misc.cc). Every claimed
+// op has static shapes (backend.cc), so ops that only regroup elements in row-major order
+// (reshape, expand_dims, squeeze, flatten2d) become one Reshape to the declared output dims,
+// and slices are resolved here into explicit start/stop/step with the rules of
+// src/ops/slice.cc.
+#include <openvino/op/ops.hpp>
+
+#include <algorithm>
+#include <limits>
+
+#include "backends/openvino/lowering.h"
+
+namespace coremlrt::backends::openvino {
+
+namespace {
+
+namespace v1 = ov::op::v1;
+
+std::vector<int64_t> declared_dims(const OpReader& op, size_t output = 0) { return op.output_type(output).dims; }
+
+Value reshape_to(const Value& x, const std::vector<int64_t>& dims) {
+  return std::make_shared<v1::Reshape>(x, Lowerer::i64s(dims), false);
+}
+
+OpLowering regroup() {
+  return {{}, [](Lowerer& op) -> std::vector<Value> { return {reshape_to(op.input("x"), declared_dims(op))}; }};
+}
+
+struct SliceSpec {
+  std::vector<int64_t> start, stop, step;
+};
+
+// slice_by_index's begin/end/stride/masks for static x, as src/ops/slice.cc reads them; an empty
+// string when they resolve, else why not. Stops are written for OpenVINO's Slice, where a
+// negative stop counts from the end: "before the first element" is -(size + 1).
+std::string resolve_slice(const OpReader& op, SliceSpec& s) {
+  const std::vector<int64_t>& x = op.type("x").dims;
+  const size_t rank = x.size();
+  for (const char* p : {"begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask"})
+    if (op.count(p) && !op.constant(p)) return std::string(p) + " is not known at load";
+  const std::vector<int64_t> begin = op.const_ints("begin", std::vector<int64_t>{});
+  const std::vector<int64_t> end = op.const_ints("end", std::vector<int64_t>{});
+  const std::vector<int64_t> stride = op.const_ints("stride", std::vector<int64_t>{});
+  const std::vector<bool> bm = op.const_bools("begin_mask", {}), em = op.const_bools("end_mask", {}),
+                          sm = op.const_bools("squeeze_mask", {});
+  for (size_t n : {begin.size(), end.size(), stride.size(), bm.size(), em.size(), sm.size()})
+    if (n != 0 && n != rank) return "a slice parameter does not have x's rank";
+  auto flag = [](const std::vector<bool>& v, size_t d) { return !v.empty() && v[d]; };
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t size = x[d];
+    const int64_t step = stride.empty() ? 1 : stride[d];
+    int64_t b = begin.empty() ? 0 : begin[d], e = end.empty() ? size : end[d];
+    if (flag(sm, d)) {
+      if (b < 0) b += size;
+      if (b < 0 || b >= size) return "squeezed index out of range";
+      s.start.push_back(b);
+      s.stop.push_back(b + 1);
+      s.step.push_back(1);
+      continue;
+    }
+    if (step == 0) return "stride 0";
+    if (step > 0) {
+      auto clamp = [&](int64_t v) { return v < 0 ? std::max<int64_t>(v + size, 0) : std::min(v, size); };
+      b = flag(bm, d) ? 0 : clamp(b);
+      e = flag(em, d) ? size : clamp(e);
+    } else {
+      auto clamp = [&](int64_t v) { return v < 0 ? std::max<int64_t>(v + size, -1) : std::min(v, size - 1); };
+      b = flag(bm, d) ? size - 1 : clamp(b);
+      e = flag(em, d) ? -1 : clamp(e);
+      if (e < 0) e = -(size + 1);
+    }
+    s.start.push_back(b);
+    s.stop.push_back(e);
+    s.step.push_back(step);
+  }
+  return {};
+}
+
+Value slice(const Value& x, const SliceSpec& s) {
+  std::vector<int64_t> axes(s.start.size());
+  for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+  return std::make_shared<ov::op::v8::Slice>(x, Lowerer::i64s(s.start), Lowerer::i64s(s.stop), Lowerer::i64s(s.step),
+                                             Lowerer::i64s(axes));
+}
+
+int64_t normalized_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+std::optional<ov::element::Type> cast_target(const std::string& name) {
+  if (name == "fp32") return ov::element::f32;
+  if (name == "fp16") return ov::element::f16;
+  return std::nullopt;
+}
+
+}  // namespace
+
+void add_shape_lowerings(LoweringTable& t) {
+  t["reshape"] = regroup();
+  t["expand_dims"] = regroup();
+  t["squeeze"] = regroup();
+  t["flatten2d"] = regroup();
+  t["transpose"] = {[](const OpReader& op) -> std::string {
+                      return op.constant("perm") ? "" : "perm is not known at load";
+                    },
+                    [](Lowerer& op) -> std::vector<Value> {
+                      std::vector<int64_t> perm = op.const_ints("perm");
+                      for (int64_t& p : perm) p = normalized_axis(p, static_cast<int64_t>(perm.size()));
+                      return {std::make_shared<v1::Transpose>(op.input("x"), Lowerer::i64s(perm))};
+                    }};
+  t["concat"] = {[](const OpReader& op) -> std::string {
+                   if (op.const_bool("interleave", false)) return "interleave";
+                   const DType d = op.type("values", 0).dtype;
+                   for (size_t i = 1; i < op.count("values"); ++i)
+                     if (op.type("values", i).dtype != d) return "values have different dtypes";
+                   return {};
+                 },
+                 [](Lowerer& op) -> std::vector<Value> {
+                   ov::OutputVector values;
+                   for (size_t i = 0; i < op.count("values"); ++i) values.push_back(op.input("values", i));
+                   return {std::make_shared<ov::op::v0::Concat>(
+                       values, normalized_axis(op.const_int("axis"), op.output_type(0).rank))};
+                 }};
+  t["split"] = {{},
+                [](Lowerer& op) -> std::vector<Value> {
+                  const int64_t axis = normalized_axis(op.const_int("axis"), op.type("x").rank);
+                  std::vector<int64_t> sizes;
+                  for (const ir::NamedValue& out : op.op().outputs) sizes.push_back(out.type.dims[axis]);
+                  auto split = std::make_shared<v1::VariadicSplit>(op.input("x"), Lowerer::i64s({axis}),
+                                                                   Lowerer::i64s(sizes));
+                  std::vector<Value> outs;
+                  for (size_t i = 0; i < sizes.size(); ++i) outs.push_back(split->output(i));
+                  return outs;
+                }};
+  t["slice_by_index"] = {[](const OpReader& op) -> std::string {
+                           SliceSpec s;
+                           return resolve_slice(op, s);
+                         },
+                         [](Lowerer& op) -> std::vector<Value> {
+                           SliceSpec s;
+                           resolve_slice(op, s);
+                           return {reshape_to(slice(op.input("x"), s), declared_dims(op))};
+                         }};
+  t["slice_by_size"] = {[](const OpReader& op) -> std::string {
+                          if (!op.constant("begin") || !op.constant("size")) return "begin or size is not known at load";
+                          const std::vector<int64_t>& x = op.type("x").dims;
+                          std::vector<int64_t> b = op.const_ints("begin"), n = op.const_ints("size");
+                          if (b.size() != x.size() || n.size() != x.size()) return "begin or size does not have x's rank";
+                          for (size_t d = 0; d < x.size(); ++d) {
+                            const int64_t start = b[d] < 0 ? b[d] + x[d] : b[d];
+                            const int64_t count = n[d] == -1 ? x[d] - start : n[d];
+                            if (start < 0 || count < 0 || start + count > x[d]) return "slice out of range";
+                          }
+                          return {};
+                        },
+                        [](Lowerer& op) -> std::vector<Value> {
+                          const std::vector<int64_t>& x = op.type("x").dims;
+                          std::vector<int64_t> b = op.const_ints("begin"), n = op.const_ints("size");
+                          SliceSpec s;
+                          for (size_t d = 0; d < x.size(); ++d) {
+                            const int64_t start = b[d] < 0 ? b[d] + x[d] : b[d];
+                            s.start.push_back(start);
+                            s.stop.push_back(n[d] == -1 ? x[d] : start + n[d]);
+                            s.step.push_back(1);
+                          }
+                          return {slice(op.input("x"), s)};
+                        }};
+  // Only with indices known at load (and so checked in range by our kernel's rules at fold
+  // time): OpenVINO yields zeros for an index out of range where our kernel reports an error.
+  t["gather"] = {[](const OpReader& op) -> std::string {
+                   if (!op.constant("indices")) return "indices are computed at run time (range checks stay ours)";
+                   if (op.const_int("batch_dims", 0) != 0) return "batch_dims";
+                   const ir::ValueType& x = op.type("x");
+                   const int64_t axis = normalized_axis(op.const_int("axis", 0), x.rank);
+                   for (int64_t i : op.const_ints("indices"))
+                     if (i < -x.dims[axis] || i >= x.dims[axis]) return "an index is out of range";
+                   return {};
+                 },
+                 [](Lowerer& op) -> std::vector<Value> {
+                   const int64_t axis = normalized_axis(op.const_int("axis", 0), op.type("x").rank);
+                   return {std::make_shared<ov::op::v8::Gather>(op.input("x"), op.input("indices"),
+                                                                 Lowerer::i64s({axis}), 0)};
+                 }};
+  t["tile"] = {[](const OpReader& op) -> std::string { return op.constant("reps") ? "" : "reps are not known at load"; },
+               [](Lowerer& op) -> std::vector<Value> {
+                 return {std::make_shared<ov::op::v0::Tile>(op.input("x"), Lowerer::i64s(op.const_ints("reps")))};
+               }};
+  t["cast"] = {[](const OpReader& op) -> std::string {
+                 // Float to float and integer to float only: float to integer rounding and
+                 // saturation are defined by our kernel (src/ops/misc.cc).
+                 if (!cast_target(op.const_string("dtype"))) return "cast to " + op.const_string("dtype");
+                 const DType from = op.type("x").dtype;
+                 if (from != DType::Float16 && from != DType::Float32 && from != DType::Int32) return "cast from this dtype";
+                 return {};
+               },
+               [](Lowerer& op) -> std::vector<Value> {
+                 return {std::make_shared<ov::op::v0::Convert>(op.input("x"), *cast_target(op.const_string("dtype")))};
+               }};
+  t["identity"] = {{}, [](Lowerer& op) -> std::vector<Value> { return {op.input("x")}; }};
+}
+
+}  // namespace coremlrt::backends::openvino
