@@ -67,7 +67,27 @@ def cmd_info(args, out=sys.stdout):
         print(f"  unsupported: {report['problem']}", file=out)
     elif unsupported_total == 0:
         print(f"  every {unit} is supported by this build", file=out)
+    if args.plan and not report["problem"] and unsupported_total == 0:
+        for function in desc["functions"]:
+            _print_plan(args, function["name"], out)
     return 0
+
+
+def _print_plan(args, function_name, out):
+    """Where each op of a function runs with the chosen backend, and why an op fell back."""
+    model = MLModel(args.model, function_name=function_name, backend=args.backend, threads=args.threads,
+                    cache_dir=None)
+    placements = model.placements()
+    counts = {}
+    for p in placements:
+        counts[p["backend"]] = counts.get(p["backend"], 0) + 1
+    summary = ", ".join(f"{backend} {n}" for backend, n in sorted(counts.items()))
+    print(f"  plan of '{function_name}' (backend={args.backend}): {summary}", file=out)
+    for p in placements:
+        where = p["backend"] + (f" region #{p['region']}" if p["region"] >= 0 else "")
+        name = f" '{p['op_name']}'" if p["op_name"] else ""
+        reason = f"  ({p['reason']})" if p["reason"] else ""
+        print(f"    {p['op_type']}{name} -> {p['output']}: {where}{reason}", file=out)
 
 
 def cmd_ops(args, out=sys.stdout):
@@ -92,7 +112,7 @@ def _parse_inputs(args):
 
 
 def cmd_predict(args, out=sys.stdout):
-    model = MLModel(args.model, function_name=args.function)
+    model = MLModel(args.model, function_name=args.function, backend=args.backend, threads=args.threads)
     outputs = model.predict(_parse_inputs(args))
     if args.output:
         # A classifier's {label: probability} dict is saved as its probabilities in class
@@ -116,6 +136,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="describe a model: features, functions, ops, unsupported ops")
     info.add_argument("model")
+    info.add_argument("--plan", action="store_true", help="load the model and show which backend runs each op, and why "
+                      "an op fell back to coremlrt's own kernels")
+    info.add_argument("--backend", default="auto", help="backend for --plan: auto (default), reference or a backend name")
+    info.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     sub.add_parser("ops", help="list the ops this build has kernels for: opsets and dtypes")
     predict = sub.add_parser("predict", help="run a prediction on .npy/.npz inputs")
     predict.add_argument("model")
@@ -123,6 +147,9 @@ def main(argv=None):
     predict.add_argument("--inputs", metavar="FILE.npz", help="every array of an .npz file, by name")
     predict.add_argument("--function", default=None, help="function of a multifunction model")
     predict.add_argument("--output", metavar="OUT.npz", help="write the outputs to this .npz file")
+    predict.add_argument("--backend", default="auto", help="auto (default), reference or a backend name "
+                         "(coremlrt.available_backends())")
+    predict.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     args = parser.parse_args(argv)
     try:
         return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict}[args.command](args)

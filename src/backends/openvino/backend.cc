@@ -69,6 +69,14 @@ double work(const ir::Operation& op, const ValueInfo& values) {
     auto it = op.inputs.find(param);
     return it == op.inputs.end() || it->second.empty() ? nullptr : &values.type(it->second[0]);
   };
+  if (op.type == "lstm") {
+    // Per step, four gates of [batch, H] from [batch, I + H].
+    const ir::ValueType* w = input("weight_ih");
+    const ir::ValueType* x = input("x");
+    if (w && x && w->rank == 2 && x->rank == 3)
+      return static_cast<double>(x->dims[0] * x->dims[1]) * static_cast<double>(w->dims[0]) *
+             static_cast<double>(w->dims[1] + w->dims[0] / 4);
+  }
   if (op.type == "linear" || op.type == "matmul" || op.type == "conv") {
     // Each output element is a dot product over the reduced extent.
     if (op.type == "linear") {

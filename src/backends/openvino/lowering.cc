@@ -139,6 +139,10 @@ Value Lowerer::i64s(const std::vector<int64_t>& values) {
   return std::make_shared<ov::op::v0::Constant>(ov::element::i64, ov::Shape{values.size()}, values);
 }
 
+Value Lowerer::i64(int64_t value) {
+  return std::make_shared<ov::op::v0::Constant>(ov::element::i64, ov::Shape{}, std::vector<int64_t>{value});
+}
+
 Value Lowerer::scalar_like(const Value& like, double value) {
   return std::make_shared<ov::op::v0::Constant>(like.get_element_type(), ov::Shape{}, std::vector<double>{value});
 }
@@ -151,6 +155,7 @@ const LoweringTable& lowerings() {
     add_normalization_lowerings(t);
     add_shape_lowerings(t);
     add_reduction_lowerings(t);
+    add_recurrent_lowerings(t);
     return t;
   }();
   return table;

@@ -1,6 +1,7 @@
 #pragma once
 // Lowering MIL ops to OpenVINO nodes: the vocabulary shared by the per-family files of this
-// folder (elementwise.cc, linear_conv.cc, normalization.cc, shape.cc, reduction.cc). Only
+// folder (elementwise.cc, linear_conv.cc, normalization.cc, shape.cc, reduction.cc,
+// recurrent.cc). Only
 // files of src/backends/openvino/ include this header, so OpenVINO's types stay here.
 //
 // Each op type has one OpLowering: `check` says, from the op's parameters and types alone,
@@ -68,6 +69,7 @@ class Lowerer : public OpReader {
   // A constant node of `type` with the given values (scalars for broadcasting, shapes, axes).
   static Value constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data);
   static Value i64s(const std::vector<int64_t>& values);  // a 1-D int64 constant
+  static Value i64(int64_t value);                          // a scalar int64 constant (axes)
   static Value scalar_like(const Value& like, double value);  // a scalar of `like`'s element type
 };
 
@@ -85,5 +87,6 @@ void add_linear_conv_lowerings(LoweringTable& table);
 void add_normalization_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);
 void add_reduction_lowerings(LoweringTable& table);
+void add_recurrent_lowerings(LoweringTable& table);
 
 }  // namespace coremlrt::backends::openvino

@@ -124,7 +124,7 @@ void add_shape_lowerings(LoweringTable& t) {
                   const int64_t axis = normalized_axis(op.const_int("axis"), op.type("x").rank);
                   std::vector<int64_t> sizes;
                   for (const ir::NamedValue& out : op.op().outputs) sizes.push_back(out.type.dims[axis]);
-                  auto split = std::make_shared<v1::VariadicSplit>(op.input("x"), Lowerer::i64s({axis}),
+                  auto split = std::make_shared<v1::VariadicSplit>(op.input("x"), Lowerer::i64(axis),
                                                                    Lowerer::i64s(sizes));
                   std::vector<Value> outs;
                   for (size_t i = 0; i < sizes.size(); ++i) outs.push_back(split->output(i));
@@ -177,7 +177,7 @@ void add_shape_lowerings(LoweringTable& t) {
                  [](Lowerer& op) -> std::vector<Value> {
                    const int64_t axis = normalized_axis(op.const_int("axis", 0), op.type("x").rank);
                    return {std::make_shared<ov::op::v8::Gather>(op.input("x"), op.input("indices"),
-                                                                 Lowerer::i64s({axis}), 0)};
+                                                                 Lowerer::i64(axis), 0)};
                  }};
   t["tile"] = {[](const OpReader& op) -> std::string { return op.constant("reps") ? "" : "reps are not known at load"; },
                [](Lowerer& op) -> std::vector<Value> {
