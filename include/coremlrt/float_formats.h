@@ -1,5 +1,5 @@
 #pragma once
-// Decoding of the narrow float formats that weight files may hold (coreml-format.md 4.4).
+// Decoding of the narrow float formats that weight files may hold (format topic 4.4, docs/architecture.md).
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -33,7 +33,7 @@ struct LoadOptions {
   //   a name      that backend wherever it can run an op ("openvino"), our kernels elsewhere.
   // available_backends() lists the names this build accepts.
   std::string backend = "auto";
-  // Opt-in low-precision mode (DESIGN.md law 6): matrix ops of fp16 programs may compute in
+  // Opt-in low-precision mode (docs/architecture.md, law 6): matrix ops of fp16 programs may compute in
   // bf16 on a CPU's matrix unit. Python maps ComputeUnit.CPU_AND_NE to it. Off by default.
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.

@@ -213,7 +213,8 @@ class MLModel:
     (default) lets the OpenVINO backend take the regions of the program where its cost rule
     says it pays and runs the rest on coremlrt's own kernels; ``"openvino"`` gives OpenVINO
     every op it can run; ``"reference"`` runs everything on coremlrt's own kernels.
-    ``coremlrt.available_backends()`` lists what this build has.
+    ``coremlrt.available_backends()`` lists what this build has. Without ``backend``, the
+    environment variable ``COREMLRT_BACKEND`` chooses, else ``"auto"``.
 
     ``compute_units=ComputeUnit.CPU_AND_NE`` is the opt-in low-precision mode: matrix ops of
     fp16 programs may compute in bf16 on the CPU's matrix unit (AMX), as Core ML's Neural
@@ -227,7 +228,7 @@ class MLModel:
     """
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
-                 backend="auto", threads=None, cache_dir=_DEFAULT_CACHE_DIR):
+                 backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -237,6 +238,8 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
+        if backend is None:
+            backend = os.environ.get("COREMLRT_BACKEND") or "auto"
         if not isinstance(backend, str):
             raise TypeError('"backend" must be a string: "auto", "reference" or a backend name')
         if threads is not None and (not isinstance(threads, int) or threads < 1):

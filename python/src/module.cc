@@ -1,6 +1,6 @@
 // The extension module coremlrt._core: a thin layer over the C++ API.
 //
-// Rules kept here (DESIGN.md laws 1-4): a Python object reaches the engine only as a
+// Rules kept here (docs/architecture.md, laws 1-4): a Python object reaches the engine only as a
 // Tensor view whose owner handle is a PyOwner (py_owner.h), the one type that holds Python
 // references from C++; predict() and loading run with the GIL released; the binding drops
 // its input references after taking the GIL back, on the calling thread, so a caller's

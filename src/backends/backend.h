@@ -14,7 +14,7 @@
 // Ownership: a FunctionView and a Region borrow the function, its ops and the plan's constants
 // for the duration of propose() / compile() only; a compiled kernel that needs a constant later
 // must keep its Tensor (which shares the storage). Tensors a compiled kernel reads through its
-// KernelContext are borrowed for that call only (DESIGN.md law 4).
+// KernelContext are borrowed for that call only (docs/architecture.md, law 4).
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,7 +75,7 @@ struct Region {
 
 // How a backend may compute; from LoadOptions (include/coremlrt/model.h).
 struct BackendOptions {
-  // Matrix ops of fp16 programs may use bf16 (DESIGN.md law 6: an opt-in mode, never a default).
+  // Matrix ops of fp16 programs may use bf16 (docs/architecture.md, law 6: an opt-in mode, never a default).
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.
   int threads = 0;

@@ -153,7 +153,7 @@ class DTypeSet {
   bool any_ = false;
 };
 
-// The type sets of the MIL op tables (coreml-format.md section 5) that kernels share.
+// The type sets of the MIL op tables (format topic 5, docs/architecture.md) that kernels share.
 inline constexpr DTypeSet kFloat{DType::Float16, DType::Float32};                     // F
 inline constexpr DTypeSet kFloatInt{DType::Float16, DType::Float32, DType::Int32};    // FI
 inline constexpr DTypeSet kBool{DType::Bool};

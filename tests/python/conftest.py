@@ -1,4 +1,66 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))  # mil_helpers
+
+import coremlrt  # noqa: E402
+
+# Suites that run once per execution backend (docs/architecture.md, "Backends"). Every model
+# they load takes its backend from COREMLRT_BACKEND, which the `coremlrt_backend` fixture sets
+# for the whole module run (module-scoped fixtures that load models take `coremlrt_backend`
+# so that they are made again for each backend); subprocesses inherit it. Other suites run
+# with the default, "auto".
+_ALL = [b for b in coremlrt.available_backends()]             # auto, reference, openvino, ...
+_EXPLICIT = [b for b in _ALL if b != "auto"]                  # heavy suites: each backend once
+PER_BACKEND_MODULES = {
+    "test_corpus.py": _ALL, "test_lifetime.py": _ALL, "test_states.py": _ALL, "test_errors.py": _ALL,
+    "test_torchvision.py": _EXPLICIT, "test_transformers.py": _EXPLICIT, "test_small_nets.py": _EXPLICIT,
+}
+
+# Declared differences of a backend from our reference kernels: test id substring -> why. A
+# listed test must fail on that backend (strict xfail): an entry that no longer applies fails.
+_OPENVINO_DIFFERENCES = {
+    "test_instances_read_the_mapped_weights_in_place":
+        "OpenVINO's CPU plugin repacks constant weights into its own layout when it compiles a "
+        "region, so each function instance holds a copy of the weights it runs (measured: +33 MiB "
+        "per instance for 32 MiB of fp32 weights, anonymous memory on a first compile, file-backed "
+        "pages of its cache file when the compiled region comes from the cache), where our kernels "
+        "read the mapped weight file in place",
+}
+KNOWN_DIFFERENCES = {
+    "reference": {},
+    "openvino": _OPENVINO_DIFFERENCES,
+    "auto": _OPENVINO_DIFFERENCES,  # the test's weights are large enough for auto to pick OpenVINO
+}
+
+
+def pytest_generate_tests(metafunc):
+    backends = PER_BACKEND_MODULES.get(os.path.basename(metafunc.module.__file__))
+    if backends and "coremlrt_backend" in metafunc.fixturenames:
+        metafunc.parametrize("coremlrt_backend", backends, indirect=True, scope="module")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def coremlrt_backend(request):
+    backend = getattr(request, "param", None)
+    if backend is None:
+        yield None
+        return
+    saved = os.environ.get("COREMLRT_BACKEND")
+    os.environ["COREMLRT_BACKEND"] = backend
+    try:
+        yield backend
+    finally:
+        if saved is None:
+            os.environ.pop("COREMLRT_BACKEND", None)
+        else:
+            os.environ["COREMLRT_BACKEND"] = saved
+
+
+@pytest.fixture(autouse=True)
+def _known_backend_difference(request, coremlrt_backend):
+    for fragment, why in KNOWN_DIFFERENCES.get(coremlrt_backend, {}).items():
+        if fragment in request.node.nodeid:
+            request.applymarker(pytest.mark.xfail(reason=f"{coremlrt_backend}: {why}", strict=True))

@@ -134,7 +134,7 @@ def test_unsupported_op_is_rejected_at_load(weighted_model, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def model(weighted_model):
+def model(weighted_model, coremlrt_backend):
     return coremlrt.MLModel(weighted_model)
 
 

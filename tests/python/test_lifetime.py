@@ -1,4 +1,4 @@
-"""Prediction lifetime and the GIL (DESIGN.md laws 1-4).
+"""Prediction lifetime and the GIL (docs/architecture.md, laws 1-4).
 
 The crash these tests guard against: an engine that keeps a caller's input after predict
 returns and drops the Python reference later, on its own thread, without the GIL.
@@ -27,7 +27,7 @@ def chain(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def model(chain):
+def model(chain, coremlrt_backend):
     return coremlrt.MLModel(chain[0], context_linger=LINGER)
 
 
@@ -104,9 +104,10 @@ def test_outputs_survive_the_model(chain):
 
 
 def test_python_threads_run_while_predict_computes(tmp_path):
-    path, _ = matmul_chain(tmp_path, depth=24, size=256, name="long")
+    # Long enough on every backend (OpenVINO runs it in about 40 ms on two cores).
+    path, _ = matmul_chain(tmp_path, depth=24, size=640, name="long")
     m = coremlrt.MLModel(path)
-    x = np.ones((256, 256), np.float32)
+    x = np.ones((640, 640), np.float32)
     m.predict({"x": x})  # warm up
     counter = [0]
     stop = threading.Event()
@@ -171,10 +172,14 @@ def test_idle_contexts_are_reset_and_memory_returns(tmp_path):
 
     x = np.zeros((1, 1024), np.float32)
 
+    # Our kernels keep the working buffers in the context's pool; a backend keeps them in its
+    # per-context state (OpenVINO's infer request). Either way they go when the context does.
+    ours = m.placements()[-1]["backend"] == "reference"
+
     def predict_then_linger_out():
         np.testing.assert_allclose(m.predict({"x": x})["y"], np.full((1024,), 4096.0))
         stats = m.statistics()
-        assert stats["contexts_idle"] == 1 and stats["pooled_bytes"] >= 32 << 20
+        assert stats["contexts_idle"] == 1 and (stats["pooled_bytes"] >= 32 << 20 or not ours)
         busy = rss()
         deadline = time.time() + 2 * LINGER + 2.0
         while m.statistics()["contexts_idle"] and time.time() < deadline:
@@ -189,7 +194,8 @@ def test_idle_contexts_are_reset_and_memory_returns(tmp_path):
     _, post_load = predict_then_linger_out()
     for round_ in range(2):
         busy, idle = predict_then_linger_out()
-        assert busy > post_load + (24 << 20), "the 32 MB of working buffers should be resident while pooled"
+        # (OpenVINO fuses tile, exp and the sum: it needs no 16 MB intermediate at all.)
+        assert busy > post_load + (24 << 20) or not ours, "the 32 MB of working buffers should be resident while pooled"
         assert idle < post_load + (4 << 20), f"round {round_}: memory did not return to the post-load level"
     assert m.statistics()["contexts_reset"] == 3
 

@@ -42,7 +42,7 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def lm(workdir):
+def lm(workdir, coremlrt_backend):
     path, module = H.build_lm_package(workdir)
     prefill = coremlrt.MLModel(path, function_name="prefill")
     decode = coremlrt.MLModel(path, function_name="decode")
@@ -50,7 +50,7 @@ def lm(workdir):
 
 
 @pytest.fixture(scope="module")
-def other_models(workdir):
+def other_models(workdir, coremlrt_backend):
     """Stateful models whose declarations differ from the LM's, and a stateless one."""
     return types.SimpleNamespace(
         other_shape=coremlrt.MLModel(H.accumulator_package(
@@ -61,7 +61,7 @@ def other_models(workdir):
 
 
 @pytest.fixture(scope="module")
-def counter(workdir):
+def counter(workdir, coremlrt_backend):
     path, weights, table = H.counter_package(workdir)
     return types.SimpleNamespace(path=path, weights=weights, table=table, model=coremlrt.MLModel(path))
 
@@ -388,13 +388,18 @@ def _rss():
 
 
 @pytest.fixture(scope="module")
-def weight_sharing(workdir):
+def weight_sharing(workdir, coremlrt_backend):
     path, w1, b, w2 = H.shared_weight_package(workdir)
     weights_file = os.path.join(path, "Data", "com.apple.CoreML", "weights", "weight.bin")
     weight_bytes = w1.nbytes + w2.nbytes + b.nbytes
     x = np.random.default_rng(9).standard_normal((1, w1.shape[0])).astype(np.float32)
     warm = coremlrt.MLModel(H.stateless_package(workdir, "warmup"))  # extension and allocator warmed up
     warm.predict({"x": np.ones(4, np.float32)})
+    # A model large enough for a backend to take: its libraries (OpenVINO's CPU plugin, ~25 MiB
+    # of file-backed pages) are loaded on first use, before anything is measured.
+    warm_path, _, _ = H.counter_package(workdir, name="warmup_backend", size=64, depth=8)
+    warm = coremlrt.MLModel(warm_path, backend=None if coremlrt_backend is None else coremlrt_backend)
+    warm.predict({"x": np.ones((64, 64), np.float32), "idx": np.zeros(1, np.int32)}, state=warm.make_state())
     rss0, file0 = _rss()
     first = coremlrt.MLModel(path, function_name="first")
     y1 = first.predict({"x": x})["y"]
@@ -420,7 +425,10 @@ def test_shared_weights_stored_once_and_results_correct(weight_sharing):
     np.testing.assert_allclose(w.y1, H.shared_weight_reference(w.x, w.w1, w.b, w.w2, False), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(w.y2, H.shared_weight_reference(w.x, w.w1, w.b, w.w2, True), rtol=1e-4, atol=1e-4)
     # The weight file is mapped once per process: the second instance maps no new file pages.
-    assert w.second_file_cost < 0.1 * w.weight_bytes, w.second_file_cost
+    # (Where a backend compiled the function, it may map its own compiled copy of the weights
+    # from its cache: tests/python/conftest.py, KNOWN_DIFFERENCES.)
+    if all(p["backend"] != "openvino" for p in w.second.placements()):
+        assert w.second_file_cost < 0.1 * w.weight_bytes, w.second_file_cost
 
 
 def test_instances_read_the_mapped_weights_in_place(weight_sharing):

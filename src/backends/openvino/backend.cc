@@ -216,7 +216,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     model = RegionBuilder(region).build(kept);
     ov::AnyMap config = {
         ov::hint::performance_mode(ov::hint::PerformanceMode::LATENCY),
-        // DESIGN.md law 6: fp32 unless the caller opted in to the low-precision mode, and then
+        // docs/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then
         // bf16 only for fp16 programs.
         ov::hint::inference_precision(options_.low_precision && fp16_program ? ov::element::bf16 : ov::element::f32),
     };

@@ -2,6 +2,8 @@
 
 #include <openvino/runtime/infer_request.hpp>
 
+#include <cstring>
+
 #include "backends/openvino/lowering.h"
 
 namespace coremlrt::backends::openvino {
@@ -37,7 +39,7 @@ class RegionKernel final : public ops::Kernel {
     try {
       if (!state) state = std::make_unique<InferState>(const_cast<ov::CompiledModel&>(compiled_).create_infer_request());
       ov::InferRequest& request = static_cast<InferState&>(*state).request;
-      // Inputs are wrapped, not copied, for this call only (DESIGN.md law 4: the next run
+      // Inputs are wrapped, not copied, for this call only (docs/architecture.md, law 4: the next run
       // binds new tensors before anything is read).
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));
@@ -47,13 +49,20 @@ class RegionKernel final : public ops::Kernel {
                    dtype_name(port.dtype), " ", shape_str(port.shape));
         request.set_input_tensor(i, ov::Tensor(port.type, ov::Shape(t.shape.begin(), t.shape.end()), t.data));
       }
-      // Outputs are written straight into buffers of the context's pool.
+      request.infer();
+      // Outputs are copied out of the request's own tensors. Handing OpenVINO our buffers with
+      // set_output_tensor is not enough: an output the CPU plugin computes in place of an input
+      // (a region ending in identity, or a reshape it drops) is then never written to them.
       for (size_t i = 0; i < outputs_.size(); ++i) {
         const Port& port = outputs_[i];
+        const ov::Tensor result = request.get_output_tensor(i);
         Tensor& out = ctx.allocate_output(static_cast<int>(i), port.dtype, port.shape);
-        request.set_output_tensor(i, ov::Tensor(port.type, ov::Shape(port.shape.begin(), port.shape.end()), out.data));
+        if (result.get_byte_size() != out.nbytes() || result.get_element_type() != port.type)
+          ctx.fail("OpenVINO returned output #", i, " as ", result.get_element_type().get_type_name(), " ",
+                   result.get_shape().to_string(), "; the region declares ", dtype_name(port.dtype), " ",
+                   shape_str(port.shape));
+        std::memcpy(out.data, result.data(), out.nbytes());
       }
-      request.infer();
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

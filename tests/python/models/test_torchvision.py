@@ -5,6 +5,8 @@ Small inputs (64x64 images, a 2-layer ViT on 32x32) keep the default run short; 
 and full-size ViT-B/16 variants are marked slow.
 """
 
+import os
+
 import pytest
 
 ct = pytest.importorskip("coremltools")
@@ -76,7 +78,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def run_network(tmp_path_factory):
     """(expected logits, coremlrt logits) for a network and precision, converted once."""
-    references, results = {}, {}
+    references, converted, results = {}, {}, {}
 
     def run(name, precision):
         build, input_shape, route, _ = NETWORKS[name]
@@ -86,12 +88,14 @@ def run_network(tmp_path_factory):
             images = torch.randn(input_shape)
             references[name] = (model, images, torch_outputs(model, [images])[0])
         model, images, expected = references[name]
-        if (name, precision) not in results:
-            path, input_names, output_names = convert(
+        if (name, precision) not in converted:
+            converted[(name, precision)] = convert(
                 model, [images], tmp_path_factory.mktemp(name), precision, name,
                 input_names=["image"], output_names=["logits"], via=route)
-            results[(name, precision)] = coremlrt_outputs(path, input_names, output_names, [images])[0]
-        return expected, results[(name, precision)]
+        key = (name, precision, os.environ.get("COREMLRT_BACKEND"))  # conftest.py runs each backend
+        if key not in results:
+            results[key] = coremlrt_outputs(*converted[(name, precision)], [images])[0]
+        return expected, results[key]
 
     return run
 

@@ -8,6 +8,8 @@ usage): 0 where a query may attend to a key, -1e4 elsewhere (finite in fp16, and
 any attention score here). The base-size configs are marked slow.
 """
 
+import os
+
 import pytest
 
 ct = pytest.importorskip("coremltools")
@@ -145,7 +147,7 @@ def cases(names):
 @pytest.fixture(scope="module")
 def run_network(tmp_path_factory):
     """(expected output, coremlrt output) for a network and precision, converted once."""
-    references, results = {}, {}
+    references, converted, results = {}, {}, {}
 
     def run(name, precision):
         build, route, target, _ = NETWORKS[name]
@@ -154,12 +156,14 @@ def run_network(tmp_path_factory):
             model, inputs, input_names = build()
             references[name] = (model, inputs, input_names, torch_outputs(model, inputs)[0])
         model, inputs, input_names, expected = references[name]
-        if (name, precision) not in results:
-            path, package_input_names, output_names = convert(
+        if (name, precision) not in converted:
+            converted[(name, precision)] = convert(
                 model, inputs, tmp_path_factory.mktemp(name), precision, name,
                 input_names=input_names, output_names=["output"], target=target, via=route)
-            results[(name, precision)] = coremlrt_outputs(path, package_input_names, output_names, inputs)[0]
-        return expected, results[(name, precision)]
+        key = (name, precision, os.environ.get("COREMLRT_BACKEND"))  # conftest.py runs each backend
+        if key not in results:
+            results[key] = coremlrt_outputs(*converted[(name, precision)], inputs)[0]
+        return expected, results[key]
 
     return run
 
