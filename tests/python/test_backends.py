@@ -1,0 +1,174 @@
+"""Where ops run (docs/architecture.md, "Backends"): the backend choice, the cost rule of
+"auto", the ops that stay on our kernels and why, and the results of each backend against our
+reference kernels on the same model."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import coremlrt
+from mil_helpers import save_program
+
+HAS_OPENVINO = "openvino" in coremlrt.available_backends()
+needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="this build has no OpenVINO backend")
+
+
+def conv_net(directory, fp16=False):
+    """conv (same padding) -> relu -> batch_norm -> max_pool -> conv (groups 2, custom pad) ->
+    reduce_mean -> linear -> softmax, on x [1, 4, 32, 32]: enough work for "auto" to pick a
+    backend, and every op one the OpenVINO backend lowers."""
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
+    w2 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
+    wl = (rng.standard_normal((10, 8)) / 3).astype(np.float32)
+    stats = [rng.uniform(0.5, 1.5, 8).astype(np.float32) for _ in range(4)]
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4, 32, 32))])
+    def prog(x):
+        y = mb.relu(x=mb.conv(x=x, weight=w1, pad_type="same", bias=stats[0]))
+        y = mb.batch_norm(x=y, mean=stats[1], variance=stats[2], gamma=stats[3], epsilon=1e-3)
+        y = mb.max_pool(x=y, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
+        y = mb.conv(x=y, weight=w2, groups=2, pad_type="custom", pad=[1, 0, 0, 1], strides=[1, 2], bias=stats[0])
+        y = mb.reduce_mean(x=y, axes=[2, 3])
+        return mb.softmax(x=mb.linear(x=y, weight=wl), axis=-1, name="probs")
+
+    return save_program(prog, directory, name="conv_fp16" if fp16 else "conv", fp16=fp16)
+
+
+def tiny_net(directory):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(16,))])
+    def prog(x):
+        return mb.relu(x=mb.add(x=x, y=1.0), name="y")
+
+    return save_program(prog, directory, name="tiny")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("backends")
+    x = np.random.default_rng(1).standard_normal((1, 4, 32, 32)).astype(np.float32)
+    return {"conv": conv_net(directory), "conv_fp16": conv_net(directory, fp16=True), "tiny": tiny_net(directory), "x": x}
+
+
+def backends_of(model):
+    return {p["backend"] for p in model.placements()}
+
+
+def test_available_backends_and_unknown_names(models):
+    names = coremlrt.available_backends()
+    assert names[:2] == ["auto", "reference"]
+    with pytest.raises(coremlrt.Error, match="backend 'nope' is not known; this build accepts 'auto', 'reference'"):
+        coremlrt.MLModel(models["tiny"], backend="nope")
+    with pytest.raises(TypeError):
+        coremlrt.MLModel(models["tiny"], backend=3)
+
+
+def test_reference_runs_every_op_on_our_kernels(models):
+    m = coremlrt.MLModel(models["conv"], backend="reference")
+    assert backends_of(m) <= {"reference", "folded"}
+    assert all(p["reason"] == "" for p in m.placements())
+
+
+@needs_openvino
+@pytest.mark.parametrize("name", ["conv", "conv_fp16"])
+def test_openvino_takes_the_whole_network_and_agrees_with_our_kernels(models, name):
+    ours = coremlrt.MLModel(models[name], backend="reference")
+    theirs = coremlrt.MLModel(models[name], backend="openvino", cache_dir=None)
+    placements = [p for p in theirs.placements() if p["backend"] != "folded"]
+    assert placements and all(p["backend"] == "openvino" and p["region"] == 0 for p in placements), placements
+    expected = ours.predict({"x": models["x"]})["probs"]
+    got = theirs.predict({"x": models["x"]})["probs"]
+    # fp32: summation order only. fp16: our kernels round every op to fp16, OpenVINO computes
+    # in fp32 (fp16 or wider, docs/architecture.md law 6): a few fp16 ulps of the softmax.
+    tolerance = 1e-5 if name == "conv" else 3e-3
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+
+@needs_openvino
+def test_auto_keeps_a_tiny_model_on_our_kernels_and_says_why(models):
+    m = coremlrt.MLModel(models["tiny"])
+    assert m.backend == "auto"
+    placements = m.placements()
+    assert {p["backend"] for p in placements} == {"reference"}
+    assert all("too little to pay for a backend call" in p["reason"] for p in placements), placements
+    np.testing.assert_array_equal(m.predict({"x": np.arange(-8, 8, dtype=np.float32)})["y"],
+                                  np.maximum(np.arange(-8, 8) + 1, 0).astype(np.float32))
+    # Forced, the same tiny region runs on OpenVINO.
+    forced = coremlrt.MLModel(models["tiny"], backend="openvino", cache_dir=None)
+    assert {p["backend"] for p in forced.placements()} == {"openvino"}
+    np.testing.assert_array_equal(forced.predict({"x": np.arange(-8, 8, dtype=np.float32)})["y"],
+                                  np.maximum(np.arange(-8, 8) + 1, 0).astype(np.float32))
+
+
+@needs_openvino
+def test_auto_hands_a_large_network_to_openvino(models):
+    m = coremlrt.MLModel(models["conv"], cache_dir=None)
+    assert "openvino" in backends_of(m)
+
+
+@needs_openvino
+def test_low_precision_mode_is_opt_in_and_close(models):
+    fp32 = coremlrt.MLModel(models["conv_fp16"], backend="reference").predict({"x": models["x"]})["probs"]
+    low = coremlrt.MLModel(models["conv_fp16"], compute_units=coremlrt.ComputeUnit.CPU_AND_NE, cache_dir=None)
+    assert "openvino" in backends_of(low)
+    # bf16 keeps 8 bits of mantissa: about 0.4 % per rounding, a few of them along the network.
+    np.testing.assert_allclose(low.predict({"x": models["x"]})["probs"], fp32, rtol=3e-2, atol=3e-3)
+
+
+@needs_openvino
+def test_states_and_runtime_indices_stay_ours_with_reasons(tmp_path):
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+    table = rng.standard_normal((10, 64)).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec((1,), dtype=types.int32), mb.StateTensorSpec((1, 64), dtype=types.fp16)],
+                opset_version=ct.target.iOS18)
+    def prog(idx, acc):
+        row = mb.gather(x=table, indices=idx, axis=0)
+        total = mb.add(x=mb.cast(x=mb.read_state(input=acc), dtype="fp32"), y=row)
+        mb.coreml_update_state(state=acc, value=mb.cast(x=total, dtype="fp16"))
+        y = total
+        for _ in range(8):
+            y = mb.tanh(x=mb.matmul(x=y, y=w))
+        return mb.identity(x=y, name="y")
+
+    path = save_program(prog, tmp_path)
+    m = coremlrt.MLModel(path, backend="openvino", cache_dir=None)
+    by_type = {}
+    for p in m.placements():
+        by_type.setdefault(p["op_type"], set()).add((p["backend"], p["reason"].split(":")[0] if p["reason"] else ""))
+    assert by_type["read_state"] == {("reference", "binds a state, which our MLState owns")}
+    assert by_type["write_state"] == {("reference", "binds a state, which our MLState owns")}
+    assert by_type["gather"] == {("reference", "openvino")}
+    assert by_type["matmul"] == {("openvino", "")}
+    ref = coremlrt.MLModel(path, backend="reference")
+    states = (m.make_state(), ref.make_state())
+    for step in range(3):
+        idx = np.array([step * 3], np.int32)
+        got, expected = m.predict({"idx": idx}, state=states[0])["y"], ref.predict({"idx": idx}, state=states[1])["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(states[0].read_state("acc"), states[1].read_state("acc"))
+    # An index out of range is still our kernel's clear error, not OpenVINO's silent zeros.
+    with pytest.raises(coremlrt.Error, match="out of range|index"):
+        m.predict({"idx": np.array([12], np.int32)}, state=states[0])
+
+
+@needs_openvino
+def test_cli_info_plan_shows_placements(models):
+    out = subprocess.run([sys.executable, "-m", "coremlrt", "info", "--plan", models["tiny"]],
+                         capture_output=True, text=True, check=True).stdout
+    assert "plan of 'main' (backend=auto): reference 2" in out
+    assert "too little to pay for a backend call" in out
+    out = subprocess.run([sys.executable, "-m", "coremlrt", "info", "--plan", "--backend", "openvino", models["conv"]],
+                         capture_output=True, text=True, check=True).stdout
+    assert "openvino region #0" in out
