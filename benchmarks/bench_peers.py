@@ -53,6 +53,9 @@ def _coremlrt_runner(path, inputs, backend, threads, low_precision=False):
     units = coremlrt.ComputeUnit.CPU_AND_NE if low_precision else coremlrt.ComputeUnit.ALL
     model = coremlrt.MLModel(path, compute_units=units, backend=backend, threads=threads, cache_dir=None)
     feed = dict(inputs)
+    if model._function["states"]:  # a stateful step: one state, as a decode loop keeps it
+        state = model.make_state()
+        return lambda: model.predict(feed, state=state)
     return lambda: model.predict(feed)
 
 
@@ -63,8 +66,9 @@ def _ort_runner(path, inputs, threads):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    feed = {n: v.astype(np.int64) if v.dtype == np.int32 else v for n, v in zip(names, inputs.values())}
+    kinds = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
+             "tensor(float16)": np.float16}
+    feed = {i.name: v.astype(kinds.get(i.type, v.dtype)) for i, v in zip(session.get_inputs(), inputs.values())}
     return lambda: session.run(None, feed)
 
 
@@ -75,7 +79,7 @@ def _openvino_runner(path, inputs, threads, precision):
     compiled = core.compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision,
                                                 "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
-    feed = [v.astype(np.int64) if v.dtype == np.int32 else v for v in inputs.values()]
+    feed = [v.astype(port.get_element_type().to_dtype()) for port, v in zip(compiled.inputs, inputs.values())]
     return lambda: request.infer(feed)
 
 
@@ -86,7 +90,8 @@ def _torch_runner(name, inputs, threads):
     torch.manual_seed(0)
     module, _ = peer_models.NETWORKS[name]()
     module.eval()
-    args = peer_models._torch_inputs(inputs)
+    stateful = name in peer_models.STATEFUL
+    args = peer_models._torch_inputs(dict(list(inputs.items())[:2]) if stateful else inputs, keep_int32=stateful)
 
     def run():
         with torch.inference_mode():

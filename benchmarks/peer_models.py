@@ -84,19 +84,103 @@ def _lstm():
     return Lstm(), {"x": np.random.default_rng(0).standard_normal((64, 1, 256)).astype(np.float32)}
 
 
+# GPT-2-small-like decoder (width 768, 12 heads, GPT-2's vocabulary) with 4 layers, like the
+# BERT-like encoder above; its KV cache has room for 256 positions.
+GPT_LAYERS, GPT_DIM, GPT_HEADS, GPT_VOCAB, GPT_MAX, GPT_PROMPT = 4, 768, 12, 50257, 256, 128
+GPT_CACHE = (GPT_LAYERS, GPT_HEADS, GPT_MAX, GPT_DIM // GPT_HEADS)
+
+
+def _gpt_classes():
+    import torch
+
+    head_dim = GPT_DIM // GPT_HEADS
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = torch.nn.LayerNorm(GPT_DIM), torch.nn.LayerNorm(GPT_DIM)
+            self.qkv, self.o = torch.nn.Linear(GPT_DIM, 3 * GPT_DIM), torch.nn.Linear(GPT_DIM, GPT_DIM)
+            self.ff1, self.ff2 = torch.nn.Linear(GPT_DIM, 4 * GPT_DIM), torch.nn.Linear(4 * GPT_DIM, GPT_DIM)
+
+    class Gpt(torch.nn.Module):
+        """tokens [1, T], start [1] -> logits [1, T, vocab]. With caches=None the KV cache lives in
+        fp16 buffers written in place (the Core ML state); otherwise step() takes and returns the
+        caches (the ONNX form)."""
+
+        def __init__(self, seq_len):
+            super().__init__()
+            self.seq_len = seq_len
+            self.emb, self.pos = torch.nn.Embedding(GPT_VOCAB, GPT_DIM), torch.nn.Embedding(GPT_MAX, GPT_DIM)
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(GPT_LAYERS)])
+            self.norm = torch.nn.LayerNorm(GPT_DIM)
+            self.register_buffer("k_cache", torch.zeros(GPT_CACHE, dtype=torch.float16))
+            self.register_buffer("v_cache", torch.zeros(GPT_CACHE, dtype=torch.float16))
+
+        def step(self, tokens, start, k_cache, v_cache):
+            T = self.seq_len
+            p0 = start[0]
+            positions = torch.arange(T, dtype=torch.int32) + p0
+            x = self.emb(tokens[0]) + self.pos(positions)
+            keys = torch.arange(GPT_MAX, dtype=torch.int32)
+            bias = torch.where(keys[None, :] <= positions[:, None], 0.0, -1e4)
+            for i, b in enumerate(self.blocks):
+                q, k, v = b.qkv(b.n1(x)).reshape(T, 3, GPT_HEADS, head_dim).permute(1, 2, 0, 3)
+                k_cache[i, :, p0:p0 + T] = k.to(torch.float16)
+                v_cache[i, :, p0:p0 + T] = v.to(torch.float16)
+                scores = q @ k_cache[i].to(torch.float32).transpose(1, 2) / head_dim ** 0.5 + bias
+                attended = torch.softmax(scores, dim=-1) @ v_cache[i].to(torch.float32)
+                x = x + b.o(attended.permute(1, 0, 2).reshape(T, GPT_DIM))
+                x = x + b.ff2(torch.nn.functional.gelu(b.ff1(b.n2(x))))
+            # Tied embeddings, as GPT-2 has them.
+            return (self.norm(x) @ self.emb.weight.T)[None]
+
+        def forward(self, tokens, start):
+            return self.step(tokens, start, self.k_cache, self.v_cache)
+
+    class GptWithCacheIO(torch.nn.Module):
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, tokens, start, k_cache, v_cache):
+            k_cache, v_cache = k_cache.clone(), v_cache.clone()
+            logits = self.gpt.step(tokens, start, k_cache, v_cache)
+            return logits, k_cache, v_cache
+
+    return Gpt, GptWithCacheIO
+
+
+def _gpt(seq_len, start):
+    def make():
+        import torch
+
+        Gpt, _ = _gpt_classes()
+        torch.manual_seed(0)
+        module = Gpt(seq_len)
+        tokens = np.random.default_rng(0).integers(0, GPT_VOCAB, (1, seq_len)).astype(np.int32)
+        return module, {"tokens": tokens, "start": np.array([start], np.int32)}
+
+    return make
+
+
 NETWORKS = {
     "resnet18": _resnet18,
     "mobilenet_v2": _mobilenet_v2,
     "bert4": _bert,
     "lstm2": _lstm,
+    "gpt2_prefill": _gpt(GPT_PROMPT, 0),
+    "gpt2_decode": _gpt(1, GPT_PROMPT),
     "tiny": _tiny,
 }
+STATEFUL = {"gpt2_prefill", "gpt2_decode"}
 
 
-def _torch_inputs(inputs):
+def _torch_inputs(inputs, keep_int32=False):
+    """torch tensors of `inputs` (int32 widened to int64, torch's index type, unless kept)."""
     import torch
 
-    return tuple(torch.from_numpy(v.astype(np.int64) if v.dtype == np.int32 else v) for v in inputs.values())
+    return tuple(torch.from_numpy(v.astype(np.int64) if v.dtype == np.int32 and not keep_int32 else v)
+                 for v in inputs.values())
 
 
 def build(name, directory):
@@ -113,11 +197,17 @@ def build(name, directory):
     torch.manual_seed(0)
     module, inputs = NETWORKS[name]()
     module.eval()
-    example = _torch_inputs(inputs)
+    example = _torch_inputs(inputs, keep_int32=name in STATEFUL)
     paths = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if name in VIA_EXPORT:
+        if name in STATEFUL:
+            source = torch.jit.trace(module, example, check_trace=False)
+            options = {"inputs": [ct.TensorType(name=k, shape=v.shape, dtype=np.int32) for k, v in inputs.items()],
+                       "outputs": [ct.TensorType(name="output")],
+                       "states": [ct.StateType(wrapped_type=ct.TensorType(shape=GPT_CACHE, dtype=np.float16), name=n)
+                                  for n in ("k_cache", "v_cache")]}
+        elif name in VIA_EXPORT:
             source = torch.export.export(module, example).run_decompositions({})
             options = {}
         else:
@@ -136,8 +226,17 @@ def build(name, directory):
             # Inputs are fed in the network's argument order; names are what the converter chose.
             paths["coreml_inputs"] = [f.name for f in description.input]
         onnx_path = os.path.join(out, f"{name}.onnx")
-        torch.onnx.export(module, example, onnx_path, input_names=list(inputs), output_names=["output"],
-                          opset_version=17, dynamo=False)
+        if name in STATEFUL:
+            # ONNX has no states: the caches go in and come out (fp16, as the Core ML states).
+            _, GptWithCacheIO = _gpt_classes()
+            caches = (torch.zeros(GPT_CACHE, dtype=torch.float16), torch.zeros(GPT_CACHE, dtype=torch.float16))
+            torch.onnx.export(GptWithCacheIO(module), example + caches, onnx_path,
+                              input_names=list(inputs) + ["k_cache", "v_cache"],
+                              output_names=["output", "k_cache_out", "v_cache_out"], opset_version=17, dynamo=False)
+            inputs = dict(inputs, k_cache=np.zeros(GPT_CACHE, np.float16), v_cache=np.zeros(GPT_CACHE, np.float16))
+        else:
+            torch.onnx.export(module, example, onnx_path, input_names=list(inputs), output_names=["output"],
+                              opset_version=17, dynamo=False)
         paths["onnx"] = onnx_path
     npz = os.path.join(out, "inputs.npz")
     np.savez(npz, **inputs)

@@ -3,6 +3,7 @@
 // kernel is in region_kernel.cc.
 #include <openvino/core/model.hpp>
 #include <openvino/op/constant.hpp>
+#include <openvino/op/convert.hpp>
 #include <openvino/op/parameter.hpp>
 #include <openvino/op/result.hpp>
 #include <openvino/runtime/core.hpp>
@@ -125,23 +126,39 @@ class OpenVinoBackend final : public Backend {
 
 // Builds the region's graph: parameters for its inputs, constants (views of the plan's
 // constants, not copies) for values known at load, and each op's lowering in order.
+//
+// fp16 values are computed in fp32 (the region's inputs, constants and outputs converted at its
+// edges) unless `keep_fp16`: then OpenVINO sees the fp16 program as it is and its bf16 inference
+// precision applies (the low-precision mode). Converting the edges ourselves matters for speed:
+// given fp16 constants, the CPU plugin keeps them as fp16 and converts them at every inference.
 class RegionBuilder {
  public:
-  explicit RegionBuilder(const Region& region) : region_(region) {}
+  RegionBuilder(const Region& region, bool keep_fp16) : region_(region), keep_fp16_(keep_fp16) {}
+
+  ov::element::Type compute_type(DType dtype) const {
+    return dtype == DType::Float16 && !keep_fp16_ ? ov::element::f32 : *element_type(dtype);
+  }
 
   std::shared_ptr<ov::Model> build(std::vector<Tensor>& kept_constants) {
     ov::ParameterVector parameters;
     for (const ir::NamedValue& input : region_.inputs) {
+      const ov::element::Type type = *element_type(input.type.dtype);
       auto parameter = std::make_shared<ov::op::v0::Parameter>(
-          *element_type(input.type.dtype), ov::PartialShape(std::vector<ov::Dimension>(input.type.dims.begin(), input.type.dims.end())));
+          type, ov::PartialShape(std::vector<ov::Dimension>(input.type.dims.begin(), input.type.dims.end())));
       parameter->set_friendly_name(input.name);
       parameters.push_back(parameter);
-      graph_[input.name] = parameter->output(0);
+      Value value = parameter->output(0);
+      if (compute_type(input.type.dtype) != type) value = std::make_shared<ov::op::v0::Convert>(value, compute_type(input.type.dtype));
+      graph_[input.name] = value;
     }
     for (const ir::Operation* op : region_.ops) lower(*op);
     ov::ResultVector results;
-    for (const ir::NamedValue& output : region_.outputs)
-      results.push_back(std::make_shared<ov::op::v0::Result>(graph_.at(output.name)));
+    for (const ir::NamedValue& output : region_.outputs) {
+      Value value = graph_.at(output.name);
+      const ov::element::Type type = *element_type(output.type.dtype);
+      if (value.get_element_type() != type) value = std::make_shared<ov::op::v0::Convert>(value, type);
+      results.push_back(std::make_shared<ov::op::v0::Result>(value));
+    }
     kept_constants = std::move(kept_);
     return std::make_shared<ov::Model>(results, parameters, region_.function.name);
   }
@@ -151,6 +168,7 @@ class RegionBuilder {
    public:
     OpLowerer(const ir::Operation& op, RegionBuilder& builder) : Lowerer(op, builder.region_.values), builder_(builder) {}
     Value input(const std::string& param, size_t index) override { return builder_.value_of(binding(param, index)); }
+    ov::element::Type compute_type(DType dtype) const override { return builder_.compute_type(dtype); }
 
    private:
     RegionBuilder& builder_;
@@ -166,11 +184,21 @@ class RegionBuilder {
     const Tensor& t = constant->tensor;
     std::optional<ov::element::Type> type = element_type(t.dtype);
     if (!type || !t.defined()) fail("constant '", binding.name, "' has dtype ", dtype_name(t.dtype), ", which has no OpenVINO type");
-    // A view of the plan's constant (weights stay in the memory-mapped weight file); the kernel
-    // keeps the tensor, and so its storage, alive as long as the compiled model.
-    ov::Tensor view(*type, ov::Shape(t.shape.begin(), t.shape.end()), t.data);
-    Value node = std::make_shared<ov::op::v0::Constant>(view);
-    kept_.push_back(t);
+    Value node;
+    if (compute_type(t.dtype) != *type) {
+      // fp16 computed in fp32: the constant widened once, here.
+      auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
+      float* out = const_cast<float*>(widened->get_data_ptr<float>());
+      const half* in = t.ptr<half>();
+      for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<float>(in[i]);
+      node = widened;
+    } else {
+      // A view of the plan's constant (weights stay in the memory-mapped weight file); the
+      // kernel keeps the tensor, and so its storage, alive as long as the compiled model.
+      ov::Tensor view(*type, ov::Shape(t.shape.begin(), t.shape.end()), t.data);
+      node = std::make_shared<ov::op::v0::Constant>(view);
+      kept_.push_back(t);
+    }
     if (!binding.value) graph_[binding.name] = node;
     return node;
   }
@@ -187,7 +215,7 @@ class RegionBuilder {
       const ov::element::Type type = outputs[i].get_element_type();
       // The lowering must give exactly what the program declares; otherwise its semantics
       // differ from our kernel's and the region stays ours.
-      bool same = shape.is_static() && type == *element_type(declared.dtype) &&
+      bool same = shape.is_static() && type == compute_type(declared.dtype) &&
                   shape.rank().get_length() == static_cast<int64_t>(declared.dims.size());
       for (size_t d = 0; same && d < declared.dims.size(); ++d) same = shape[d].get_length() == declared.dims[d];
       COREMLRT_CHECK(same, op.describe(), ": lowered to ", type.get_type_name(), " ", shape.to_string(),
@@ -197,6 +225,7 @@ class RegionBuilder {
   }
 
   const Region& region_;
+  const bool keep_fp16_;
   std::map<std::string, Value> graph_;
   std::vector<Tensor> kept_;
 };
@@ -213,7 +242,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
   for (const ir::Operation* op : region.ops)
     for (const ir::NamedValue& out : op->outputs) fp16_program = fp16_program || out.type.dtype == DType::Float16;
   try {
-    model = RegionBuilder(region).build(kept);
+    model = RegionBuilder(region, options_.low_precision).build(kept);
     ov::AnyMap config = {
         ov::hint::performance_mode(ov::hint::PerformanceMode::LATENCY),
         // docs/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then

@@ -66,6 +66,9 @@ class Lowerer : public OpReader {
   using OpReader::OpReader;
   // The value bound to `param` (a region input, an earlier op's output, or a constant).
   virtual Value input(const std::string& param, size_t index = 0) = 0;
+  // The element type values of `dtype` have inside the region: fp16 values are computed in
+  // fp32 unless the caller chose the low-precision mode (docs/architecture.md, law 6).
+  virtual ov::element::Type compute_type(DType dtype) const = 0;
   // A constant node of `type` with the given values (scalars for broadcasting, shapes, axes).
   static Value constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data);
   static Value i64s(const std::vector<int64_t>& values);  // a 1-D int64 constant

@@ -85,9 +85,9 @@ Value slice(const Value& x, const SliceSpec& s) {
 
 int64_t normalized_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
-std::optional<ov::element::Type> cast_target(const std::string& name) {
-  if (name == "fp32") return ov::element::f32;
-  if (name == "fp16") return ov::element::f16;
+std::optional<DType> cast_target(const std::string& name) {
+  if (name == "fp32") return DType::Float32;
+  if (name == "fp16") return DType::Float16;
   return std::nullopt;
 }
 
@@ -192,7 +192,9 @@ void add_shape_lowerings(LoweringTable& t) {
                  return {};
                },
                [](Lowerer& op) -> std::vector<Value> {
-                 return {std::make_shared<ov::op::v0::Convert>(op.input("x"), *cast_target(op.const_string("dtype")))};
+                 // A cast to fp16 inside a region computed in fp32 keeps fp32 (fp16 or wider).
+                 return {std::make_shared<ov::op::v0::Convert>(op.input("x"),
+                                                               op.compute_type(*cast_target(op.const_string("dtype"))))};
                }};
   t["identity"] = {{}, [](Lowerer& op) -> std::vector<Value> { return {op.input("x")}; }};
 }
