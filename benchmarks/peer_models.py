@@ -144,7 +144,8 @@ def _gpt_classes():
 
         def forward(self, tokens, start, k_cache, v_cache):
             k_cache, v_cache = k_cache.clone(), v_cache.clone()
-            logits = self.gpt.step(tokens, start, k_cache, v_cache)
+            # ONNX Runtime wants one index type in a Slice: the position as int64, like its constants.
+            logits = self.gpt.step(tokens, start.to(torch.int64), k_cache, v_cache)
             return logits, k_cache, v_cache
 
     return Gpt, GptWithCacheIO

@@ -41,8 +41,9 @@ std::string resolve_slice(const OpReader& op, SliceSpec& s) {
   const std::vector<int64_t> begin = op.const_ints("begin", std::vector<int64_t>{});
   const std::vector<int64_t> end = op.const_ints("end", std::vector<int64_t>{});
   const std::vector<int64_t> stride = op.const_ints("stride", std::vector<int64_t>{});
-  const std::vector<bool> bm = op.const_bools("begin_mask", {}), em = op.const_bools("end_mask", {}),
-                          sm = op.const_bools("squeeze_mask", {});
+  const std::vector<bool> bm = op.const_bools("begin_mask", std::vector<bool>{}),
+                          em = op.const_bools("end_mask", std::vector<bool>{}),
+                          sm = op.const_bools("squeeze_mask", std::vector<bool>{});
   for (size_t n : {begin.size(), end.size(), stride.size(), bm.size(), em.size(), sm.size()})
     if (n != 0 && n != rank) return "a slice parameter does not have x's rank";
   auto flag = [](const std::vector<bool>& v, size_t d) { return !v.empty() && v[d]; };
