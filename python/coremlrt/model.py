@@ -189,6 +189,10 @@ class MLState:
         array, _ = _convert(f"state '{name}'", value, self._declarations[name])
         self._state.write_state(name, array)
 
+    def __reduce__(self):
+        raise Error("an MLState cannot be pickled: a stateful sequence lives in one process; run it there "
+                    "with predict(..., state=...) in order")
+
     def __repr__(self):
         return "coremlrt.MLState(" + ", ".join(f"{n}: {d['type']}" for n, d in self._declarations.items()) + ")"
 
@@ -217,6 +221,7 @@ class MLModel:
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
         self._model = _core.Model(self.package_path, function_name or "", float(context_linger))
+        self._load_options = (compute_units, function_name, float(context_linger))
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0
@@ -277,6 +282,12 @@ class MLModel:
             stats["inputs_zero_copy"] = self._inputs_zero_copy
             stats["inputs_converted"] = self._inputs_converted
         return stats
+
+    def __reduce__(self):
+        # Pickles as its path and load options, never as native state: unpickling loads the
+        # model again (once per process, through model_cache), as Dask and Ray workers need.
+        compute_units, function_name, context_linger = self._load_options
+        return (_unpickle_model, (self.package_path, compute_units.name, function_name, context_linger))
 
     def __repr__(self):
         return (f"coremlrt.MLModel({self.package_path!r}, function={self.function_name!r}, "
@@ -341,3 +352,9 @@ class MLModel:
             if probabilities_name in outputs:
                 outputs[probabilities_name] = {label: float(p) for label, p in zip(labels, outputs[probabilities_name])}
         return outputs
+
+
+def _unpickle_model(path, compute_units_name, function_name, context_linger):
+    from .model_cache import cached_model
+
+    return cached_model(path, ComputeUnit[compute_units_name], function_name, context_linger=context_linger)
