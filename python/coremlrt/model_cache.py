@@ -19,6 +19,7 @@ _MAX_MODELS = 8  # least recently used models beyond this are dropped (their mem
 _lock = threading.Lock()
 _models = {}        # (path, fingerprint, options) -> MLModel, in least-recently-used order
 _fingerprints = {}  # path -> (signature, fingerprint)
+_loads = 0          # models this process has loaded through the cache
 
 
 def _files(path):
@@ -75,11 +76,19 @@ def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, *, con
     # Loading runs outside the lock (it releases the GIL and may take a while); two threads
     # racing on a first load both load, and one of the models is kept.
     model = MLModel(path, compute_units, function_name, context_linger=context_linger)
+    global _loads
     with _lock:
+        _loads += 1
         model = _models.setdefault(key, model)
         while len(_models) > _MAX_MODELS:
             _models.pop(next(iter(_models)))
     return model
+
+
+def stats():
+    """{"models": models held now, "loads": models loaded through the cache so far}."""
+    with _lock:
+        return {"models": len(_models), "loads": _loads}
 
 
 def clear():

@@ -58,3 +58,45 @@ def write_npz_folder(folder, records):
     for index, record in enumerate(records):
         np.savez(os.path.join(folder, f"record-{index:05d}.npz"), **record)
     return folder
+
+
+def make_stateful_model(directory):
+    """A model that declares a state (``cache``), which batch paths refuse."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    from mil_helpers import save_program
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4)),
+                             mb.StateTensorSpec(shape=(1, 4), dtype=ct.converters.mil.mil.types.fp16)],
+                opset_version=ct.target.iOS18)
+    def prog(x, cache):
+        mb.coreml_update_state(state=cache, value=mb.cast(x=x, dtype="fp16"))
+        return mb.identity(x=x, name="y")
+
+    return save_program(prog, directory, name="stateful")
+
+
+def write_parquet_folder(folder, records, nan_at=None, null_at=None):
+    """The records as two Parquet files (x, n as fixed-size lists of 8 values; an id column),
+    with a NaN in n of record ``nan_at`` and a null x for record ``null_at``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder, exist_ok=True)
+    half = len(records) // 2
+    for part, (start, rows) in enumerate(((0, records[:half]), (half, records[half:]))):
+        x_values = np.concatenate([r["x"].ravel() for r in rows])
+        n_values = np.concatenate([r["n"].ravel() for r in rows]).astype(np.float64)
+        mask = np.zeros(len(rows), bool)
+        if nan_at is not None and start <= nan_at < start + len(rows):
+            n_values[(nan_at - start) * 8 + 2] = np.nan
+        if null_at is not None and start <= null_at < start + len(rows):
+            mask[null_at - start] = True
+        table = pa.table({
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x_values), 8, mask=pa.array(mask)),
+            "n": pa.FixedSizeListArray.from_arrays(pa.array(n_values), 8),
+            "id": pa.array(np.arange(start, start + len(rows))),
+        })
+        pq.write_table(table, os.path.join(folder, f"part-{part}.parquet"))
+    return folder

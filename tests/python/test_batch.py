@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import coremlrt
-from batch_helpers import good_records, make_model, make_single_input_model, reference, write_npz_folder
+from batch_helpers import (good_records, make_model, make_single_input_model, make_stateful_model, reference,
+                           write_npz_folder, write_parquet_folder)
 from coremlrt.batch import read_errors, read_outputs
 
 pa = pytest.importorskip("pyarrow")
@@ -69,20 +70,7 @@ def test_parquet_dataset_with_bad_records(tmp_path, model_path):
     """One column per input as fixed-size lists, over two files; a null cell is a missing
     input and a NaN in the int column is refused; the other records are written."""
     records = good_records(30, seed=1)
-    folder = tmp_path / "data.parquet"
-    folder.mkdir()
-    for part, rows in enumerate((records[:17], records[17:])):
-        x = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate([r["x"].ravel() for r in rows])), 8)
-        n_values = np.concatenate([r["n"].ravel() for r in rows]).astype(np.float64)
-        if part == 0:
-            n_values[5 * 8 + 2] = np.nan  # record 5
-        n = pa.FixedSizeListArray.from_arrays(pa.array(n_values), 8)
-        mask = np.zeros(len(rows), bool)
-        if part == 1:
-            mask[3] = True  # record 20: a null cell
-        x = pa.FixedSizeListArray.from_arrays(x.values, 8, mask=pa.array(mask))
-        label = pa.array(np.arange(len(rows)))  # not an input: ignored
-        pq.write_table(pa.table({"x": x, "n": n, "label": label}), folder / f"part-{part}.parquet")
+    folder = write_parquet_folder(tmp_path / "data.parquet", records, nan_at=5, null_at=20)
     out = tmp_path / "predictions.parquet"
     result = coremlrt.predict_dataset(model_path, folder, out, threads=2, progress=False, records_per_shard=7)
     assert (result.written, result.failed) == (28, 2)
@@ -90,7 +78,7 @@ def test_parquet_dataset_with_bad_records(tmp_path, model_path):
     errors = {e["index"]: e for e in read_errors(out)}
     assert sorted(errors) == [5, 20]
     assert "non-integer" in errors[5]["error"] and errors[5]["source"] == "part-0.parquet row 5"
-    assert "'x'" in errors[20]["error"] and errors[20]["source"] == "part-1.parquet row 3"
+    assert "'x'" in errors[20]["error"] and errors[20]["source"] == "part-1.parquet row 5"
     # The shards are plain Parquet: y as a fixed-size list with its shape in the metadata.
     table = pq.read_table(next(out.glob("part-*.parquet")))
     assert json.loads(table.schema.field("y").metadata[b"shape"]) == [1, 4]
@@ -196,20 +184,7 @@ def test_killed_run_resumes_writing_each_record_once(tmp_path, model_path, fmt):
 
 
 def test_states_are_refused(tmp_path):
-    import coremltools as ct
-    from coremltools.converters.mil import Builder as mb
-
-    from mil_helpers import save_program
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4)),
-                             mb.StateTensorSpec(shape=(1, 4), dtype=ct.converters.mil.mil.types.fp16)],
-                opset_version=ct.target.iOS18)
-    def prog(x, cache):
-        mb.coreml_update_state(state=cache, value=mb.cast(x=x, dtype="fp16"))
-        return mb.identity(x=x, name="y")
-
-    path = save_program(prog, tmp_path, name="stateful", fp16=False)
-    model = coremlrt.MLModel(path)
+    model = coremlrt.MLModel(make_stateful_model(tmp_path))
     with pytest.raises(coremlrt.Error, match=r"declares states \(cache\).*stateful sequence"):
         coremlrt.predict_dataset(model, [{"x": np.zeros((1, 4), np.float32)}], progress=False)
     with pytest.raises(coremlrt.Error, match="MLState cannot be pickled"):
@@ -222,8 +197,10 @@ def test_model_pickles_as_path_and_reloads_once(tmp_path, model_path):
     model = coremlrt.MLModel(model_path, compute_units=coremlrt.ComputeUnit.CPU_ONLY)
     payload = pickle.dumps(model)
     assert len(payload) < 1000 and model_path.encode() in payload  # a path, not native state
+    loads = model_cache.stats()["loads"]
     first, second = pickle.loads(payload), pickle.loads(payload)
     assert first is second and first is not model  # one load per process
+    assert model_cache.stats()["loads"] <= loads + 1
     assert first.compute_unit == coremlrt.ComputeUnit.CPU_ONLY
     record = good_records(1)[0]
     np.testing.assert_allclose(first.predict(record)["y"], reference(**record), rtol=1e-5, atol=1e-6)
