@@ -15,7 +15,6 @@ The goal (issue 14): each parallel path at >= 1.6x the plain loop with 2 workers
 
 import argparse
 import os
-import resource
 import tempfile
 import time
 
@@ -25,7 +24,13 @@ import coremlrt
 
 
 def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    # VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across exec, so a worker spawned
+    # by this (torch-importing) process would report this process's peak as its own.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def make_model(directory, size, width):
@@ -81,16 +86,22 @@ def _preload(path):
     model.predict({"x": np.zeros(model._inputs["x"]["shape"], np.float32)})
 
 
-def with_dask(path, data, workers):
+def with_dask(path, data, workers, trim_threshold=None):
+    import dask
     import dask.array as da
     import distributed
 
     import coremlrt.dask
 
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    if trim_threshold is not None:
+        environ["MALLOC_TRIM_THRESHOLD_"] = trim_threshold
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         client.run(_preload, path)  # each worker loads the model once, as a first task would
         array = da.from_array(data[:, 0], chunks=(len(data) // (8 * workers), None, None, None))
+        array = client.persist(array)  # the records already on the workers, as if read there
+        distributed.wait(array)
         start = time.perf_counter()
         outputs = coremlrt.dask.predict(path, array).compute()
         seconds = time.perf_counter() - start
@@ -117,21 +128,23 @@ def with_ray(path, data, workers):
                 out["worker_rss_mib"] = np.full(len(out["y"]), peak_rss_mib())
                 return out
 
+        # The records already in Ray's object store, as if read there; each keeps its index.
+        dataset = ray.data.from_items([{"id": i, "x": data[i, 0]} for i in range(len(data))])
+        dataset = dataset.repartition(8 * workers).materialize()
+
         def run():
-            dataset = ray.data.from_numpy(data).rename_columns({"data": "x"}).repartition(8 * workers)
             return dataset.map_batches(Measured, compute=ray.data.ActorPoolStrategy(size=workers),
                                        batch_size=len(data) // (8 * workers)).take_all()
 
         run()  # warm: Ray's own first-use costs (workers spawned, modules imported)
         start = time.perf_counter()
-        rows = run()  # timed: actors start and load the model inside it
+        rows = run()  # timed: the actors start and load the model inside it
         seconds = time.perf_counter() - start
     finally:
         ray.shutdown()
-    rows.sort(key=lambda row: row["x"].ravel()[0])  # back to input order (inputs are distinct)
-    order = np.argsort(data[:, 0, 0, 0, 0])
     outputs = np.empty((len(data), 10), np.float32)
-    outputs[order] = np.stack([row["y"].reshape(-1) for row in rows])
+    for row in rows:
+        outputs[int(row["id"])] = np.asarray(row["y"]).reshape(-1)
     rss = {}
     for row in rows:
         rss[int(row["worker_pid"])] = max(rss.get(int(row["worker_pid"]), 0), float(row["worker_rss_mib"]))
@@ -155,6 +168,11 @@ def main():
     paths = [("plain loop", plain_loop), (f"predict_dataset ({args.workers} threads)", local_batch)]
     if "dask" not in args.skip:
         paths.append((f"dask ({args.workers} worker processes)", with_dask))
+        # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which turns every
+        # large temporary allocation (conv's im2col scratch is made per call) into a fresh
+        # mmap and page faults; the same cluster with glibc's trimming at 64 MiB:
+        paths.append(("dask, trim threshold 64 MiB",
+                      lambda p, d, w: with_dask(p, d, w, trim_threshold=64 << 20)))
     if "ray" not in args.skip:
         paths.append((f"ray ({args.workers} actors)", with_ray))
     baseline = reference = None
