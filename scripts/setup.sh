@@ -18,4 +18,8 @@ fi
 # openvino: the OpenVINO backend's C++ headers and libraries (pyproject.toml pins the release).
 python3 -m pip install -q --disable-pip-version-check numpy pytest "coremltools==9.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0" "openvino==2026.4.1"
+# Batch prediction's optional extras (Parquet, progress bar, Dask, Ray), for tests/python/test_batch.py,
+# test_dask.py and test_ray.py.
+python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4.70.1" \
+  "dask[array,bag,dataframe]==2026.8.0" "distributed==2026.8.0" "ray[data]==2.60.0"
 python3 -m pip install -q --disable-pip-version-check .

@@ -6,7 +6,9 @@
 """
 
 from ._core import Error, available_backends
+from .batch import BatchResult, predict_dataset
 from .model import ComputeUnit, MLModel, MLState
 
-__all__ = ["ComputeUnit", "Error", "MLModel", "MLState", "available_backends"]
+# coremlrt.dask and coremlrt.ray are imported on demand: they need the optional extras.
+__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "predict_dataset"]
 __version__ = "0.1.0"

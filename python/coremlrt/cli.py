@@ -4,6 +4,8 @@
     coremlrt ops
     coremlrt predict MODEL --input NAME=FILE.npy [--input ...] [--inputs FILE.npz]
                            [--function NAME] [--output OUT.npz]
+    coremlrt batch MODEL --inputs DATA --output OUT [--threads N] [--fail-fast] [--resume]
+                         [--format npz|parquet] [--function NAME] [--no-progress]
 """
 
 import argparse
@@ -12,6 +14,7 @@ import sys
 import numpy as np
 
 from . import _core, ops_table
+from .batch import predict_dataset
 from .model import Error, MLModel
 
 
@@ -131,6 +134,20 @@ def cmd_predict(args, out=sys.stdout):
     return 0
 
 
+def cmd_batch(args, out=sys.stdout):
+    result = predict_dataset(args.model, args.inputs, args.output, threads=args.threads,
+                             fail_fast=args.fail_fast, resume=args.resume, output_format=args.format,
+                             progress=not args.no_progress, function_name=args.function)
+    skipped = f", {result.skipped} already written" if result.skipped else ""
+    print(f"{result.written} record(s) written, {result.failed} failed{skipped} in {result.seconds:.2f} s "
+          f"({result.throughput:.1f} records/s) to {args.output}", file=out)
+    for index, source, message in result.errors[:10]:
+        print(f"  record {index} ({source}): {message}", file=out)
+    if result.failed > 10:
+        print(f"  ... {result.failed - 10} more in {args.output}/errors.jsonl", file=out)
+    return 0 if result.failed == 0 else 2
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="coremlrt", description="Run Core ML models on Linux.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,10 +167,27 @@ def main(argv=None):
     predict.add_argument("--backend", default="auto", help="auto (default), reference or a backend name "
                          "(coremlrt.available_backends())")
     predict.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
+    batch = sub.add_parser("batch", help="predict every record of a dataset, writing outputs as they come",
+                           description="Exit status: 0 when every record was written, 2 when some failed "
+                                       "(listed in OUT/errors.jsonl), 1 on an error that stops the run.")
+    batch.add_argument("model")
+    batch.add_argument("--inputs", required=True, metavar="DATA",
+                       help="a folder of .npz/.npy files (one record each) or a Parquet file or folder "
+                            "(one column per input)")
+    batch.add_argument("--output", required=True, metavar="OUT",
+                       help="folder for the prediction shards and errors.jsonl")
+    batch.add_argument("--threads", type=int, default=None, help="predictions at once (default: one per core)")
+    batch.add_argument("--fail-fast", action="store_true", help="stop at the first record that fails")
+    batch.add_argument("--resume", action="store_true", help="continue a run: skip the records OUT holds")
+    batch.add_argument("--format", choices=["npz", "parquet"], default=None,
+                       help="shard format (default: parquet when OUT ends in .parquet, else npz)")
+    batch.add_argument("--function", default=None, help="function of a multifunction model")
+    batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict}[args.command](args)
-    except (Error, OSError, ValueError) as exc:
+        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
+                "batch": cmd_batch}[args.command](args)
+    except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return 1
 

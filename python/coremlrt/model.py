@@ -193,6 +193,10 @@ class MLState:
         array, _ = _convert(f"state '{name}'", value, self._declarations[name])
         self._state.write_state(name, array)
 
+    def __reduce__(self):
+        raise Error("an MLState cannot be pickled: a stateful sequence lives in one process; run it there "
+                    "with predict(..., state=...) in order")
+
     def __repr__(self):
         return "coremlrt.MLState(" + ", ".join(f"{n}: {d['type']}" for n, d in self._declarations.items()) + ")"
 
@@ -250,6 +254,9 @@ class MLModel:
         self._model = _core.Model(self.package_path, function_name or "", float(context_linger), backend,
                                   compute_units.name == "CPU_AND_NE", threads or 0,
                                   os.fspath(cache_dir) if cache_dir else "")
+        self._load_options = dict(compute_units=compute_units, function_name=function_name,
+                                  context_linger=float(context_linger), backend=backend, threads=threads,
+                                  cache_dir=os.fspath(cache_dir) if cache_dir else None)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0
@@ -310,6 +317,12 @@ class MLModel:
             stats["inputs_zero_copy"] = self._inputs_zero_copy
             stats["inputs_converted"] = self._inputs_converted
         return stats
+
+    def __reduce__(self):
+        # Pickles as its path and load options, never as native state: unpickling loads the
+        # model again (once per process, through model_cache), as Dask and Ray workers need.
+        options = dict(self._load_options, compute_units=self._load_options["compute_units"].name)
+        return (_unpickle_model, (self.package_path, options))
 
     def __repr__(self):
         return (f"coremlrt.MLModel({self.package_path!r}, function={self.function_name!r}, "
@@ -381,3 +394,12 @@ class MLModel:
             if probabilities_name in outputs:
                 outputs[probabilities_name] = {label: float(p) for label, p in zip(labels, outputs[probabilities_name])}
         return outputs
+
+
+def _unpickle_model(path, options):
+    from .model_cache import cached_model
+
+    options = dict(options)
+    compute_units = ComputeUnit[options.pop("compute_units")]
+    function_name = options.pop("function_name")
+    return cached_model(path, compute_units, function_name, **options)

@@ -163,14 +163,17 @@ void mark_exiting() {
 }
 
 // A numpy array (already of the right dtype, C-contiguous) as a zero-copy engine view.
+// Read-only arrays (np.load with mmap, Arrow or Parquet columns) are taken too: the engine
+// never writes a caller's input (law 4 in docs/DESIGN.md).
 Tensor view_of(nb::handle value, const std::string& name) {
-  Array array;
+  nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu> array;
   if (!nb::try_cast(value, array)) fail("'", name, "' is not a C-contiguous numpy array");
   Shape shape;
   for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
   // The PyOwner keeps the array alive for as long as any tensor refers to it (the engine
   // lets go before the call returns: law 4).
-  return Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, array.data(), python::PyOwner::share(value.ptr()));
+  return Tensor::view(dtype_from_dlpack(array.dtype(), name), shape, const_cast<void*>(array.data()),
+                      python::PyOwner::share(value.ptr()));
 }
 
 class PyState {

@@ -55,3 +55,34 @@ def test_info_runs_on_every_corpus_model(name):
         assert f"      {feature}: " in out
     assert "weights:" in out
     assert ("every op is supported by this build" in out) != ("unsupported by this build" in out)
+
+
+def test_batch_writes_shards_errors_and_resumes(tmp_path):
+    """coremlrt batch over an npz folder with one bad record: exit status 2, the good records
+    in shards, the bad one in errors.jsonl; --resume skips them; --fail-fast stops at it."""
+    from batch_helpers import good_records, make_model, reference, write_npz_folder
+    from coremlrt.batch import read_errors, read_outputs
+
+    model = make_model(tmp_path)
+    records = good_records(10, seed=21)
+    records[6] = {"x": records[6]["x"]}
+    data = write_npz_folder(tmp_path / "data", records)
+    out = tmp_path / "out"
+    result = run_cli("batch", model, "--inputs", str(data), "--output", str(out), "--threads", "2")
+    assert result.returncode == 2, result.stderr
+    assert "9 record(s) written, 1 failed" in result.stdout and "record 6 (record-00006.npz)" in result.stdout
+    outputs = read_outputs(out)
+    assert sorted(outputs) == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    for index, outs in outputs.items():
+        np.testing.assert_allclose(outs["y"], reference(**records[index]), rtol=1e-5, atol=1e-6)
+    assert [e["index"] for e in read_errors(out)] == [6]
+
+    again = run_cli("batch", model, "--inputs", str(data), "--output", str(out))
+    assert again.returncode == 1 and "already holds predictions" in again.stderr
+    resumed = run_cli("batch", model, "--inputs", str(data), "--output", str(out), "--resume", "--no-progress")
+    assert resumed.returncode == 2 and "0 record(s) written, 1 failed, 9 already written" in resumed.stdout
+
+    stopped = run_cli("batch", model, "--inputs", str(data), "--output", str(tmp_path / "stopped"),
+                      "--fail-fast", "--threads", "1", "--format", "parquet")
+    assert stopped.returncode == 1 and "record 6 (record-00006.npz) failed" in stopped.stderr
+    assert 6 not in read_outputs(tmp_path / "stopped") and list((tmp_path / "stopped").glob("part-*.parquet"))

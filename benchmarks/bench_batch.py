@@ -1,0 +1,194 @@
+"""Batch prediction throughput: a plain Python loop over predict vs coremlrt.predict_dataset
+(2 threads), coremlrt.dask.predict (LocalCluster, 2 worker processes) and coremlrt.ray.predictor
+(map_batches, 2 actors), on the same records. Prints records/s, the ratio of each to the plain
+loop, and the peak RSS of each process that predicted.
+
+    python3 benchmarks/bench_batch.py [--records 2000] [--size 96] [--width 96] [--workers 2]
+
+The model is a small image CNN converted from torch (4 conv+ReLU stages, global average
+pooling, a linear classifier) on 3x96x96 inputs: the same kind of work as resnet18 (conv
+kernels over feature maps), about 10 ms a prediction here where resnet18 at 224x224 takes
+ten times longer, so that 2,000 predictions take tens of seconds on each path. A prediction
+far shorter than a millisecond would measure Python and scheduling overheads (and, for Ray,
+the actors' start) instead of the engine; one far longer only makes the run slow.
+Records are placed where each path reads them (Dask: persisted on the workers; Ray: in its
+object store) before the clock starts; the model loads, actor starts included, are timed.
+The goal (issue 14): each parallel path at >= 1.6x the plain loop with 2 workers.
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+import coremlrt
+
+
+def peak_rss_mib():
+    # VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across exec, so a worker spawned
+    # by this (torch-importing) process would report this process's peak as its own.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_model(directory, size, width):
+    import coremltools as ct
+    import torch
+
+    torch.manual_seed(0)
+    layers, channels = [], 3
+    for stage, out_channels in enumerate((width, width, 2 * width, 2 * width)):
+        layers += [torch.nn.Conv2d(channels, out_channels, 3, stride=1 if stage == 0 else 2, padding=1),
+                   torch.nn.ReLU()]
+        channels = out_channels
+    network = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                  torch.nn.Linear(channels, 10)).eval()
+    example = torch.zeros(1, 3, size, size)
+    traced = torch.jit.trace(network, example)
+    model = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=example.shape)],
+                       outputs=[ct.TensorType(name="y")], convert_to="mlprogram",
+                       compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS17)
+    path = os.path.join(directory, "cnn.mlpackage")
+    model.save(path)
+    return path
+
+
+def plain_loop(path, data):
+    model = coremlrt.MLModel(path)
+    model.predict({"x": data[0]})  # warm: one context made
+    start = time.perf_counter()
+    outputs = [model.predict({"x": data[i]})["y"] for i in range(len(data))]
+    return time.perf_counter() - start, np.concatenate(outputs), {"this process": peak_rss_mib()}
+
+
+def local_batch(path, data, workers):
+    model = coremlrt.MLModel(path)
+    model.predict({"x": data[0]})
+    records = ({"x": data[i]} for i in range(len(data)))
+    start = time.perf_counter()
+    result = coremlrt.predict_dataset(model, records, threads=workers, progress=False)
+    seconds = time.perf_counter() - start
+    assert result.failed == 0
+    return seconds, np.concatenate([result.outputs[i]["y"] for i in range(len(data))]), \
+        {"this process": peak_rss_mib()}
+
+
+def _worker_rss():
+    return peak_rss_mib()
+
+
+def _preload(path):
+    from coremlrt.model_cache import cached_model
+
+    model = cached_model(path)
+    model.predict({"x": np.zeros(model._inputs["x"]["shape"], np.float32)})
+
+
+def with_dask(path, data, workers, trim_threshold=None):
+    import dask
+    import dask.array as da
+    import distributed
+
+    import coremlrt.dask
+
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    if trim_threshold is not None:
+        environ["MALLOC_TRIM_THRESHOLD_"] = trim_threshold
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        client.run(_preload, path)  # each worker loads the model once, as a first task would
+        array = da.from_array(data[:, 0], chunks=(len(data) // (8 * workers), None, None, None))
+        array = client.persist(array)  # the records already on the workers, as if read there
+        distributed.wait(array)
+        start = time.perf_counter()
+        outputs = coremlrt.dask.predict(path, array).compute()
+        seconds = time.perf_counter() - start
+        rss = {f"worker {n}": v for n, v in enumerate(client.run(_worker_rss).values())}
+    return seconds, outputs.reshape(len(data), -1), rss
+
+
+def with_ray(path, data, workers):
+    import ray
+
+    import coremlrt.ray
+
+    # One logical CPU more than actors: Ray Data's read tasks need one beside them.
+    ray.init(num_cpus=workers + 1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    try:
+        base = coremlrt.ray.predictor(path)
+
+        class Measured(base):
+            def __call__(self, batch):
+                out = super().__call__(batch)
+                out["worker_pid"] = np.full(len(out["y"]), os.getpid())
+                out["worker_rss_mib"] = np.full(len(out["y"]), peak_rss_mib())
+                return out
+
+        # The records already in Ray's object store, as if read there; each keeps its index.
+        dataset = ray.data.from_items([{"id": i, "x": data[i, 0]} for i in range(len(data))])
+        dataset = dataset.repartition(8 * workers).materialize()
+
+        def run(records):
+            return records.map_batches(Measured, compute=ray.data.ActorPoolStrategy(size=workers),
+                                       batch_size=len(data) // (8 * workers)).take_all()
+
+        run(dataset.limit(len(data) // 10))  # warm: Ray's first-use costs (worker processes, imports)
+        start = time.perf_counter()
+        rows = run(dataset)  # timed: the actors start and load the model inside it
+        seconds = time.perf_counter() - start
+    finally:
+        ray.shutdown()
+    outputs = np.empty((len(data), 10), np.float32)
+    for row in rows:
+        outputs[int(row["id"])] = np.asarray(row["y"]).reshape(-1)
+    rss = {}
+    for row in rows:
+        rss[int(row["worker_pid"])] = max(rss.get(int(row["worker_pid"]), 0), float(row["worker_rss_mib"]))
+    return seconds, outputs, {f"actor {n}": v for n, v in enumerate(rss.values())}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--size", type=int, default=96, help="input height and width")
+    parser.add_argument("--width", type=int, default=96, help="channels of the first conv stage")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skip", action="append", default=[], choices=["dask", "ray"])
+    args = parser.parse_args()
+    directory = tempfile.mkdtemp()
+    path = make_model(directory, args.size, args.width)
+    data = np.random.default_rng(0).standard_normal((args.records, 1, 3, args.size, args.size)).astype(np.float32)
+    print(f"model: CNN 3x{args.size}x{args.size}, widths {args.width}/{2 * args.width}, "
+          f"{args.records} records, {args.workers} workers, {os.cpu_count()} cores")
+
+    paths = [("plain loop", plain_loop), (f"predict_dataset ({args.workers} threads)", local_batch)]
+    if "dask" not in args.skip:
+        paths.append((f"dask ({args.workers} worker processes)", with_dask))
+        # Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which turns every
+        # large temporary allocation (conv's im2col scratch is made per call) into a fresh
+        # mmap and page faults; the same cluster with glibc's trimming at 64 MiB:
+        paths.append(("dask, trim threshold 64 MiB",
+                      lambda p, d, w: with_dask(p, d, w, trim_threshold=64 << 20)))
+    if "ray" not in args.skip:
+        paths.append((f"ray ({args.workers} actors)", with_ray))
+    baseline = reference = None
+    for name, run in paths:
+        seconds, outputs, rss = run(path, data) if run is plain_loop else run(path, data, args.workers)
+        throughput = args.records / seconds
+        if baseline is None:
+            baseline, reference = throughput, outputs.reshape(args.records, -1)
+        same = np.allclose(outputs.reshape(args.records, -1), reference, rtol=1e-5, atol=1e-5)
+        rss_text = ", ".join(f"{k} {v:.0f} MiB" for k, v in rss.items())
+        print(f"{name:<32} {seconds:7.2f} s  {throughput:8.1f} records/s  x{throughput / baseline:.2f}  "
+              f"{'same outputs' if same else 'OUTPUTS DIFFER'}  peak RSS: {rss_text}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
