@@ -20,11 +20,16 @@ namespace coremlrt::backends::openvino {
 
 namespace {
 
-// The cost rule of backend "auto". One OpenVINO inference costs a few microseconds more than
-// running the same few ops on our kernels (benchmarks/bench_peers.py, the tiny model: relu(x + 1)
-// on 16 values), so a region must do enough work to win that back. Work is counted in
-// multiply-adds for matrix ops and convolutions, and in output elements for everything else.
-constexpr double kMinRegionWork = 1 << 16;
+// The cost rule of backend "auto", from measurements on this project's 2-core machine
+// (relu(x + 1) on n fp32 values, median of 300 predictions through Python, both backends
+// interleaved): one OpenVINO call costs about 10 us more than our kernels for n = 16 (3 us
+// against 15 us), and elementwise work never paid it back (n = 262144: 432 us ours, 451 us
+// OpenVINO): such ops are memory-bound either way. Matrix ops, convolutions and recurrent
+// layers are where OpenVINO's kernels win (resnet18: about 5x), so a region goes to OpenVINO when
+// it does at least kMinRegionMacs multiply-adds, or when it moves so many elements that
+// OpenVINO's threads would pay (kMinRegionElements).
+constexpr double kMinRegionMacs = 1 << 16;
+constexpr double kMinRegionElements = 1 << 22;
 
 // Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of static,
 // non-empty shape with an element type we map.
@@ -64,7 +69,8 @@ double numel(const ir::ValueType& type) {
   return n;
 }
 
-double work(const ir::Operation& op, const ValueInfo& values) {
+// Multiply-adds of the matrix, convolution and recurrent ops; 0 for every other op.
+double macs(const ir::Operation& op, const ValueInfo& values) {
   const double out = op.outputs.empty() ? 0 : numel(op.outputs[0].type);
   auto input = [&](const char* param) -> const ir::ValueType* {
     auto it = op.inputs.find(param);
@@ -88,7 +94,7 @@ double work(const ir::Operation& op, const ValueInfo& values) {
       return out * static_cast<double>(x->dims.back());  // the reduced extent, or the other dim when transposed
     }
   }
-  return out;
+  return 0;
 }
 
 class OpenVinoBackend final : public Backend {
@@ -111,11 +117,15 @@ class OpenVinoBackend final : public Backend {
 
   std::string worth_running(const Region& region) const override {
     if (options_.force) return {};
-    double total = 0;
-    for (const ir::Operation* op : region.ops) total += work(*op, region.values);
-    if (total >= kMinRegionWork) return {};
-    return "the region does about " + std::to_string(static_cast<int64_t>(total)) +
-           " units of work, too little to pay for a backend call (backend=\"auto\"; backend=\"openvino\" forces it)";
+    double total_macs = 0, elements = 0;
+    for (const ir::Operation* op : region.ops) {
+      total_macs += macs(*op, region.values);
+      for (const ir::NamedValue& out : op->outputs) elements += numel(out.type);
+    }
+    if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return {};
+    return "the region does about " + std::to_string(static_cast<int64_t>(total_macs)) + " multiply-adds over " +
+           std::to_string(static_cast<int64_t>(elements)) +
+           " elements, too little to pay for a backend call (backend=\"auto\"; backend=\"openvino\" forces it)";
   }
 
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
