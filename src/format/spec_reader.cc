@@ -229,8 +229,11 @@ LoadedModel read_model(const ModelFiles& files) {
   std::string bytes = read_file(files.model_file);
   spec::Model model;
   COREMLRT_CHECK(!bytes.empty(), "model file '", files.model_file, "' is empty");
+  // Parsing also refuses proto3 string fields (map keys and values included) that are not valid
+  // UTF-8, so every name and metadata text below is text a caller can decode.
   COREMLRT_CHECK(model.ParseFromString(bytes), "model file '", files.model_file,
-                 "' is not a valid Core ML model (the protobuf does not parse; truncated or not a model)");
+                 "' is not a valid Core ML model (the protobuf does not parse; truncated, not a model, or a "
+                 "text field that is not valid UTF-8)");
   COREMLRT_CHECK(model.specificationversion() > 0, "model file '", files.model_file,
                  "' has no specification version (field missing or corrupt)");
   COREMLRT_CHECK(model.specificationversion() <= kMaxSpecificationVersion, "model file '", files.model_file,

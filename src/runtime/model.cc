@@ -28,6 +28,24 @@ struct Model::Impl {
 
 namespace {
 
+// Law 5 (DESIGN.md): whatever goes wrong while loading reaches the caller as an Error that
+// names the model. Readers below this layer name the file or the field; the model's path is
+// added where they did not name it, and a standard exception (a failed allocation, a
+// container bound) is turned into an Error saying so.
+[[noreturn]] void rethrow_naming_model(const std::string& path) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    if (message.find(path) != std::string::npos) throw;
+    fail("model '", path, "': ", message);
+  } catch (const std::bad_alloc&) {
+    fail("model '", path, "': out of memory");
+  } catch (const std::exception& e) {
+    fail("model '", path, "': internal error (", e.what(), ")");
+  }
+}
+
 std::string names_of(const std::vector<FeatureDescription>& features) {
   std::string out;
   for (const auto& f : features) out += (out.empty() ? "'" : ", '") + f.name + "'";
@@ -140,7 +158,7 @@ const FunctionDescription* ModelDescription::find_function(const std::string& na
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) try {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->loaded = format::read_model(format::locate_model(path));
@@ -185,6 +203,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
+} catch (...) {
+  rethrow_naming_model(path);
 }
 
 const ModelDescription& Model::description() const { return impl_->loaded.description; }
@@ -205,7 +225,7 @@ ModelStats Model::stats() const {
 
 std::shared_ptr<State> Model::make_state() const { return std::make_shared<State>(impl_->function_description->states); }
 
-NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
+NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try {
   const Impl& m = *impl_;
   const FunctionDescription& desc = *m.function_description;
   for (const auto& [name, tensor] : inputs) {
@@ -257,6 +277,8 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
   const auto& names = m.function->block.outputs;
   for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results.outputs[i]);
   return outputs;
+} catch (...) {
+  rethrow_naming_model(impl_->path);
 }
 
 ModelReport inspect_model(const std::string& path) {
