@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
-# Python suite (pytest, against the installed package and ../shared/corpus), a sample of
+# Python suite (pytest, against the installed package; ../shared/corpus when present), a sample of
 # coremltools' own op tests (scripts/coremltools_op_tests.py), and the sanitizer runs
 # (ASan+UBSan, TSan: scripts/test_sanitizers.sh).
 set -euo pipefail
