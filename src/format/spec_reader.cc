@@ -58,6 +58,12 @@ void read_array(const spec::ArrayFeatureType& array, FeatureDescription& out) {
   if (array.has_enumeratedshapes())
     for (const auto& shape : array.enumeratedshapes().shapes())
       out.enumerated_shapes.emplace_back(shape.shape().begin(), shape.shape().end());
+  switch (array.defaultOptionalValue_case()) {
+    case spec::ArrayFeatureType::kIntDefaultValue: out.default_value = array.intdefaultvalue(); break;
+    case spec::ArrayFeatureType::kFloatDefaultValue: out.default_value = array.floatdefaultvalue(); break;
+    case spec::ArrayFeatureType::kDoubleDefaultValue: out.default_value = array.doubledefaultvalue(); break;
+    default: break;
+  }
 }
 
 FeatureDescription read_feature(const spec::FeatureDescription& feature) {

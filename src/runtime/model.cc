@@ -10,6 +10,7 @@
 #include "format/spec_reader.h"
 #include "ops/classify.h"
 #include "runtime/context_pool.h"
+#include "runtime/default_input.h"
 #include "runtime/plan.h"
 
 namespace coremlrt {
@@ -254,6 +255,10 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
       if (f.name == input.name) feature = &f;
     COREMLRT_CHECK(feature, m.where(), ": program input '", input.name, "' is not in the model description");
     auto it = inputs.find(input.name);
+    if (it == inputs.end() && feature->optional && feature->default_value) {
+      bound.push_back(runtime::default_input(*feature, m.where()));  // as Core ML does
+      continue;
+    }
     COREMLRT_CHECK(it != inputs.end(), m.where(), ": missing input '", input.name, "' (expected ",
                    dtype_name(input.type.dtype), " ", expected_shape(*feature, input.type), "); the model's inputs are ",
                    names_of(desc.inputs));
