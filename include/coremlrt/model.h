@@ -15,6 +15,7 @@
 
 #include "coremlrt/description.h"
 #include "coremlrt/error.h"
+#include "coremlrt/limits.h"
 #include "coremlrt/state.h"
 #include "coremlrt/tensor.h"
 
@@ -26,6 +27,11 @@ struct LoadOptions {
   // How long an execution context (per-prediction buffers) may stay idle before a
   // background thread frees it. Negative: keep idle contexts until the model is destroyed.
   std::chrono::milliseconds context_linger{1000};
+  // Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet
+  // freed); 0 = the machine's physical memory. Memory-mapped weights are not counted.
+  size_t memory_limit_bytes = 0;
+  // Iterations one while_loop may run before the prediction fails; 0 = kDefaultMaxLoopIterations.
+  int64_t max_loop_iterations = 0;
 };
 
 // Counters about a model's execution contexts, for monitoring and tests.

@@ -204,9 +204,16 @@ class MLModel:
     per-model pool. A context idle for ``context_linger`` seconds (default 1.0) is freed
     by a background thread, so a process that stops predicting returns to its post-load
     memory; a negative value keeps idle contexts for the model's lifetime.
+
+    Bounds (a downloaded file is untrusted): ``memory_limit_bytes`` caps the engine memory
+    the model may hold at once (default: the machine's physical memory); a tensor that would
+    pass it, or whose element count overflows, raises :class:`Error` naming the op. A
+    ``while_loop`` running more than ``max_loop_iterations`` iterations (default 10,000,000)
+    raises as well; the model stays usable after either.
     """
 
-    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0):
+    def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
+                 memory_limit_bytes=None, max_loop_iterations=None):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -216,7 +223,11 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
-        self._model = _core.Model(self.package_path, function_name or "", float(context_linger))
+        for name, value in (("memory_limit_bytes", memory_limit_bytes), ("max_loop_iterations", max_loop_iterations)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f'"{name}" must be a positive int or None, got {value!r}')
+        self._model = _core.Model(self.package_path, function_name or "", float(context_linger),
+                                  memory_limit_bytes or 0, max_loop_iterations or 0)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0

@@ -5,7 +5,10 @@
 namespace coremlrt::runtime {
 
 Tensor BufferPool::allocate(DType dtype, Shape shape) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  size_t bytes = 0;
+  const int64_t numel = shape_numel(shape);
+  if (numel < 0 || __builtin_mul_overflow(static_cast<size_t>(numel), dtype_size(dtype), &bytes))
+    return Tensor::empty(dtype, std::move(shape));  // refuses the shape with an Error naming it
   auto it = free_.lower_bound(bytes);
   // Reuse a free buffer unless it is much larger than needed.
   if (it != free_.end() && it->first <= 2 * bytes + 4096) {

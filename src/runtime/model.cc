@@ -17,6 +17,7 @@ namespace coremlrt {
 
 struct Model::Impl {
   std::string path;
+  ResourceLimits limits;  // active while loading and predicting (coremlrt/limits.h)
   format::LoadedModel loaded;
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
@@ -162,6 +163,10 @@ Model::~Model() = default;
 std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) try {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->limits.memory = std::make_shared<MemoryBudget>(
+      options.memory_limit_bytes ? options.memory_limit_bytes : default_memory_limit_bytes());
+  if (options.max_loop_iterations > 0) impl->limits.max_loop_iterations = options.max_loop_iterations;
+  ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
   COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork", "model '", path,
@@ -228,6 +233,7 @@ std::shared_ptr<State> Model::make_state() const { return std::make_shared<State
 
 NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try {
   const Impl& m = *impl_;
+  ResourceScope limits(&m.limits);
   const FunctionDescription& desc = *m.function_description;
   for (const auto& [name, tensor] : inputs) {
     bool known = false;
