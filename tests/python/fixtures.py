@@ -160,10 +160,43 @@ def build_fixture_multifunction(directory):
                           "rtol": 0.02, "atol": 0.01}, [step], model_file=os.path.join("..", "model.mlpackage"))
 
 
+def build_fixture_fuzz_predict(directory):
+    """The model fuzz/fuzz_predict.cc predicts with: x float32 [1..8, 16] (flexible rows),
+    indices int32 [4]; y = softmax(relu(linear(gather(x, indices)))), and its row maxima."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import get_new_symbol, types
+
+    rng = np.random.default_rng(20)
+    weight = rng.standard_normal((24, 16)).astype(np.float32)
+    bias = rng.standard_normal(24).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(get_new_symbol(), 16)), mb.TensorSpec(shape=(4,), dtype=types.int32)],
+                opset_version=ct.target.iOS18)
+    def prog(x, indices):
+        picked = mb.gather(x=x, indices=indices, axis=0, validate_indices=True)
+        y = mb.softmax(x=mb.relu(x=mb.linear(x=picked, weight=weight, bias=bias)), axis=-1, name="y")
+        return y, mb.reduce_max(x=x, axes=[-1], name="row_max")
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT32, skip_model_load=True,
+                       inputs=[ct.TensorType(name="x", shape=(ct.RangeDim(1, 8, default=2), 16)),
+                               ct.TensorType(name="indices", shape=(4,), dtype=np.int32)])
+    model.save(os.path.join(directory, "model.mlpackage"))
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    indices = np.array([0, 2, 1, 2], np.int32)
+    h = np.maximum(x[indices].astype(np.float64) @ weight.T + bias, 0)
+    e = np.exp(h - h.max(-1, keepdims=True))
+    _write_case(directory, {"name": "fixture_fuzz_predict", "format": "mlprogram", "function_name": None,
+                            "rtol": 1e-5, "atol": 1e-6},
+                [({"x": x, "indices": indices}, {"y": e / e.sum(-1, keepdims=True), "row_max": x.max(-1)}, None)])
+
+
 BUILDERS = {
     "fixture_add": build_fixture_add,
     "fixture_stateful_accumulator": build_fixture_stateful_accumulator,
     "fixture_multifunction": build_fixture_multifunction,
+    "fixture_fuzz_predict": build_fixture_fuzz_predict,
 }
 
 
