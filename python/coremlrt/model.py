@@ -325,6 +325,14 @@ class MLModel:
         return await asyncio.get_running_loop().run_in_executor(None, self.predict, data, state)
 
     def _predict_one(self, data, state):
+        try:
+            return self._predict_unnamed(data, state)
+        except Error as e:  # law 5: the input checks here name the input; say which model too
+            if self.package_path in str(e):
+                raise
+            raise Error(f"model '{self.package_path}': {e}") from None
+
+    def _predict_unnamed(self, data, state):
         arrays = {}
         in_place = 0
         for name, value in data.items():
