@@ -10,6 +10,9 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends \
     g++ cmake ninja-build libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev >/dev/null
+  # clang 16 with its runtime libraries (libFuzzer, sanitizers) builds the fuzz targets
+  # (scripts/fuzz.sh); Debian 12's default clang 14 lacks _Float16 on x86.
+  $SUDO apt-get install -y -qq --no-install-recommends clang-16 libclang-rt-16-dev >/dev/null
 fi
 
 # coremltools, torch, torchvision and transformers make the test models the way users make

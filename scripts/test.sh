@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
-# Python suite (pytest, against the installed package and ../shared/corpus), a sample of
+# Python suite (pytest, against the installed package; ../shared/corpus when present), a sample of
 # coremltools' own op tests (scripts/coremltools_op_tests.py), and the sanitizer runs
-# (ASan+UBSan, TSan: scripts/test_sanitizers.sh).
+# (ASan+UBSan, TSan: scripts/test_sanitizers.sh) and a smoke run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,3 +21,10 @@ python3 -m pytest -q -p no:cacheprovider -m "not slow" tests/python
 python3 scripts/coremltools_op_tests.py --sample 10 --check
 
 bash scripts/test_sanitizers.sh
+
+# A short smoke run of each fuzz target (libFuzzer, ASan, UBSan, LSan; fuzz/README.md): 30 s
+# each, 2.5 minutes in all. Inputs that crashed once are replayed by ctest above
+# (fuzz_regressions.*). Long runs: bash scripts/fuzz.sh TARGET SECONDS.
+for target in package blob program neural_network predict; do
+  bash scripts/fuzz.sh "$target" 30 2>&1 | grep -E "^(Done|stat::|==|SUMMARY)" || { echo "fuzz target $target failed"; exit 1; }
+done

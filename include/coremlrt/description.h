@@ -2,6 +2,7 @@
 // What a model says about itself: features (inputs, outputs, states) per function and
 // metadata. Read from the model's description; mirrors coremltools' view of a model.
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,9 @@ struct FeatureDescription {
   std::vector<std::pair<int64_t, int64_t>> shape_range;
   std::vector<Shape> enumerated_shapes;
   bool optional = false;
+  // Optional multi-array inputs: the value Core ML fills the declared shape with when the
+  // input is absent (the description's int/float/doubleDefaultValue).
+  std::optional<double> default_value;
   // Images: size and color space ("RGB", "BGR", "GRAYSCALE", "GRAYSCALE_FLOAT16").
   int64_t image_width = 0;
   int64_t image_height = 0;

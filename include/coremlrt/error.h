@@ -7,11 +7,16 @@
 #include <string>
 #include <utility>
 
+#include "coremlrt/utf8.h"
+
 namespace coremlrt {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // Messages quote names read from files; bytes that are not UTF-8 are escaped so that the
+  // message always reaches Python as text (see coremlrt/utf8.h).
+  explicit Error(const std::string& message) : std::runtime_error(escape_invalid_utf8(message)) {}
+  explicit Error(const char* message) : Error(std::string(message)) {}
 };
 
 // Builds a message from streamable parts and throws it as an Error.

@@ -15,6 +15,7 @@
 
 #include "coremlrt/description.h"
 #include "coremlrt/error.h"
+#include "coremlrt/limits.h"
 #include "coremlrt/state.h"
 #include "coremlrt/tensor.h"
 
@@ -40,6 +41,11 @@ struct LoadOptions {
   int threads = 0;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
+  // Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet
+  // freed); 0 = the machine's physical memory. Memory-mapped weights are not counted.
+  size_t memory_limit_bytes = 0;
+  // Iterations one while_loop may run before the prediction fails; 0 = kDefaultMaxLoopIterations.
+  int64_t max_loop_iterations = 0;
 };
 
 // Counters about a model's execution contexts, for monitoring and tests.

@@ -37,11 +37,19 @@ class Storage {
   size_t size_ = 0;
 };
 
+class MemoryBudget;
+
 class HeapStorage final : public Storage {
  public:
-  explicit HeapStorage(size_t bytes);  // 64-byte aligned, uninitialised
+  // 64-byte aligned, uninitialised. `charged`: the budget `bytes` were charged to (limits.h),
+  // given back when the storage is freed.
+  explicit HeapStorage(size_t bytes, std::shared_ptr<MemoryBudget> charged = nullptr);
   ~HeapStorage() override;
   bool engine_owned() const override { return !frozen_; }
+
+ private:
+  void allocate(size_t bytes);
+  std::shared_ptr<MemoryBudget> charged_;
 };
 
 class ExternalStorage final : public Storage {

@@ -23,6 +23,8 @@ import sys
 import time
 import types
 
+import numpy as np
+
 from ._core import Error
 from .model import ComputeUnit, MLModel
 
@@ -41,13 +43,22 @@ def _as_core_ml_prediction_error():
         raise RuntimeError(f"{_CORE_ML_PREDICTION_ERROR}: {exc}") from exc
 
 
+def _as_core_ml_outputs(outputs):
+    """Core ML has no rank-0 multi-arrays: a rank-0 program output reaches coremltools' predict
+    on macOS as shape (1,)."""
+    return {name: value.reshape(1) if isinstance(value, np.ndarray) and value.ndim == 0 else value
+            for name, value in outputs.items()}
+
+
 class _MLModelProxy:
     """Stands in for the ``_MLModelProxy`` of Apple's ``coremltools.libcoremlpython``.
 
     coremltools calls it as ``_MLModelProxy(path, compute_units_name, function_name,
     optimization_hints, asset)``. Inputs arrive as coremltools hands them over (numpy arrays,
     with float16 already turned into float32, Python scalars, PIL images) and outputs are
-    returned as coremlrt returns them: a dict of numpy arrays, float16 outputs as float32.
+    returned as Core ML returns them: a dict of numpy arrays, float16 outputs as float32, and
+    rank-0 outputs as shape (1,) (Core ML's multi-arrays have rank 1 or more; the native
+    coremlrt API keeps the program's rank 0, see the README).
     """
 
     def __init__(self, path, compute_units="ALL", function_name="", optimization_hints=None, asset=None):
@@ -81,14 +92,14 @@ class _MLModelProxy:
         with _as_core_ml_prediction_error():
             outputs = self._model.predict(data, state)
         self._last_predict_ns = time.perf_counter_ns() - start
-        return outputs
+        return _as_core_ml_outputs(outputs)
 
     def batchPredict(self, data):  # noqa: N802 - the name coremltools calls
         start = time.perf_counter_ns()
         with _as_core_ml_prediction_error():
             outputs = [self._model.predict(d) for d in data]
         self._last_predict_ns = time.perf_counter_ns() - start
-        return outputs
+        return [_as_core_ml_outputs(o) for o in outputs]
 
     def newState(self):  # noqa: N802 - the name coremltools calls
         # coremlrt.MLState already has read_state/write_state with coremltools' behaviour

@@ -229,10 +229,17 @@ class MLModel:
     ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
     model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
     ``None`` turns the cache off).
+
+    Bounds (a downloaded file is untrusted): ``memory_limit_bytes`` caps the engine memory
+    the model may hold at once (default: the machine's physical memory); a tensor that would
+    pass it, or whose element count overflows, raises :class:`Error` naming the op. A
+    ``while_loop`` running more than ``max_loop_iterations`` iterations (default 10,000,000)
+    raises as well; the model stays usable after either.
     """
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
-                 backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR):
+                 backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
+                 max_loop_iterations=None):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -242,6 +249,9 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
         self.compute_unit = compute_units
+        for name, value in (("memory_limit_bytes", memory_limit_bytes), ("max_loop_iterations", max_loop_iterations)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f'"{name}" must be a positive int or None, got {value!r}')
         if backend is None:
             backend = os.environ.get("COREMLRT_BACKEND") or "auto"
         if not isinstance(backend, str):
@@ -251,12 +261,14 @@ class MLModel:
         if cache_dir is _DEFAULT_CACHE_DIR:
             cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
         self.backend = backend
-        self._model = _core.Model(self.package_path, function_name or "", float(context_linger), backend,
+        self._model = _core.Model(self.package_path, function_name or "", float(context_linger),
+                                  memory_limit_bytes or 0, max_loop_iterations or 0, backend,
                                   compute_units.name == "CPU_AND_NE", threads or 0,
                                   os.fspath(cache_dir) if cache_dir else "")
         self._load_options = dict(compute_units=compute_units, function_name=function_name,
                                   context_linger=float(context_linger), backend=backend, threads=threads,
-                                  cache_dir=os.fspath(cache_dir) if cache_dir else None)
+                                  cache_dir=os.fspath(cache_dir) if cache_dir else None,
+                                  memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0
@@ -367,6 +379,14 @@ class MLModel:
         return await asyncio.get_running_loop().run_in_executor(None, self.predict, data, state)
 
     def _predict_one(self, data, state):
+        try:
+            return self._predict_unnamed(data, state)
+        except Error as e:  # law 5: the input checks here name the input; say which model too
+            if self.package_path in str(e):
+                raise
+            raise Error(f"model '{self.package_path}': {e}") from None
+
+    def _predict_unnamed(self, data, state):
         arrays = {}
         in_place = 0
         for name, value in data.items():

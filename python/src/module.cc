@@ -200,10 +200,13 @@ class PyState {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& function_name, double linger_seconds, const std::string& backend,
-          bool low_precision, int threads, const std::string& cache_dir) {
+  PyModel(const std::string& path, const std::string& function_name, double linger_seconds,
+          size_t memory_limit_bytes, int64_t max_loop_iterations, const std::string& backend, bool low_precision,
+          int threads, const std::string& cache_dir) {
     LoadOptions options;
     options.function_name = function_name;
+    options.memory_limit_bytes = memory_limit_bytes;  // 0: the defaults (coremlrt/limits.h)
+    options.max_loop_iterations = max_loop_iterations;
     options.context_linger = std::chrono::milliseconds(
         linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
     options.backend = backend;
@@ -303,8 +306,10 @@ NB_MODULE(_core, m) {
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
   nb::class_<PyModel>(m, "Model")
-      .def(nb::init<const std::string&, const std::string&, double, const std::string&, bool, int, const std::string&>(),
-           nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0, nb::arg("backend") = "auto",
+      .def(nb::init<const std::string&, const std::string&, double, size_t, int64_t, const std::string&, bool, int,
+                    const std::string&>(),
+           nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0,
+           nb::arg("memory_limit_bytes") = 0, nb::arg("max_loop_iterations") = 0, nb::arg("backend") = "auto",
            nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "")
       .def("placements", &PyModel::placements)
       .def_prop_ro("backend", &PyModel::backend)

@@ -97,6 +97,10 @@ class Backend {
   virtual std::string worth_running(const Region& region) const = 0;
   // Lowers and compiles `region` into one kernel (see the ownership rules above). Throws
   // Error when it cannot; the runtime then keeps our kernels for the region and reports why.
+  // The plan keeps the region's ops on our kernels as the step's nested block 0: a kernel whose
+  // inputs do not have the shapes it was compiled for (a model whose declared shapes are wrong:
+  // docs/declared-shapes.md) runs them instead, with KernelContext::run_block(0, {}), whose
+  // results are the region's outputs in order.
   virtual std::unique_ptr<ops::Kernel> compile(const Region& region) const = 0;
 };
 

@@ -8,12 +8,15 @@
 #include <sstream>
 
 #include "coremlrt/error.h"
+#include "coremlrt/limits.h"
 
 namespace coremlrt {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    // A file can declare any dims: an element count past int64 is an error, never a wrap.
+    if (__builtin_mul_overflow(n, d, &n)) fail("shape ", shape_str(shape), " has more elements than int64 can count");
   return n;
 }
 
@@ -31,7 +34,16 @@ namespace {
 constexpr size_t kMapThreshold = 256 << 10;
 }  // namespace
 
-HeapStorage::HeapStorage(size_t bytes) {
+HeapStorage::HeapStorage(size_t bytes, std::shared_ptr<MemoryBudget> charged) : charged_(std::move(charged)) {
+  try {
+    allocate(bytes);
+  } catch (...) {
+    if (charged_) charged_->release(bytes);
+    throw;
+  }
+}
+
+void HeapStorage::allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
   size_ = bytes;
   if (bytes >= kMapThreshold) {
@@ -48,6 +60,7 @@ HeapStorage::HeapStorage(size_t bytes) {
 HeapStorage::~HeapStorage() {
   if (size_ >= kMapThreshold) ::munmap(data_, size_);
   else std::free(data_);
+  if (charged_) charged_->release(size_);
 }
 
 ExternalStorage::ExternalStorage(void* data, size_t size, std::shared_ptr<const void> owner)
@@ -61,7 +74,21 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.dtype = dtype;
   t.shape = std::move(shape);
   for (int64_t d : t.shape) COREMLRT_CHECK(d >= 0, "negative dimension in shape ", shape_str(t.shape));
-  t.storage = std::make_shared<HeapStorage>(t.nbytes());
+  size_t bytes = 0;
+  COREMLRT_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(t.shape)), dtype_size(dtype), &bytes),
+                 "a ", dtype_name(dtype), " tensor of shape ", shape_str(t.shape), " needs more bytes than size_t can count");
+  // Charged before allocating: a shape read from a file cannot take the machine's memory.
+  const ResourceLimits* limits = active_limits();
+  if (limits && limits->memory) {
+    try {
+      limits->memory->charge(bytes);
+    } catch (const Error& e) {
+      fail("a ", dtype_name(dtype), " tensor of shape ", shape_str(t.shape), ": ", e.what());
+    }
+    t.storage = std::make_shared<HeapStorage>(bytes, limits->memory);
+  } else {
+    t.storage = std::make_shared<HeapStorage>(bytes);
+  }
   t.data = t.storage->data();
   return t;
 }

@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "coremlrt/error.h"
+#include "coremlrt/utf8.h"
 
 namespace coremlrt::format {
 
@@ -39,10 +41,21 @@ ModelFiles locate_in_package(const fs::path& package) {
   COREMLRT_CHECK(fs::is_regular_file(manifest_path), "'", package.string(),
                  "' is a folder but not a model package: it has no Manifest.json (an .mlpackage "
                  "folder holds Manifest.json and Data/)");
+  std::string text;
+  {
+    std::ifstream in(manifest_path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // JSON is UTF-8 text; checked first so the error names the byte instead of quoting it.
+  for (size_t i = 0; i < text.size();) {
+    size_t length = utf8_sequence_length(text, i);
+    COREMLRT_CHECK(length > 0, "model package '", package.string(), "': Manifest.json is not valid UTF-8 text (byte ",
+                   i, " begins no UTF-8 character)");
+    i += length;
+  }
   nlohmann::json manifest;
   try {
-    std::ifstream in(manifest_path);
-    manifest = nlohmann::json::parse(in);
+    manifest = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("model package '", package.string(), "': Manifest.json is not valid JSON: ", e.what());
   }

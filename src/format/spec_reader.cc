@@ -7,6 +7,7 @@
 
 #include "Model.pb.h"
 #include "coremlrt/error.h"
+#include "coremlrt/limits.h"
 #include "format/blob_file.h"
 #include "format/value_reader.h"
 
@@ -58,6 +59,12 @@ void read_array(const spec::ArrayFeatureType& array, FeatureDescription& out) {
   if (array.has_enumeratedshapes())
     for (const auto& shape : array.enumeratedshapes().shapes())
       out.enumerated_shapes.emplace_back(shape.shape().begin(), shape.shape().end());
+  switch (array.defaultOptionalValue_case()) {
+    case spec::ArrayFeatureType::kIntDefaultValue: out.default_value = array.intdefaultvalue(); break;
+    case spec::ArrayFeatureType::kFloatDefaultValue: out.default_value = array.floatdefaultvalue(); break;
+    case spec::ArrayFeatureType::kDoubleDefaultValue: out.default_value = array.doubledefaultvalue(); break;
+    default: break;
+  }
 }
 
 FeatureDescription read_feature(const spec::FeatureDescription& feature) {
@@ -156,13 +163,19 @@ ModelDescription read_description(const spec::Model& model) {
   return out;
 }
 
-ir::Block read_block(const mil::Block& block, ValueReader& values);
+ir::Block read_block(const mil::Block& block, ValueReader& values, int depth);
 
-ir::Operation read_operation(const mil::Operation& op, ValueReader& values) {
+// `depth`: how many blocks enclose the op (0 for a function's own ops).
+ir::Operation read_operation(const mil::Operation& op, ValueReader& values, int depth) {
   ir::Operation out;
   out.type = op.type();
+  // Errors in attributes name the op by its name when it has one (the name is an attribute too).
+  std::string label = "op of type " + op.type();
+  if (auto name = op.attributes().find("name"); name != op.attributes().end() &&
+                                                 name->second.immediatevalue().tensor().strings().values_size() == 1)
+    label = "op '" + name->second.immediatevalue().tensor().strings().values(0) + "' (" + op.type() + ")";
   for (const auto& [key, value] : op.attributes()) {
-    auto constant = std::make_shared<ir::ConstValue>(values.read(value, "attribute '" + key + "' of op type " + op.type()));
+    auto constant = std::make_shared<ir::ConstValue>(values.read(value, label + ", attribute '" + key + "'"));
     if (key == "name" && !constant->strings.empty()) out.name = constant->strings[0];
     out.attributes[key] = std::move(constant);
   }
@@ -182,15 +195,18 @@ ir::Operation read_operation(const mil::Operation& op, ValueReader& values) {
       bindings.push_back(std::move(b));
     }
   }
-  for (const auto& block : op.blocks()) out.blocks.push_back(read_block(block, values));
+  if (op.blocks_size() > 0)
+    COREMLRT_CHECK(depth < kMaxBlockNesting, where, ": blocks nested more than ", kMaxBlockNesting,
+                   " deep (the nesting limit; coremlrt/limits.h)");
+  for (const auto& block : op.blocks()) out.blocks.push_back(read_block(block, values, depth + 1));
   return out;
 }
 
-ir::Block read_block(const mil::Block& block, ValueReader& values) {
+ir::Block read_block(const mil::Block& block, ValueReader& values, int depth) {
   ir::Block out;
   for (const auto& input : block.inputs()) out.inputs.push_back({input.name(), read_value_type(input.type())});
   out.outputs.assign(block.outputs().begin(), block.outputs().end());
-  for (const auto& op : block.operations()) out.operations.push_back(read_operation(op, values));
+  for (const auto& op : block.operations()) out.operations.push_back(read_operation(op, values, depth));
   return out;
 }
 
@@ -206,7 +222,7 @@ ir::Program read_program(const mil::Program& program, ValueReader& values) {
     auto block = function.block_specializations().find(function.opset());
     COREMLRT_CHECK(block != function.block_specializations().end(), "function '", name,
                    "' has no block for its opset '", function.opset(), "'");
-    f.block = read_block(block->second, values);
+    f.block = read_block(block->second, values, 0);
     out.functions.emplace(name, std::move(f));
   }
   COREMLRT_CHECK(!out.functions.empty(), "ML program has no functions");
@@ -229,8 +245,11 @@ LoadedModel read_model(const ModelFiles& files) {
   std::string bytes = read_file(files.model_file);
   spec::Model model;
   COREMLRT_CHECK(!bytes.empty(), "model file '", files.model_file, "' is empty");
+  // Parsing also refuses proto3 string fields (map keys and values included) that are not valid
+  // UTF-8, so every name and metadata text below is text a caller can decode.
   COREMLRT_CHECK(model.ParseFromString(bytes), "model file '", files.model_file,
-                 "' is not a valid Core ML model (the protobuf does not parse; truncated or not a model)");
+                 "' is not a valid Core ML model (the protobuf does not parse; truncated, not a model, or a "
+                 "text field that is not valid UTF-8)");
   COREMLRT_CHECK(model.specificationversion() > 0, "model file '", files.model_file,
                  "' has no specification version (field missing or corrupt)");
   COREMLRT_CHECK(model.specificationversion() <= kMaxSpecificationVersion, "model file '", files.model_file,

@@ -223,7 +223,11 @@ ir::ConstValue ValueReader::read(const mil::Value& value, const std::string& whe
     const BlobFile& file = blob_file(value.blobfilevalue().filename(), where);
     ir::ConstValue out;
     out.type = type;
-    out.tensor = file.read(value.blobfilevalue().offset(), type.dtype, Shape(type.dims.begin(), type.dims.end()));
+    try {
+      out.tensor = file.read(value.blobfilevalue().offset(), type.dtype, Shape(type.dims.begin(), type.dims.end()));
+    } catch (const Error& e) {
+      fail(where, ": ", e.what());  // the blob reader names the file; this names the op
+    }
     return out;
   }
   COREMLRT_CHECK(value.has_immediatevalue(), where, ": value has neither immediate data nor a blob reference");

@@ -7,6 +7,7 @@
 // list_write returns a new list that shares the untouched elements with the old one.
 #include <cstring>
 
+#include "coremlrt/limits.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
@@ -196,10 +197,16 @@ void register_control_flow_kernels(KernelRegistry& registry) {
     return make_kernel([=](KernelContext& ctx) {
       std::vector<Tensor> values;
       for (int v : vars) values.push_back(ctx.input(v));
-      while (true) {
+      const ResourceLimits* limits = active_limits();
+      const int64_t cap = limits ? limits->max_loop_iterations : kDefaultMaxLoopIterations;
+      for (int64_t iteration = 0;; ++iteration) {
         std::vector<Tensor> keep_going = ctx.run_block(condition, values);
         if (keep_going.size() != 1) ctx.fail("condition block must return one value");
         if (!scalar_bool(ctx, keep_going[0])) break;
+        // A condition that never turns false must not hang a prediction (coremlrt/limits.h).
+        if (iteration == cap)
+          ctx.fail("ran ", cap, " iterations without its condition turning false (the loop iteration cap, ",
+                   "max_loop_iterations)");
         values = ctx.run_block(body, values);
         if (values.size() != vars.size()) ctx.fail("body block returned ", values.size(), " values for ", vars.size(), " loop variables");
       }

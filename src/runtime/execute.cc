@@ -5,7 +5,10 @@
 namespace coremlrt::runtime {
 
 Tensor BufferPool::allocate(DType dtype, Shape shape) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  size_t bytes = 0;
+  const int64_t numel = shape_numel(shape);
+  if (numel < 0 || __builtin_mul_overflow(static_cast<size_t>(numel), dtype_size(dtype), &bytes))
+    return Tensor::empty(dtype, std::move(shape));  // refuses the shape with an Error naming it
   auto it = free_.lower_bound(bytes);
   // Reuse a free buffer unless it is much larger than needed.
   if (it != free_.end() && it->first <= 2 * bytes + 4096) {
@@ -37,14 +40,14 @@ void BufferPool::clear() {
 
 namespace {
 
+// dtype and rank as declared. Dims are what the op computes, not the static dims the file
+// declares: coremltools' type inference writes some wrongly (slice_by_size with a negative
+// begin and size -1, a literal 0 from a reshape shape), and Core ML derives shapes itself when
+// it compiles a program, so such models run there (docs/declared-shapes.md).
 bool matches_declared(const Tensor& t, const ir::ValueType& type) {
   if (type.kind != ir::TypeKind::Tensor) return true;
   if (t.dtype != type.dtype) return false;
-  if (type.rank < 0) return true;
-  if (t.rank() != type.rank) return false;
-  for (size_t i = 0; i < type.dims.size(); ++i)
-    if (type.dims[i] >= 0 && type.dims[i] != t.shape[i]) return false;
-  return true;
+  return type.rank < 0 || t.rank() == type.rank;
 }
 
 using KernelStates = std::vector<std::unique_ptr<ops::KernelState>>;
@@ -99,7 +102,7 @@ class StepContext final : public ops::KernelContext {
     return (*states_)[step_.kernel_state];
   }
 
-  // Every output set, with the dtype and static dims the program declares.
+  // Every output set, with the dtype and rank the program declares.
   void check_outputs() const {
     for (size_t i = 0; i < step_.output_slots.size(); ++i) {
       const int slot = step_.output_slots[i];

@@ -11,12 +11,14 @@
 #include "format/spec_reader.h"
 #include "ops/classify.h"
 #include "runtime/context_pool.h"
+#include "runtime/default_input.h"
 #include "runtime/plan.h"
 
 namespace coremlrt {
 
 struct Model::Impl {
   std::string path;
+  ResourceLimits limits;  // active while loading and predicting (coremlrt/limits.h)
   format::LoadedModel loaded;
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
@@ -29,6 +31,24 @@ struct Model::Impl {
 };
 
 namespace {
+
+// Law 5 (DESIGN.md): whatever goes wrong while loading reaches the caller as an Error that
+// names the model. Readers below this layer name the file or the field; the model's path is
+// added where they did not name it, and a standard exception (a failed allocation, a
+// container bound) is turned into an Error saying so.
+[[noreturn]] void rethrow_naming_model(const std::string& path) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    if (message.find(path) != std::string::npos) throw;
+    fail("model '", path, "': ", message);
+  } catch (const std::bad_alloc&) {
+    fail("model '", path, "': out of memory");
+  } catch (const std::exception& e) {
+    fail("model '", path, "': internal error (", e.what(), ")");
+  }
+}
 
 std::string names_of(const std::vector<FeatureDescription>& features) {
   std::string out;
@@ -143,9 +163,13 @@ const FunctionDescription* ModelDescription::find_function(const std::string& na
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) try {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->limits.memory = std::make_shared<MemoryBudget>(
+      options.memory_limit_bytes ? options.memory_limit_bytes : default_memory_limit_bytes());
+  if (options.max_loop_iterations > 0) impl->limits.max_loop_iterations = options.max_loop_iterations;
+  ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
   COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork", "model '", path,
@@ -195,6 +219,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
+} catch (...) {
+  rethrow_naming_model(path);
 }
 
 const ModelDescription& Model::description() const { return impl_->loaded.description; }
@@ -226,8 +252,9 @@ std::vector<std::string> available_backends() { return backends::available_backe
 
 std::shared_ptr<State> Model::make_state() const { return std::make_shared<State>(impl_->function_description->states); }
 
-NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
+NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try {
   const Impl& m = *impl_;
+  ResourceScope limits(&m.limits);
   const FunctionDescription& desc = *m.function_description;
   for (const auto& [name, tensor] : inputs) {
     bool known = false;
@@ -255,6 +282,10 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
       if (f.name == input.name) feature = &f;
     COREMLRT_CHECK(feature, m.where(), ": program input '", input.name, "' is not in the model description");
     auto it = inputs.find(input.name);
+    if (it == inputs.end() && feature->optional && feature->default_value) {
+      bound.push_back(runtime::default_input(*feature, m.where()));  // as Core ML does
+      continue;
+    }
     COREMLRT_CHECK(it != inputs.end(), m.where(), ": missing input '", input.name, "' (expected ",
                    dtype_name(input.type.dtype), " ", expected_shape(*feature, input.type), "); the model's inputs are ",
                    names_of(desc.inputs));
@@ -278,6 +309,8 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const {
   const auto& names = m.function->block.outputs;
   for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results.outputs[i]);
   return outputs;
+} catch (...) {
+  rethrow_naming_model(impl_->path);
 }
 
 ModelReport inspect_model(const std::string& path) {

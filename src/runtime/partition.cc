@@ -136,6 +136,13 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
       continue;
     }
     PlannedStep step;
+    // The region's own steps stay in the plan as nested block 0, on our kernels: the compiled
+    // kernel runs them when its inputs turn out not to have the shapes it was compiled for
+    // (src/backends/backend.h). Their intermediate buffers are freed when the prediction ends.
+    auto fallback = std::make_unique<BlockPlan>();
+    for (size_t i = first; i <= last; ++i) fallback->steps.push_back(std::move(steps[i]));
+    fallback->output_slots = slots.outputs;
+    step.blocks.push_back(std::move(fallback));
     step.region_ops = ops;
     step.region_label = region_label(backend.name(), regions, ops);
     step.kernel = std::move(kernel);

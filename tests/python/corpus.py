@@ -1,33 +1,49 @@
-"""Access to the shared conformance corpus (../shared/corpus beside the checkout)."""
+"""Cases in the corpus layout: the models the repository generates itself (tests/python/fixtures.py,
+names starting 'fixture_') and the optional shared conformance corpus (../shared/corpus beside the
+checkout, or COREMLRT_CORPUS), an extra set whose tests skip, saying so, when it is absent."""
 
 import json
 import os
 
 import numpy as np
+import pytest
+
+import fixtures
 
 CORPUS_DIR = os.environ.get(
     "COREMLRT_CORPUS",
     os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus"))
+CORPUS_PRESENT = os.path.isdir(CORPUS_DIR)
+ABSENT_REASON = (f"the extra conformance corpus is not at {os.path.abspath(CORPUS_DIR)} "
+                 "(place ../shared/corpus beside the checkout or set COREMLRT_CORPUS); its cases are skipped")
+requires_corpus = pytest.mark.skipif(not CORPUS_PRESENT, reason=ABSENT_REASON)
 
 
 def case_names():
-    if not os.path.isdir(CORPUS_DIR):
-        return []
+    """Corpus case names for parametrize; one skipped placeholder, with the reason, when absent."""
+    if not CORPUS_PRESENT:
+        return [pytest.param("corpus-absent", marks=pytest.mark.skip(reason=ABSENT_REASON))]
     return sorted(n for n in os.listdir(CORPUS_DIR) if os.path.isfile(os.path.join(CORPUS_DIR, n, "case.json")))
 
 
+def case_dir(name):
+    if name.startswith("fixture_"):
+        return fixtures.case_dir(name)
+    return os.path.join(CORPUS_DIR, name)
+
+
 def load_case(name):
-    with open(os.path.join(CORPUS_DIR, name, "case.json")) as f:
+    with open(os.path.join(case_dir(name), "case.json")) as f:
         return json.load(f)
 
 
 def model_path(name, case):
-    return os.path.join(CORPUS_DIR, name, case.get("model_file", "model.mlpackage"))
+    return os.path.normpath(os.path.join(case_dir(name), case.get("model_file", "model.mlpackage")))
 
 
 def step_arrays(name, case, step):
     """(inputs, expected) dicts for one step of a case."""
-    base = os.path.join(CORPUS_DIR, name)
+    base = case_dir(name)
     if case["steps"] == 1:
         files = ("inputs.npz", "expected.npz")
     else:
@@ -38,7 +54,7 @@ def step_arrays(name, case, step):
 
 def step_states(name, step):
     """Expected state contents after a step of a stateful case ({} when not recorded)."""
-    path = os.path.join(CORPUS_DIR, name, f"step_{step}_states.npz")
+    path = os.path.join(case_dir(name), f"step_{step}_states.npz")
     if not os.path.isfile(path):
         return {}
     with np.load(path) as states:

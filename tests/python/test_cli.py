@@ -1,4 +1,4 @@
-"""The coremlrt command: info on every corpus model, predict writing an .npz."""
+"""The coremlrt command: predict writing an .npz (on a generated model), info on every corpus model."""
 
 import subprocess
 import sys
@@ -14,11 +14,11 @@ def run_cli(*args):
 
 
 def test_predict_writes_expected_npz(tmp_path):
-    case = load_case("repro_add")
-    inputs, expected = step_arrays("repro_add", case, 0)
+    case = load_case("fixture_add")
+    inputs, expected = step_arrays("fixture_add", case, 0)
     np.save(tmp_path / "x.npy", inputs["x"])
     out = tmp_path / "out.npz"
-    result = run_cli("predict", model_path("repro_add", case), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out))
+    result = run_cli("predict", model_path("fixture_add", case), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out))
     assert result.returncode == 0, result.stderr
     assert "add_0: float32 [1, 64, 512]" in result.stdout
     with np.load(out) as written:
@@ -27,7 +27,7 @@ def test_predict_writes_expected_npz(tmp_path):
 
 def test_predict_reports_bad_input(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((2, 2), np.float32))
-    result = run_cli("predict", model_path("repro_add", load_case("repro_add")), "--input", f"x={tmp_path / 'x.npy'}")
+    result = run_cli("predict", model_path("fixture_add", load_case("fixture_add")), "--input", f"x={tmp_path / 'x.npy'}")
     assert result.returncode == 1
     assert "coremlrt: error:" in result.stderr and "expected [1, 64, 512]" in result.stderr
 

@@ -141,7 +141,7 @@ def test_load_failure_becomes_coremltools_warning(converted, tmp_path):
 
 
 def test_stateful_model():
-    name = "ios18_stateful_accumulator"
+    name = "fixture_stateful_accumulator"
     case = corpus.load_case(name)
     model = ct.models.MLModel(corpus.model_path(name, case))
     state = model.make_state()
@@ -160,7 +160,7 @@ def test_stateful_model():
     assert not corpus.mismatches(case, expected, model.predict(inputs, state=state))
 
 
-@pytest.mark.parametrize("name", ["ios18_multifunction_adapter_a", "ios18_multifunction_adapter_b"])
+@pytest.mark.parametrize("name", ["fixture_multifunction/adapter_a", "fixture_multifunction/adapter_b"])
 def test_multifunction(name):
     case = corpus.load_case(name)
     model = ct.models.MLModel(corpus.model_path(name, case), function_name=case["function_name"])
@@ -341,7 +341,7 @@ def test_hook_module_without_pth(tmp_path):
         import numpy as np
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import corpus
-        name = "ios18_stateful_accumulator"
+        name = "fixture_stateful_accumulator"
         case = corpus.load_case(name)
         model = ct.models.MLModel(corpus.model_path(name, case))
         state = model.make_state()

@@ -217,7 +217,7 @@ def test_interpreter_exit_with_live_objects(chain):
     thread still predicting: the process must exit cleanly."""
     from corpus import load_case, model_path
 
-    stateful = model_path("ios18_stateful_accumulator", load_case("ios18_stateful_accumulator"))
+    stateful = model_path("fixture_stateful_accumulator", load_case("fixture_stateful_accumulator"))
     script = textwrap.dedent(f"""
         import threading, numpy as np, coremlrt
         m = coremlrt.MLModel({chain[0]!r}, context_linger=5.0)  # reset still pending at exit

@@ -37,6 +37,15 @@ class RegionKernel final : public ops::Kernel {
   void run(ops::KernelContext& ctx) const override {
     std::unique_ptr<ops::KernelState>& state = ctx.kernel_state();
     try {
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        const Tensor& t = ctx.input(static_cast<int>(i));
+        if (t.dtype != inputs_[i].dtype || t.shape != inputs_[i].shape) {
+          // Not the shapes the program declared (and the region was compiled for): our kernels.
+          std::vector<Tensor> outputs = ctx.run_block(0, {});
+          for (size_t j = 0; j < outputs.size(); ++j) ctx.set_output(static_cast<int>(j), std::move(outputs[j]));
+          return;
+        }
+      }
       if (!state) state = std::make_unique<InferState>(const_cast<ov::CompiledModel&>(compiled_).create_infer_request());
       ov::InferRequest& request = static_cast<InferState&>(*state).request;
       // Inputs are wrapped, not copied, for this call only (docs/architecture.md, law 4: the next run
@@ -44,9 +53,6 @@ class RegionKernel final : public ops::Kernel {
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));
         const Port& port = inputs_[i];
-        if (t.dtype != port.dtype || t.shape != port.shape)
-          ctx.fail("input #", i, " is ", dtype_name(t.dtype), " ", shape_str(t.shape), "; the region was compiled for ",
-                   dtype_name(port.dtype), " ", shape_str(port.shape));
         request.set_input_tensor(i, ov::Tensor(port.type, ov::Shape(t.shape.begin(), t.shape.end()), t.data));
       }
       request.infer();

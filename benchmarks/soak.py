@@ -1,0 +1,145 @@
+"""Soak run: mixed predictions for N minutes from threads in several processes, printing each
+process's RSS over time, to show that memory stays flat under long traffic.
+
+Each worker process loads the generated test models (tests/python/fixtures.py; plus every
+runnable single-step case of ../shared/corpus when present) and runs threads that loop over:
+single predictions, batch predictions, a stateful decode loop (one state per thread, 5 steps,
+then reset), and rejected inputs on purpose (a wrong shape, an unknown input name). Every 10 s
+each process prints its RSS; at the end the first and last figures after warm-up (the first
+minute, or the first 20% of a shorter run) are compared.
+
+    python3 benchmarks/soak.py --minutes 30 [--processes 2] [--threads 4]
+"""
+
+import argparse
+import multiprocessing
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def workload():
+    """(name, model, inputs, function) for every model the soak predicts with."""
+    import coremlrt
+    from corpus import case_names, CORPUS_PRESENT, load_case, model_path, step_arrays
+
+    names = ["fixture_add", "fixture_fuzz_predict", "fixture_multifunction/adapter_a", "fixture_multifunction/adapter_b"]
+    if CORPUS_PRESENT:
+        from coremlrt import _core
+
+        for name in case_names():
+            case = load_case(name)
+            if case.get("states") or case["steps"] != 1:
+                continue
+            report = _core.inspect(model_path(name, case))
+            if not report["problem"] and not any(f["unsupported"] for f in report["functions"]):
+                names.append(name)
+    models = []
+    for name in names:
+        case = load_case(name)
+        models.append((name, coremlrt.MLModel(model_path(name, case), function_name=case.get("function_name")),
+                       step_arrays(name, case, 0)[0]))
+    stateful_case = load_case("fixture_stateful_accumulator")
+    stateful = coremlrt.MLModel(model_path("fixture_stateful_accumulator", stateful_case))
+    steps = [step_arrays("fixture_stateful_accumulator", stateful_case, s)[0] for s in range(stateful_case["steps"])]
+    return models, stateful, steps
+
+
+def process_main(index, seconds, threads, queue):
+    import coremlrt
+
+    models, stateful, steps = workload()
+    counts = {"predictions": 0, "errors_on_purpose": 0}
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def thread_main(seed):
+        rng = np.random.default_rng(seed)
+        state = stateful.make_state()
+        done = errors = 0
+        while time.monotonic() < deadline:
+            name, model, inputs = models[rng.integers(len(models))]
+            kind = rng.integers(10)
+            if kind < 5:
+                model.predict(inputs)
+                done += 1
+            elif kind < 7:
+                model.predict([inputs] * 4)
+                done += 4
+            elif kind < 9:
+                for step in steps:
+                    stateful.predict(step, state=state)
+                state = stateful.make_state()
+                done += len(steps)
+            else:
+                bad = {k: np.zeros((3,) * (v.ndim + 1), v.dtype) for k, v in inputs.items()}
+                for wrong in (bad, {"no_such_input": np.zeros(1, np.float32)}):
+                    try:
+                        model.predict(wrong)
+                    except coremlrt.Error:
+                        errors += 1
+        with lock:
+            counts["predictions"] += done
+            counts["errors_on_purpose"] += errors
+
+    workers = [threading.Thread(target=thread_main, args=(index * 100 + t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    start = time.monotonic()
+    while any(w.is_alive() for w in workers):
+        queue.put((index, time.monotonic() - start, rss_mib()))
+        for w in workers:
+            w.join(timeout=10 / len(workers))
+    queue.put((index, time.monotonic() - start, rss_mib()))
+    queue.put((index, "done", counts))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, required=True)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    import fixtures
+
+    for name in fixtures.BUILDERS:  # built once, before the processes start
+        fixtures.case_dir(name)
+    seconds = args.minutes * 60
+    warmup = min(60.0, seconds * 0.2)
+    queue = multiprocessing.get_context("spawn").Queue()
+    procs = [multiprocessing.get_context("spawn").Process(target=process_main, args=(i, seconds, args.threads, queue))
+             for i in range(args.processes)]
+    for p in procs:
+        p.start()
+    series = {i: [] for i in range(args.processes)}
+    totals = {}
+    print(f"{'process':>7} {'seconds':>8} {'RSS MiB':>8}")
+    while len(totals) < args.processes:
+        index, when, value = queue.get()
+        if when == "done":
+            totals[index] = value
+            continue
+        series[index].append((when, value))
+        print(f"{index:>7} {when:>8.0f} {value:>8.1f}", flush=True)
+    for p in procs:
+        p.join()
+    print()
+    for index, points in series.items():
+        after = [rss for when, rss in points if when >= warmup] or [points[-1][1]]
+        print(f"process {index}: {totals[index]['predictions']} predictions, "
+              f"{totals[index]['errors_on_purpose']} errors on purpose; RSS after warm-up "
+              f"{after[0]:.1f} -> {after[-1]:.1f} MiB (min {min(after):.1f}, max {max(after):.1f})")
+
+
+if __name__ == "__main__":
+    main()
