@@ -99,7 +99,7 @@ def predict_dataset(model, data, output=None, *, threads=None, fail_fast=False, 
 
     ``model``: an :class:`MLModel` or a model path (loaded once per process and kept).
     ``data``: a folder of ``.npz``/``.npy`` files, a Parquet file or folder, or an iterable
-    of input dicts. ``output``: a folder for the prediction shards and ``errors.jsonl``
+    of input dicts. ``output``: a folder for the prediction shards and ``_errors.jsonl``
     (``output_format`` ``"npz"`` or ``"parquet"``; by default Parquet when the folder's name
     ends in ``.parquet``, else npz); without it the outputs come back in ``result.outputs``.
     ``threads``: predictions at once (default: the cores this process may use).

@@ -3,13 +3,14 @@
 Layout of an output folder::
 
     part-00000.npz | part-00000.parquet   predictions of up to N records each
-    errors.jsonl                          {"index", "source", "error"} per failed record
+    _errors.jsonl                         {"index", "source", "error"} per failed record
 
-Each shard is written to a temporary name and renamed into place, so a shard that exists is
-complete: a run killed at any moment loses only the predictions not yet flushed, and
+Each shard is written to a hidden temporary name and renamed into place, so a shard that
+exists is complete: a run killed at any moment loses only the predictions not yet flushed, and
 ``--resume`` (which reads the shards' ``index`` column) predicts exactly those again. The
 errors file is appended and flushed line by line; a resumed run retries failed records, so it
-starts the file afresh.
+starts the file afresh. Parquet readers (pyarrow, Dask, Spark) skip names that begin with ``_``
+or ``.``, so a folder of Parquet shards reads as one dataset, also while a run writes it.
 
 Shard contents, per record index:
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from .model import Error
 
-ERRORS_FILE = "errors.jsonl"
+ERRORS_FILE = "_errors.jsonl"
 _SHARD = re.compile(r"^part-(\d+)\.(npz|parquet)$")
 
 
@@ -164,7 +165,7 @@ class ShardWriter:
         if fmt == "parquet":
             import pyarrow  # noqa: F401 - fail now, with the import's own words, not at the first shard
         os.makedirs(folder, exist_ok=True)
-        for leftover in glob.glob(os.path.join(folder, "*.tmp")):
+        for leftover in glob.glob(os.path.join(folder, ".part-*.tmp")):
             os.remove(leftover)  # a shard that a killed run had not finished
         shards = _shards(folder)
         if shards and not resume:
@@ -197,7 +198,7 @@ class ShardWriter:
         if not self._indices:
             return
         name = f"part-{self._next_shard:05d}.{self.fmt}"
-        temporary = os.path.join(self.folder, name + ".tmp")
+        temporary = os.path.join(self.folder, f".{name}.tmp")
         (_write_npz if self.fmt == "npz" else _write_parquet)(temporary, self._indices, self._outputs)
         os.replace(temporary, os.path.join(self.folder, name))
         self._next_shard += 1

@@ -144,7 +144,7 @@ def cmd_batch(args, out=sys.stdout):
     for index, source, message in result.errors[:10]:
         print(f"  record {index} ({source}): {message}", file=out)
     if result.failed > 10:
-        print(f"  ... {result.failed - 10} more in {args.output}/errors.jsonl", file=out)
+        print(f"  ... {result.failed - 10} more in {args.output}/_errors.jsonl", file=out)
     return 0 if result.failed == 0 else 2
 
 
@@ -169,13 +169,13 @@ def main(argv=None):
     predict.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     batch = sub.add_parser("batch", help="predict every record of a dataset, writing outputs as they come",
                            description="Exit status: 0 when every record was written, 2 when some failed "
-                                       "(listed in OUT/errors.jsonl), 1 on an error that stops the run.")
+                                       "(listed in OUT/_errors.jsonl), 1 on an error that stops the run.")
     batch.add_argument("model")
     batch.add_argument("--inputs", required=True, metavar="DATA",
                        help="a folder of .npz/.npy files (one record each) or a Parquet file or folder "
                             "(one column per input)")
     batch.add_argument("--output", required=True, metavar="OUT",
-                       help="folder for the prediction shards and errors.jsonl")
+                       help="folder for the prediction shards and _errors.jsonl")
     batch.add_argument("--threads", type=int, default=None, help="predictions at once (default: one per core)")
     batch.add_argument("--fail-fast", action="store_true", help="stop at the first record that fails")
     batch.add_argument("--resume", action="store_true", help="continue a run: skip the records OUT holds")

@@ -7,6 +7,11 @@
 The model travels to the workers as its path and load options (``MLModel`` pickles so) and is
 loaded once per worker process, cached by path and content (model_cache.py): the path must
 name the same model on every worker. Needs the ``dask`` extra (``pip install coremlrt[dask]``).
+
+Speed: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` for its workers, which also fixes
+glibc's mmap threshold at 128 KiB, so each larger per-prediction temporary is a fresh mmap
+(up to 1.6x the CPU time per prediction, benchmarks/bench_batch.py). Start workers with
+``distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_`` set to None for glibc's defaults.
 """
 
 # This module is coremlrt.dask; `import dask` below is absolute and finds the real package.

@@ -8,6 +8,7 @@ instead of being served stale. Hashing the bytes is paid once per file version: 
 remembered under the files' (size, mtime) signature, which is re-read on every lookup.
 """
 
+import atexit
 import hashlib
 import os
 import threading
@@ -98,3 +99,8 @@ def clear():
     with _lock:
         _models.clear()
         _fingerprints.clear()
+
+
+# Models held here would otherwise live until the extension module itself is torn down,
+# which nanobind reports as leaked instances; let them go while the interpreter still runs.
+atexit.register(clear)

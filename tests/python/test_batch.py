@@ -82,6 +82,8 @@ def test_parquet_dataset_with_bad_records(tmp_path, model_path):
     # The shards are plain Parquet: y as a fixed-size list with its shape in the metadata.
     table = pq.read_table(next(out.glob("part-*.parquet")))
     assert json.loads(table.schema.field("y").metadata[b"shape"]) == [1, 4]
+    # The folder reads as one Parquet dataset (the errors file is skipped).
+    assert sorted(pq.read_table(out).column("index").to_pylist()) == sorted(read_outputs(out))
 
 
 def test_parquet_missing_column_is_refused(tmp_path, model_path):
@@ -170,7 +172,7 @@ def test_killed_run_resumes_writing_each_record_once(tmp_path, model_path, fmt):
     assert 0 < len(written_before) < 200, "the run was not killed half-way"
     result = coremlrt.predict_dataset(model_path, tmp_path / "data", out, resume=True, progress=False)
     assert result.skipped == len(written_before) and result.written == 200 - len(written_before)
-    assert not list(out.glob("*.tmp"))
+    assert not list(out.glob(".part-*.tmp"))
     # Every record is written exactly once over all shards.
     indices = []
     for shard in sorted(out.glob(f"part-*.{fmt}")):

@@ -59,7 +59,7 @@ def test_info_runs_on_every_corpus_model(name):
 
 def test_batch_writes_shards_errors_and_resumes(tmp_path):
     """coremlrt batch over an npz folder with one bad record: exit status 2, the good records
-    in shards, the bad one in errors.jsonl; --resume skips them; --fail-fast stops at it."""
+    in shards, the bad one in _errors.jsonl; --resume skips them; --fail-fast stops at it."""
     from batch_helpers import good_records, make_model, reference, write_npz_folder
     from coremlrt.batch import read_errors, read_outputs
 
