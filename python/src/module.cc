@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "coremlrt/model.h"
+#include "coremlrt/threads.h"
 #include "py_owner.h"
 
 #include <atomic>
@@ -318,6 +319,10 @@ NB_MODULE(_core, m) {
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
   m.def("available_backends", &available_backends);
+  // The intra-op pool of our own kernels (include/coremlrt/threads.h). Shrinking it joins pool
+  // threads, so the GIL is released meanwhile.
+  m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());
+  m.def("num_threads", &num_threads);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

@@ -7,6 +7,7 @@
 
 #include "ops/gemm.h"
 #include "ops/register.h"
+#include "ops/thread_pool.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
@@ -109,11 +110,12 @@ std::pair<int64_t, int64_t> valid_range(int64_t offset, int64_t stride, int64_t 
 
 // Unfolds one group of one image: cols[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw] or 0
 // in the padding.
-void im2col(const float* x, int64_t channels, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
+// Channels [c0, c1) only, so that threads can share one unfolding.
+void im2col(const float* x, int64_t c0, int64_t c1, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
             const Dims& pad, float* cols) {
   const int64_t out_plane = out[0] * out[1] * out[2];
-  float* dst = cols;
-  for (int64_t c = 0; c < channels; ++c)
+  float* dst = cols + c0 * k[0] * k[1] * k[2] * out_plane;
+  for (int64_t c = c0; c < c1; ++c)
     for (int64_t kd = 0; kd < k[0]; ++kd)
       for (int64_t kh = 0; kh < k[1]; ++kh)
         for (int64_t kw = 0; kw < k[2]; ++kw, dst += out_plane) {
@@ -218,16 +220,40 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
     const int64_t kp = k[0] * k[1] * k[2], cg_out = c_out / groups, kdim = cg_in * kp;
     // A 1x1 kernel with unit stride and no padding reads x directly as the [C_in, plane] operand.
     const bool pointwise = kp == 1 && in == out && pad == Dims{0, 0, 0};
-    if (!pointwise) cols.resize(static_cast<size_t>(kdim * out_plane));
+    // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
+    auto group_product = [&](const float* x_g, int64_t g, float* y_img, float* group_cols) {
+      gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
+           MatrixView(pointwise ? x_g : group_cols, out_plane), y_img + g * cg_out * out_plane, out_plane, true);
+    };
+    // Many small groups (depthwise convolutions) are spread over the pool a group at a time,
+    // each range with its own unfolding; otherwise the unfolding and the GEMM of each group
+    // are split instead.
+    const int64_t group_macs = cg_out * out_plane * kdim;
+    const bool by_groups = groups >= 2 * available_threads();
+    if (!pointwise && !by_groups) cols.resize(static_cast<size_t>(kdim * out_plane));
     for (int64_t img = 0; img < n; ++img) {
       float* y_img = yp + img * c_out * out_plane;
       fill_bias(y_img, c_out, out_plane, bp);
+      const float* x_img = xp + img * c_in * in_plane;
+      if (by_groups) {
+        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(group_macs, 1));
+        parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+          std::vector<float> group_cols(pointwise ? 0 : static_cast<size_t>(kdim * out_plane));
+          for (int64_t g = g0; g < g1; ++g) {
+            const float* x_g = x_img + g * cg_in * in_plane;
+            if (!pointwise) im2col(x_g, 0, cg_in, in, k, out, p, pad, group_cols.data());
+            group_product(x_g, g, y_img, group_cols.data());
+          }
+        });
+        continue;
+      }
       for (int64_t g = 0; g < groups; ++g) {
-        const float* x_g = xp + (img * c_in + g * cg_in) * in_plane;
-        if (!pointwise) im2col(x_g, cg_in, in, k, out, p, pad, cols.data());
-        // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
-        gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
-             MatrixView(pointwise ? x_g : cols.data(), out_plane), y_img + g * cg_out * out_plane, out_plane, true);
+        const float* x_g = x_img + g * cg_in * in_plane;
+        if (!pointwise) {
+          const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(kp * out_plane, 1));
+          parallel_for(cg_in, grain, [&](int64_t c0, int64_t c1) { im2col(x_g, c0, c1, in, k, out, p, pad, cols.data()); });
+        }
+        group_product(x_g, g, y_img, cols.data());
       }
     }
     commit_float_output(y, yp);

@@ -98,8 +98,11 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
       const int64_t start = o * p.strides[i] - pb[i], end = start + p.kernel[i];
       return Range{std::max<int64_t>(start, 0), std::min(end, in[i]), std::min(end, in[i] + pa[i]) - start};
     };
-    float* dst = yp;
-    for (int64_t plane = 0; plane < planes; ++plane) {
+    const int64_t out_plane = out[0] * out[1] * out[2];
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(in_plane, 1));
+    parallel_for(planes, grain, [&](int64_t plane_begin, int64_t plane_end) {
+    float* dst = yp + plane_begin * out_plane;
+    for (int64_t plane = plane_begin; plane < plane_end; ++plane) {
       const float* src = xp + plane * in_plane;
       for (int64_t od = 0; od < out[0]; ++od) {
         const Range rd = window(0, od);
@@ -130,6 +133,7 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
         }
       }
     }
+    });
     commit_float_output(y, yp);
   });
 }
