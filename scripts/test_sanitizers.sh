@@ -3,7 +3,8 @@
 #  * the C++ suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
 #  * the Python extension built with ASan + UBSan, running the lifetime, error and corpus
 #    tests (the interpreter itself is not instrumented; the ASan runtime is preloaded);
-#  * the C++ threading tests built with ThreadSanitizer.
+#  * the C++ threading tests (context pool, concurrent predictions, the intra-op thread pool)
+#    and the portable fp16 conversions built with ThreadSanitizer.
 # Any sanitizer report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +30,4 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_S
   -DCOREMLRT_BUILD_TESTS=ON >/dev/null
 cmake --build build/tsan --parallel 2 --target coremlrt_tests
 echo "== C++ threading tests under TSan"
-build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*'
+build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*:ThreadPool.*:HalfConversion.*'

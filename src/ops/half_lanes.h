@@ -22,13 +22,16 @@ typedef uint16_t HalfBitsIn __attribute__((vector_size(16), aligned(2), may_alia
 constexpr int kLanes = 8;
 
 // fp16 -> fp32: sign to bit 31, exponent and mantissa 13 bits up reads as a float exactly
-// 2^112 too small, subnormals included; infinities and NaNs get the all-ones exponent instead.
+// 2^112 too small, subnormals included; infinities and NaNs get the all-ones exponent instead,
+// and NaNs the quiet bit (as the F16C instruction and the library conversion give them).
 [[gnu::always_inline]] inline void widen_lanes_portable(const half* p, Lanes& out) {
   const Bits h = __builtin_convertvector(*reinterpret_cast<const HalfBitsIn*>(p), Bits);
   const Bits moved = ((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13);
   const Lanes value = __builtin_bit_cast(Lanes, moved) * 0x1p112f;
   const Bits special = (h & 0x7c00u) == 0x7c00u;  // all ones where the exponent is all ones
-  out = __builtin_bit_cast(Lanes, (__builtin_bit_cast(Bits, value) & ~special) | ((moved | 0x7f800000u) & special));
+  const Bits quiet = ((h & 0x3ffu) != 0u) & 0x00400000u;  // NaN: a non-zero mantissa
+  out = __builtin_bit_cast(Lanes,
+                           (__builtin_bit_cast(Bits, value) & ~special) | ((moved | 0x7f800000u | quiet) & special));
 }
 
 // fp32 -> fp16, rounding to nearest even as static_cast does:
