@@ -24,6 +24,9 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
 #define COREMLRT_GEMM_X86_V3 1
 #include <immintrin.h>
+// GCC 12's AVX-512 intrinsics that fill half a register (broadcasts, widening casts, fp16
+// conversions) start from an undefined value and draw false "may be used uninitialized".
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace coremlrt::ops {
@@ -402,13 +405,78 @@ template <class Loads, class WT, bool kTall = false>
 
 // One version per element type of W (and per target, on x86-64).
 #ifdef COREMLRT_GEMM_X86_V3
+// The v4 dot form: each sixteen-lane accumulator holds the eight-lane sums of two neighbouring
+// rows of W (low half row j, high half row j + 1) against one row of A, broadcast to both
+// halves. Every element of C is thus summed exactly as dot_tile sums it (its own eight lanes,
+// then the lanes in order, then the tail), with half the multiply-add instructions.
+[[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const float* p0, const float* p1, Lanes16& out) {
+  out = reinterpret_cast<Lanes16>(_mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_loadu_ps(p0)), _mm256_loadu_ps(p1), 1));
+}
+[[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const half* p0, const half* p1, Lanes16& out) {
+  const __m256i both = _mm256_inserti128_si256(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+  out = reinterpret_cast<Lanes16>(_mm512_cvtph_ps(both));
+}
+[[gnu::target("avx512f,avx512dq")]] inline void broadcast_row(const float* p, Lanes16& out) {
+  out = reinterpret_cast<Lanes16>(_mm512_broadcast_f32x8(_mm256_loadu_ps(p)));
+}
+
+template <int MR, int NP, class WT>
+[[gnu::always_inline]] inline void dot_tile_pairs(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
+                                                  float* C, int64_t ldc) {
+  Lanes16 acc[MR][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) acc[r][p] = Lanes16{};
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    Lanes16 a[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) broadcast_row(A + r * lda + k, a[r]);
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) {
+      Lanes16 w;
+      load_row_pair(W + 2 * p * ldw + k, W + (2 * p + 1) * ldw + k, w);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][p] += a[r] * w;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * p + h;
+        float sum = 0.0f;
+        for (int l = 0; l < kLanes; ++l) sum += acc[r][p][h * kLanes + l];
+        for (int64_t t = k; t < K; ++t) sum += A[r * lda + t] * element(W + j * ldw + t);
+        C[r * ldc + j] += sum;
+      }
+}
+
+// Eight rows of W at a time (four pairs), against four rows of A (sixteen accumulators) or one;
+// the last columns go through the eight-lane tiles.
+template <class WT>
+[[gnu::always_inline]] inline void dot_tiles_v4(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                                const WT* W, int64_t ldw, float* C, int64_t ldc) {
+  int64_t j = 0;
+  for (; j + 8 <= N; j += 8) {
+    int64_t i = 0;
+    for (; i + 4 <= M; i += 4) dot_tile_pairs<4, 4>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+    for (; i < M; ++i) dot_tile_pairs<1, 4>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+  }
+  if (j < N) dot_tiles<X86V3Loads, WT, true>(M, N - j, K, A, lda, W + j * ldw, ldw, C + j, ldc);
+}
+
 COREMLRT_GEMM_V4 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
                                 int64_t ldw, float* C, int64_t ldc) {
-  dot_tiles<X86V3Loads, float, true>(M, N, K, A, lda, W, ldw, C, ldc);
+  dot_tiles_v4(M, N, K, A, lda, W, ldw, C, ldc);
 }
 COREMLRT_GEMM_V4 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* W,
                                 int64_t ldw, float* C, int64_t ldc) {
-  dot_tiles<X86V3Loads, half, true>(M, N, K, A, lda, W, ldw, C, ldc);
+  dot_tiles_v4(M, N, K, A, lda, W, ldw, C, ldc);
 }
 COREMLRT_GEMM_DEFAULT void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
                                      int64_t ldw, float* C, int64_t ldc) {
