@@ -164,6 +164,50 @@ void col2im(const float* cols, int64_t channels, const Dims& in, const Dims& k, 
         }
 }
 
+// Depthwise convolution (one input and one output channel per group) computed directly, with
+// no unfolding: y[c] (holding the bias) += w[c, tap] * x[c] shifted, tap by tap in the order of
+// the unfolded rows (kd, kh, kw), so that every output sums exactly the products the GEMM of
+// the unfolded form would, in the same order: padding contributes w * 0 as it does there. Built
+// for the same targets as the GEMM (gemm.cc), so that its multiply-adds are fused exactly where
+// the GEMM's are.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_CONV_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define COREMLRT_CONV_CLONES
+#endif
+
+COREMLRT_CONV_CLONES
+void depthwise_channel(const float* x, const float* w, const Dims& in, const Dims& k, const Dims& out,
+                       const ConvParams& p, const Dims& pad, float* y) {
+  for (int64_t od = 0; od < out[0]; ++od)
+    for (int64_t oh = 0; oh < out[1]; ++oh) {
+      float* __restrict row = y + (od * out[1] + oh) * out[2];
+      const float* tap_w = w;
+      for (int64_t kd = 0; kd < k[0]; ++kd) {
+        const int64_t id = od * p.strides[0] + kd * p.dilations[0] - pad[0];
+        for (int64_t kh = 0; kh < k[1]; ++kh) {
+          const int64_t ih = oh * p.strides[1] + kh * p.dilations[1] - pad[1];
+          const bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
+          for (int64_t kw = 0; kw < k[2]; ++kw, ++tap_w) {
+            const float wv = *tap_w;
+            const int64_t off_w = kw * p.dilations[2] - pad[2];
+            auto [lo, hi] = valid_range(off_w, p.strides[2], in[2], out[2]);
+            if (!inside) lo = hi = out[2];
+            const float zero = 0.0f;
+            for (int64_t ow = 0; ow < lo; ++ow) row[ow] += wv * zero;
+            const float* __restrict src = x + (id * in[1] + ih) * in[2] + off_w;
+            if (p.strides[2] == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow * p.strides[2]];
+            }
+            for (int64_t ow = hi; ow < out[2]; ++ow) row[ow] += wv * zero;
+          }
+        }
+      }
+    }
+}
+
 // Writes bias[c] (or 0) over each channel plane of one image.
 void fill_bias(float* y, int64_t channels, int64_t plane, const float* bias) {
   for (int64_t c = 0; c < channels; ++c) std::fill(y + c * plane, y + (c + 1) * plane, bias ? bias[c] : 0.0f);
@@ -229,12 +273,24 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
     // each range with its own unfolding; otherwise the unfolding and the GEMM of each group
     // are split instead.
     const int64_t group_macs = cg_out * out_plane * kdim;
+    const bool depthwise = cg_in == 1 && cg_out == 1 && groups > 1 && !pointwise;
     const bool by_groups = groups >= 2 * available_threads();
-    if (!pointwise && !by_groups) cols.resize(static_cast<size_t>(kdim * out_plane));
+    if (!pointwise && !by_groups && !depthwise) cols.resize(static_cast<size_t>(kdim * out_plane));
     for (int64_t img = 0; img < n; ++img) {
       float* y_img = yp + img * c_out * out_plane;
       fill_bias(y_img, c_out, out_plane, bp);
       const float* x_img = xp + img * c_in * in_plane;
+      if (depthwise) {
+        // The weights as floats, tap by tap per channel (fp16 ones widened, 9 or so per channel).
+        std::vector<float> ws;
+        const float* w = read_floats(tw, ws);
+        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(group_macs, 1));
+        parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+          for (int64_t g = g0; g < g1; ++g)
+            depthwise_channel(x_img + g * in_plane, w + g * kp, in, k, out, p, pad, y_img + g * out_plane);
+        });
+        continue;
+      }
       if (by_groups) {
         const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(group_macs, 1));
         parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
