@@ -7,11 +7,12 @@ its default size, per network and precision, and optionally against another buil
 
 Models: <models-dir>/<net>/<net>_{fp32,fp16}.mlpackage with inputs in <net>/inputs.npz
 (resnet18, mobilenet_v2 at 224x224, bert4: a 4-layer BERT-base-like encoder at seq 128,
-lstm2: a 2-layer LSTM 256->512 over 64 steps), as benchmarks/bench_peers.py prepares them.
+lstm2: a 2-layer LSTM 256->512 over 64 steps), as `python3 benchmarks/peer_models.py` builds them.
 
 Both settings are measured in one process, interleaved call by call (set_num_threads before
 each call), so that load from other processes on the machine falls on both alike; the table
-shows medians and their ratio. With --baseline, the same models also run in child processes
+shows medians and their ratio, and the median CPU time per prediction (all threads of the
+process), which shows the work done whatever the load. With --baseline, the same models also run in child processes
 importing coremlrt from the given directory (for example a build of an earlier commit),
 alternating round by round with children importing this build, each child at the pool's
 default size; the second table is the ratio of the two medians.
@@ -43,10 +44,15 @@ def load(coremlrt, numpy, models_dir, net, precision):
     return model, inputs
 
 
-def timed(model, inputs):
+def timed(model, inputs, cpu=None):
+    """Wall-clock ms of one prediction; appends the process's CPU ms (every thread) to `cpu`."""
+    cpu_start = time.process_time()
     start = time.perf_counter()
     model.predict(inputs)
-    return (time.perf_counter() - start) * 1000.0
+    wall = (time.perf_counter() - start) * 1000.0
+    if cpu is not None:
+        cpu.append((time.process_time() - cpu_start) * 1000.0)
+    return wall
 
 
 def worker(args):
@@ -58,7 +64,9 @@ def worker(args):
     model, inputs = load(coremlrt, numpy, args.models_dir, args.net, args.precision)
     for _ in range(args.warmup):
         model.predict(inputs)
-    print(json.dumps([timed(model, inputs) for _ in range(args.runs)]))
+    cpu = []
+    wall = [timed(model, inputs, cpu) for _ in range(args.runs)]
+    print(json.dumps({"wall": wall, "cpu": cpu}))
 
 
 def pool_table(args, nets):
@@ -66,8 +74,10 @@ def pool_table(args, nets):
     import numpy
 
     default = args.threads or coremlrt.num_threads()
-    print(f"reference backend, pool size 1 vs {default}: median ms over {args.runs} interleaved runs")
-    print(f"{'network':<14}{'precision':<11}{'1 thread':>10}{f'{default} threads':>12}{'speedup':>9}")
+    print(f"reference backend, pool size 1 vs {default}: median ms over {args.runs} interleaved runs "
+          "(cpu: CPU time of the process per prediction, every thread)")
+    print(f"{'network':<14}{'precision':<11}{'1 thread':>10}{f'{default} threads':>12}{'speedup':>9}"
+          f"{'cpu 1':>9}{f'cpu {default}':>9}")
     for net in nets:
         for precision in PRECISIONS:
             if not os.path.isdir(model_path(args.models_dir, net, precision)):
@@ -78,14 +88,15 @@ def pool_table(args, nets):
                 coremlrt.set_num_threads(threads)
                 for _ in range(args.warmup):
                     model.predict(inputs)
-            one, many = [], []
+            one, many, cpu_one, cpu_many = [], [], [], []
             for _ in range(args.runs):
                 coremlrt.set_num_threads(1)
-                one.append(timed(model, inputs))
+                one.append(timed(model, inputs, cpu_one))
                 coremlrt.set_num_threads(default)
-                many.append(timed(model, inputs))
+                many.append(timed(model, inputs, cpu_many))
             m1, mn = statistics.median(one), statistics.median(many)
-            print(f"{net:<14}{precision:<11}{m1:>10.2f}{mn:>12.2f}{m1 / mn:>8.2f}x", flush=True)
+            print(f"{net:<14}{precision:<11}{m1:>10.2f}{mn:>12.2f}{m1 / mn:>8.2f}x"
+                  f"{statistics.median(cpu_one):>9.2f}{statistics.median(cpu_many):>9.2f}", flush=True)
             del model
     coremlrt.set_num_threads(0)
 
@@ -96,12 +107,14 @@ def baseline_table(args, nets):
     rounds = max(1, args.runs // args.per_child)
     print(f"\nbaseline {args.baseline} vs this build {current}: median ms, {rounds} alternating rounds "
           f"of {args.per_child} runs per child, pool at its default size")
-    print(f"{'network':<14}{'precision':<11}{'baseline':>10}{'this':>10}{'speedup':>9}")
+    print(f"{'network':<14}{'precision':<11}{'baseline':>10}{'this':>10}{'speedup':>9}"
+          f"{'cpu base':>10}{'cpu this':>10}{'cpu ratio':>10}")
     for net in nets:
         for precision in PRECISIONS:
             if not os.path.isdir(model_path(args.models_dir, net, precision)):
                 continue
             times = {"baseline": [], "this": []}
+            cpu = {"baseline": [], "this": []}
             for _ in range(rounds):
                 for label, directory in (("baseline", args.baseline), ("this", current)):
                     command = [sys.executable, os.path.abspath(__file__), "--worker", directory, "--net", net,
@@ -111,9 +124,13 @@ def baseline_table(args, nets):
                     if args.threads:
                         env["COREMLRT_NUM_THREADS"] = str(args.threads)
                     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
-                    times[label] += json.loads(out.strip().splitlines()[-1])
+                    result = json.loads(out.strip().splitlines()[-1])
+                    times[label] += result["wall"]
+                    cpu[label] += result["cpu"]
             mb, mt = statistics.median(times["baseline"]), statistics.median(times["this"])
-            print(f"{net:<14}{precision:<11}{mb:>10.2f}{mt:>10.2f}{mb / mt:>8.2f}x", flush=True)
+            cb, ct = statistics.median(cpu["baseline"]), statistics.median(cpu["this"])
+            print(f"{net:<14}{precision:<11}{mb:>10.2f}{mt:>10.2f}{mb / mt:>8.2f}x{cb:>10.2f}{ct:>10.2f}{cb / ct:>9.2f}x",
+                  flush=True)
 
 
 def main():
