@@ -153,7 +153,8 @@ std::unique_ptr<Kernel> make_softmax(KernelBuilder& b) {
       using T = typename decltype(tag)::type;
       if (inner == 1) {
         // Rows along the last axis: widen a row in bulk, one row per range of the pool.
-        parallel_for(outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(len, 1)), [&](int64_t begin, int64_t end) {
+        const int64_t rows_per_range = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(len, 1));
+        parallel_for(outer, rows_per_range, [&](int64_t begin, int64_t end) {
           std::vector<float> row(static_cast<size_t>(len)), e(static_cast<size_t>(len));
           for (int64_t o = begin; o < end; ++o) {
             const T* src = in.ptr<T>() + o * len;

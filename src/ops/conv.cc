@@ -307,7 +307,8 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
         const float* x_g = x_img + g * cg_in * in_plane;
         if (!pointwise) {
           const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(kp * out_plane, 1));
-          parallel_for(cg_in, grain, [&](int64_t c0, int64_t c1) { im2col(x_g, c0, c1, in, k, out, p, pad, cols.data()); });
+          parallel_for(cg_in, grain,
+                       [&](int64_t c0, int64_t c1) { im2col(x_g, c0, c1, in, k, out, p, pad, cols.data()); });
         }
         group_product(x_g, g, y_img, cols.data());
       }

@@ -410,11 +410,13 @@ template <class Loads, class WT, bool kTall = false>
 // halves. Every element of C is thus summed exactly as dot_tile sums it (its own eight lanes,
 // then the lanes in order, then the tail), with half the multiply-add instructions.
 [[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const float* p0, const float* p1, Lanes16& out) {
-  out = reinterpret_cast<Lanes16>(_mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_loadu_ps(p0)), _mm256_loadu_ps(p1), 1));
+  const __m512 low = _mm512_zextps256_ps512(_mm256_loadu_ps(p0));
+  out = reinterpret_cast<Lanes16>(_mm512_insertf32x8(low, _mm256_loadu_ps(p1), 1));
 }
 [[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const half* p0, const half* p1, Lanes16& out) {
-  const __m256i both = _mm256_inserti128_si256(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
-                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+  const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
+  const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1));
+  const __m256i both = _mm256_inserti128_si256(_mm256_zextsi128_si256(first), second, 1);
   out = reinterpret_cast<Lanes16>(_mm512_cvtph_ps(both));
 }
 [[gnu::target("avx512f,avx512dq")]] inline void broadcast_row(const float* p, Lanes16& out) {

@@ -8,11 +8,11 @@
 // (and a process forked while threads were busy) safe.
 #include "ops/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -31,15 +31,6 @@ namespace {
 
 thread_local bool t_in_pool_thread = false;
 thread_local int t_thread_limit = 0;
-
-// How long a pool thread watches for new loops before it sleeps.
-constexpr std::chrono::microseconds kSpin{30};
-
-inline void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // Chunks per participating thread: a few, so that threads slowed down by other processes on
 // the machine (or running other callers' loops) leave more chunks to the others.
@@ -109,10 +100,19 @@ struct Loop {
 class Pool {
  public:
   // Never destroyed: a daemon thread may still be inside a loop while the process exits,
-  // and pool threads blocked on the condition variable are simply ended by exit.
+  // and pool threads blocked on the condition variable are simply ended by exit. A child
+  // made by fork() has none of its parent's pool threads (and maybe a mutex some thread held
+  // at the fork), so it starts a fresh pool of the same size and leaves the old one alone.
   static Pool& instance() {
-    static Pool* pool = new Pool(default_threads());
-    return *pool;
+    static const bool registered = [] {
+      pthread_atfork(nullptr, nullptr, [] {
+        Pool* old = current_.load(std::memory_order_relaxed);
+        current_.store(new Pool(old->size()), std::memory_order_release);
+      });
+      return true;
+    }();
+    (void)registered;
+    return *current_.load(std::memory_order_acquire);
   }
 
   int size() const { return size_.load(std::memory_order_relaxed); }
@@ -151,7 +151,6 @@ class Pool {
       start_workers();
       loop->helpers_wanted = helpers;
       loops_.push_back(loop);
-      queued_.store(loops_.size(), std::memory_order_relaxed);
     }
     if (helpers == 1) wake_.notify_one();
     else wake_.notify_all();
@@ -161,7 +160,6 @@ class Pool {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = std::find(loops_.begin(), loops_.end(), loop);
       if (it != loops_.end()) loops_.erase(it);
-      queued_.store(loops_.size(), std::memory_order_relaxed);
     }
     loop->wait();
     if (loop->error) std::rethrow_exception(loop->error);
@@ -193,21 +191,10 @@ class Pool {
     t_in_pool_thread = true;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      if (loops_.empty() && !self->retired) {
-        // Kernels come in quick succession (a recurrent layer's steps are one GEMM each):
-        // watch for the next loop a little while before sleeping, which saves the wake-up.
-        lock.unlock();
-        const auto until = std::chrono::steady_clock::now() + kSpin;
-        while (queued_.load(std::memory_order_relaxed) == 0 && std::chrono::steady_clock::now() < until) pause();
-        lock.lock();
-      }
       wake_.wait(lock, [&] { return self->retired || !loops_.empty(); });
       if (self->retired) return;
       std::shared_ptr<Loop> loop = loops_.front();
-      if (--loop->helpers_wanted <= 0) {
-        loops_.pop_front();
-        queued_.store(loops_.size(), std::memory_order_relaxed);
-      }
+      if (--loop->helpers_wanted <= 0) loops_.pop_front();
       lock.unlock();
       loop->run_chunks();
       loop.reset();
@@ -219,10 +206,13 @@ class Pool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Loop>> loops_;         // loops still wanting helpers, oldest first
-  std::atomic<size_t> queued_{0};                   // loops_.size(), read without the mutex
   std::vector<std::unique_ptr<Worker>> workers_;  // running pool threads
   std::atomic<int> size_;
+
+  static std::atomic<Pool*> current_;
 };
+
+std::atomic<Pool*> Pool::current_{new Pool(default_threads())};
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 #include "ops/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -150,6 +152,28 @@ TEST_F(ThreadPool, RethrowsTheFirstErrorAfterEveryRangeFinished) {
                Error);
   // The pool still works afterwards.
   expect_each_index_once(10000, 10);
+}
+
+// A child process forked while pool threads exist gets a fresh pool of the same size: its
+// loops still use several threads and finish, and resizing works. (Not in the TSan run:
+// ThreadSanitizer does not support threads started after a multithreaded fork.)
+TEST(ThreadPoolFork, ChildProcessGetsAFreshPool) {
+  set_num_threads(2);
+  expect_each_index_once(100000, 10);  // starts the parent's pool thread
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int64_t> sum{0};
+    parallel_for(100000, 10, [&](int64_t begin, int64_t end) { sum.fetch_add(end - begin); });
+    set_num_threads(3);
+    parallel_for(100000, 10, [&](int64_t begin, int64_t end) { sum.fetch_add(end - begin); });
+    set_num_threads(1);
+    _exit(sum.load() == 200000 && num_threads() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  set_num_threads(0);
 }
 
 }  // namespace
