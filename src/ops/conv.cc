@@ -165,47 +165,71 @@ void col2im(const float* cols, int64_t channels, const Dims& in, const Dims& k, 
 }
 
 // Depthwise convolution (one input and one output channel per group) computed directly, with
-// no unfolding: y[c] (holding the bias) += w[c, tap] * x[c] shifted, tap by tap in the order of
-// the unfolded rows (kd, kh, kw), so that every output sums exactly the products the GEMM of
-// the unfolded form would, in the same order: padding contributes w * 0 as it does there. Built
-// for the same targets as the GEMM (gemm.cc), so that its multiply-adds are fused exactly where
-// the GEMM's are.
+// no unfolding. Each output keeps sixteen running sums in registers, starting from the bias,
+// and adds w[c, tap] * x tap by tap in the order of the unfolded rows (kd, kh, kw): the same
+// products in the same order as the GEMM of the unfolded form, padding included (it adds
+// w * 0 there too, read from a zero-padded copy of the channel). Built for the same targets
+// as the GEMM (gemm.cc), so that its multiply-adds are fused exactly where the GEMM's are.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
 #define COREMLRT_CONV_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
 #define COREMLRT_CONV_CLONES
 #endif
 
-COREMLRT_CONV_CLONES
-void depthwise_channel(const float* x, const float* w, const Dims& in, const Dims& k, const Dims& out,
-                       const ConvParams& p, const Dims& pad, float* y) {
+constexpr int64_t kDepthwiseLanes = 16;
+
+// The zero-padded copy of one channel: input position i along dim d sits at i + pad[d]; the
+// extent covers every read, rows rounded up to whole groups of kDepthwiseLanes outputs.
+Dims padded_extent(const Dims& in, const Dims& k, const Dims& out, const ConvParams& p, const Dims& pad) {
+  Dims size;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t outputs = d == 2 ? (out[2] + kDepthwiseLanes - 1) / kDepthwiseLanes * kDepthwiseLanes : out[d];
+    const int64_t reads = outputs == 0 ? 0 : (outputs - 1) * p.strides[d] + (k[d] - 1) * p.dilations[d] + 1;
+    size[d] = std::max(in[d] + pad[d], reads);
+  }
+  return size;
+}
+
+void pad_channel(const float* x, const Dims& in, const Dims& pad, const Dims& size, float* padded) {
+  std::fill(padded, padded + size[0] * size[1] * size[2], 0.0f);
+  for (int64_t id = 0; id < in[0]; ++id)
+    for (int64_t ih = 0; ih < in[1]; ++ih)
+      std::copy_n(x + (id * in[1] + ih) * in[2], in[2], padded + ((id + pad[0]) * size[1] + ih + pad[1]) * size[2] + pad[2]);
+}
+
+template <int64_t kStride>  // along w; 0: read from p at run time
+[[gnu::always_inline]] inline void depthwise_rows(const float* padded, const Dims& size, const float* w, const Dims& k,
+                                                  const Dims& out, const ConvParams& p, float* y) {
+  const int64_t sw = kStride ? kStride : p.strides[2];
   for (int64_t od = 0; od < out[0]; ++od)
     for (int64_t oh = 0; oh < out[1]; ++oh) {
-      float* __restrict row = y + (od * out[1] + oh) * out[2];
-      const float* tap_w = w;
-      for (int64_t kd = 0; kd < k[0]; ++kd) {
-        const int64_t id = od * p.strides[0] + kd * p.dilations[0] - pad[0];
-        for (int64_t kh = 0; kh < k[1]; ++kh) {
-          const int64_t ih = oh * p.strides[1] + kh * p.dilations[1] - pad[1];
-          const bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
-          for (int64_t kw = 0; kw < k[2]; ++kw, ++tap_w) {
-            const float wv = *tap_w;
-            const int64_t off_w = kw * p.dilations[2] - pad[2];
-            auto [lo, hi] = valid_range(off_w, p.strides[2], in[2], out[2]);
-            if (!inside) lo = hi = out[2];
-            const float zero = 0.0f;
-            for (int64_t ow = 0; ow < lo; ++ow) row[ow] += wv * zero;
-            const float* __restrict src = x + (id * in[1] + ih) * in[2] + off_w;
-            if (p.strides[2] == 1) {
-              for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow];
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow * p.strides[2]];
+      float* row = y + (od * out[1] + oh) * out[2];
+      for (int64_t ow0 = 0; ow0 < out[2]; ow0 += kDepthwiseLanes) {
+        const int64_t n = std::min(kDepthwiseLanes, out[2] - ow0);
+        float acc[kDepthwiseLanes] = {};
+        std::copy_n(row + ow0, n, acc);
+        const float* tap_w = w;
+        for (int64_t kd = 0; kd < k[0]; ++kd)
+          for (int64_t kh = 0; kh < k[1]; ++kh) {
+            const int64_t r = (od * p.strides[0] + kd * p.dilations[0]) * size[1] + oh * p.strides[1] + kh * p.dilations[1];
+            const float* src_row = padded + r * size[2] + ow0 * sw;
+            for (int64_t kw = 0; kw < k[2]; ++kw) {
+              const float wv = *tap_w++;
+              const float* src = src_row + kw * p.dilations[2];
+              for (int64_t i = 0; i < kDepthwiseLanes; ++i) acc[i] += wv * src[i * sw];
             }
-            for (int64_t ow = hi; ow < out[2]; ++ow) row[ow] += wv * zero;
           }
-        }
+        std::copy_n(acc, n, row + ow0);
       }
     }
+}
+
+COREMLRT_CONV_CLONES
+void depthwise_channel(const float* padded, const Dims& size, const float* w, const Dims& k, const Dims& out,
+                       const ConvParams& p, float* y) {
+  if (p.strides[2] == 1) depthwise_rows<1>(padded, size, w, k, out, p, y);
+  else if (p.strides[2] == 2) depthwise_rows<2>(padded, size, w, k, out, p, y);
+  else depthwise_rows<0>(padded, size, w, k, out, p, y);
 }
 
 // Writes bias[c] (or 0) over each channel plane of one image.
@@ -285,9 +309,13 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
         std::vector<float> ws;
         const float* w = read_floats(tw, ws);
         const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(group_macs, 1));
+        const Dims size = padded_extent(in, k, out, p, pad);
         parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
-          for (int64_t g = g0; g < g1; ++g)
-            depthwise_channel(x_img + g * in_plane, w + g * kp, in, k, out, p, pad, y_img + g * out_plane);
+          std::vector<float> padded(static_cast<size_t>(size[0] * size[1] * size[2]));
+          for (int64_t g = g0; g < g1; ++g) {
+            pad_channel(x_img + g * in_plane, in, pad, size, padded.data());
+            depthwise_channel(padded.data(), size, w + g * kp, k, out, p, y_img + g * out_plane);
+          }
         });
         continue;
       }
