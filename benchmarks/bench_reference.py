@@ -12,9 +12,9 @@ lstm2: a 2-layer LSTM 256->512 over 64 steps), as `python3 benchmarks/peer_model
 Both settings are measured in one process, interleaved call by call (set_num_threads before
 each call), so that load from other processes on the machine falls on both alike; the table
 shows medians and their ratio, and the median CPU time per prediction (all threads of the
-process), which shows the work done whatever the load. With --baseline, the same models also run in child processes
-importing coremlrt from the given directory (for example a build of an earlier commit),
-alternating round by round with children importing this build, each child at the pool's
+process), which shows the work done whatever the load. With --baseline, each model also runs in two child processes, one
+importing coremlrt from the given directory (for example a build of an earlier commit), one
+importing this build, which take turns prediction by prediction, each with the pool at its
 default size; the second table is the ratio of the two medians.
 
 A benchmark, not a test: it prints ratios measured in the same run (docs: DESIGN.md,
@@ -56,7 +56,8 @@ def timed(model, inputs, cpu=None):
 
 
 def worker(args):
-    """Child process: time `--runs` predictions with the coremlrt found first on sys.path."""
+    """Child process of --baseline: loads one model with the coremlrt found in `--worker`, warms
+    it up, then times one prediction per line read from stdin, answering with JSON."""
     sys.path.insert(0, args.worker)
     import coremlrt
     import numpy
@@ -64,9 +65,11 @@ def worker(args):
     model, inputs = load(coremlrt, numpy, args.models_dir, args.net, args.precision)
     for _ in range(args.warmup):
         model.predict(inputs)
-    cpu = []
-    wall = [timed(model, inputs, cpu) for _ in range(args.runs)]
-    print(json.dumps({"wall": wall, "cpu": cpu}))
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        cpu = []
+        wall = timed(model, inputs, cpu)
+        print(json.dumps({"wall": wall, "cpu": cpu[0]}), flush=True)
 
 
 def pool_table(args, nets):
@@ -104,29 +107,37 @@ def pool_table(args, nets):
 def baseline_table(args, nets):
     here = os.path.dirname(os.path.abspath(__import__("coremlrt").__file__))
     current = os.path.dirname(here)
-    rounds = max(1, args.runs // args.per_child)
-    print(f"\nbaseline {args.baseline} vs this build {current}: median ms, {rounds} alternating rounds "
-          f"of {args.per_child} runs per child, pool at its default size")
+    print(f"\nbaseline {args.baseline} vs this build {current}: median ms over {args.runs} runs each, "
+          "the two builds in two processes taking turns call by call, pool at its default size")
     print(f"{'network':<14}{'precision':<11}{'baseline':>10}{'this':>10}{'speedup':>9}"
           f"{'cpu base':>10}{'cpu this':>10}{'cpu ratio':>10}")
+    env = dict(os.environ)
+    if args.threads:
+        env["COREMLRT_NUM_THREADS"] = str(args.threads)
     for net in nets:
         for precision in PRECISIONS:
             if not os.path.isdir(model_path(args.models_dir, net, precision)):
                 continue
+            children = {}
+            for label, directory in (("baseline", args.baseline), ("this", current)):
+                command = [sys.executable, os.path.abspath(__file__), "--worker", directory, "--net", net,
+                           "--precision", precision, "--warmup", str(args.warmup), "--models-dir", args.models_dir]
+                child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                if child.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"{label} worker for {net} {precision} failed to start")
+                children[label] = child
             times = {"baseline": [], "this": []}
             cpu = {"baseline": [], "this": []}
-            for _ in range(rounds):
-                for label, directory in (("baseline", args.baseline), ("this", current)):
-                    command = [sys.executable, os.path.abspath(__file__), "--worker", directory, "--net", net,
-                               "--precision", precision, "--runs", str(args.per_child), "--warmup",
-                               str(args.warmup), "--models-dir", args.models_dir]
-                    env = dict(os.environ)
-                    if args.threads:
-                        env["COREMLRT_NUM_THREADS"] = str(args.threads)
-                    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
-                    result = json.loads(out.strip().splitlines()[-1])
-                    times[label] += result["wall"]
-                    cpu[label] += result["cpu"]
+            for _ in range(args.runs):
+                for label, child in children.items():
+                    child.stdin.write("run\n")
+                    child.stdin.flush()
+                    result = json.loads(child.stdout.readline())
+                    times[label].append(result["wall"])
+                    cpu[label].append(result["cpu"])
+            for child in children.values():
+                child.stdin.close()
+                child.wait()
             mb, mt = statistics.median(times["baseline"]), statistics.median(times["this"])
             cb, ct = statistics.median(cpu["baseline"]), statistics.median(cpu["this"])
             print(f"{net:<14}{precision:<11}{mb:>10.2f}{mt:>10.2f}{mb / mt:>8.2f}x{cb:>10.2f}{ct:>10.2f}{cb / ct:>9.2f}x",
@@ -141,7 +152,6 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="the pool size to compare with 1 (default: the pool's default)")
     parser.add_argument("--baseline", help="a directory holding another build's coremlrt package, to compare with")
-    parser.add_argument("--per-child", type=int, default=5, help="runs per child process with --baseline")
     parser.add_argument("--skip-pool-table", action="store_true")
     # Child-process mode of --baseline.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
