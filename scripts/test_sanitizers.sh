@@ -3,7 +3,8 @@
 #  * the C++ suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
 #  * the Python extension built with ASan + UBSan, running the lifetime, error and corpus
 #    tests (the interpreter itself is not instrumented; the ASan runtime is preloaded);
-#  * the C++ threading tests built with ThreadSanitizer.
+#  * the C++ threading tests (context pool, concurrent predictions, the partitioner, the
+#    intra-op thread pool) and the portable fp16 conversions built with ThreadSanitizer.
 # Any sanitizer report fails the run. These builds leave the OpenVINO backend out
 # (-DCOREMLRT_WITH_OPENVINO=OFF: its prebuilt libraries are not instrumented), so they are also
 # the reference-backend-only variant of the build that CI checks.
@@ -31,4 +32,4 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_S
   -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_WITH_OPENVINO=OFF >/dev/null
 cmake --build build/tsan --parallel 2 --target coremlrt_tests
 echo "== C++ threading tests under TSan"
-build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*:Partition.*'
+build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*:Partition.*:ThreadPool.*:HalfConversion.*'

@@ -3,12 +3,18 @@
     import coremlrt
     model = coremlrt.MLModel("model.mlpackage")
     outputs = model.predict({"x": array})
+
+Our own kernels split large ops over one process-wide thread pool shared by every model:
+set_num_threads(n) sets its size (1: every op on the calling thread; 0: the default, the
+COREMLRT_NUM_THREADS environment variable or else the machine's cores), num_threads() reads
+it. MLModel(..., threads=n) caps what one prediction of that model takes from it.
 """
 
-from ._core import Error, available_backends
+from ._core import Error, available_backends, num_threads, set_num_threads
 from .batch import BatchResult, predict_dataset
 from .model import ComputeUnit, MLModel, MLState
 
 # coremlrt.dask and coremlrt.ray are imported on demand: they need the optional extras.
-__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "predict_dataset"]
+__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "num_threads",
+           "predict_dataset", "set_num_threads"]
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "coremlrt/model.h"
+#include "coremlrt/threads.h"
 #include "py_owner.h"
 
 #include <atomic>
@@ -164,7 +165,7 @@ void mark_exiting() {
 
 // A numpy array (already of the right dtype, C-contiguous) as a zero-copy engine view.
 // Read-only arrays (np.load with mmap, Arrow or Parquet columns) are taken too: the engine
-// never writes a caller's input (law 4 in docs/DESIGN.md).
+// never writes a caller's input (docs/architecture.md, law 4).
 Tensor view_of(nb::handle value, const std::string& name) {
   nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu> array;
   if (!nb::try_cast(value, array)) fail("'", name, "' is not a C-contiguous numpy array");
@@ -326,6 +327,10 @@ NB_MODULE(_core, m) {
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
   m.def("available_backends", &available_backends);
+  // The intra-op pool of our own kernels (include/coremlrt/threads.h). Shrinking it joins pool
+  // threads, so the GIL is released meanwhile.
+  m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());
+  m.def("num_threads", &num_threads);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

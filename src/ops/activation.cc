@@ -32,7 +32,9 @@ std::unique_ptr<Kernel> pointwise(KernelBuilder& b, Fn fn) {
       using T = typename decltype(tag)::type;
       const T* src = in.ptr<T>();
       T* dst = out.ptr<T>();
-      for (int64_t i = 0, n = in.numel(); i < n; ++i) dst[i] = static_cast<T>(fn(static_cast<float>(src[i])));
+      map_float_blocks(src, dst, in.numel(), [&](const float* a, float* y, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) y[i] = fn(a[i]);
+      });
     });
   });
 }
@@ -83,10 +85,13 @@ std::unique_ptr<Kernel> per_channel(KernelBuilder& b, int64_t channels, Fn fn) {
       using T = typename decltype(tag)::type;
       const T* src = in.ptr<T>();
       T* dst = out.ptr<T>();
-      int64_t i = 0;
       for (int64_t o = 0; o < outer; ++o)
-        for (int64_t c = 0; c < channels; ++c)
-          for (int64_t k = 0; k < inner; ++k, ++i) dst[i] = static_cast<T>(fn(static_cast<float>(src[i]), c));
+        for (int64_t c = 0; c < channels; ++c) {
+          const int64_t base = (o * channels + c) * inner;
+          map_float_blocks(src + base, dst + base, inner, [&](const float* a, float* y, int64_t m) {
+            for (int64_t k = 0; k < m; ++k) y[k] = fn(a[k], c);
+          });
+        }
     });
   });
 }
@@ -100,6 +105,15 @@ void check_channel_param(const KernelBuilder& b, const char* name, size_t count,
   b.check(x.dims[1] < 0 || x.dims[1] == static_cast<int64_t>(count), "parameter '", name, "' has ", count,
           " values but x has ", x.dims[1], " channels");
 }
+
+// A row of fp16 or fp32 as floats (in place for fp32), and floats stored as T.
+inline const float* src_floats(const float* src, int64_t, float*) { return src; }
+inline const float* src_floats(const half* src, int64_t n, float* buf) {
+  half_to_float(src, buf, n);
+  return buf;
+}
+inline void store_floats(const float* values, float* dst, int64_t n) { std::copy_n(values, n, dst); }
+inline void store_floats(const float* values, half* dst, int64_t n) { float_to_half(values, dst, n); }
 
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
@@ -137,6 +151,28 @@ std::unique_ptr<Kernel> make_softmax(KernelBuilder& b) {
     Tensor& out = ctx.allocate_output(0, in.dtype, in.shape);
     dispatch_float(in.dtype, "softmax", [&](auto tag) {
       using T = typename decltype(tag)::type;
+      if (inner == 1) {
+        // Rows along the last axis: widen a row in bulk, one row per range of the pool.
+        const int64_t rows_per_range = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(len, 1));
+        parallel_for(outer, rows_per_range, [&](int64_t begin, int64_t end) {
+          std::vector<float> row(static_cast<size_t>(len)), e(static_cast<size_t>(len));
+          for (int64_t o = begin; o < end; ++o) {
+            const T* src = in.ptr<T>() + o * len;
+            const float* x = src_floats(src, len, row.data());
+            float m = -INFINITY;
+            for (int64_t j = 0; j < len; ++j) m = std::max(m, x[j]);
+            double sum = 0;
+            for (int64_t j = 0; j < len; ++j) {
+              e[j] = std::exp(x[j] - m);
+              sum += e[j];
+            }
+            const float scale = static_cast<float>(1.0 / sum);
+            for (int64_t j = 0; j < len; ++j) e[j] *= scale;
+            store_floats(e.data(), out.ptr<T>() + o * len, len);
+          }
+        });
+        return;
+      }
       std::vector<float> e(static_cast<size_t>(len));
       for (int64_t o = 0; o < outer; ++o) {
         for (int64_t k = 0; k < inner; ++k) {

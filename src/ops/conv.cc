@@ -7,6 +7,7 @@
 
 #include "ops/gemm.h"
 #include "ops/register.h"
+#include "ops/thread_pool.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
@@ -109,11 +110,12 @@ std::pair<int64_t, int64_t> valid_range(int64_t offset, int64_t stride, int64_t 
 
 // Unfolds one group of one image: cols[(c, kd, kh, kw), (od, oh, ow)] = x[c, id, ih, iw] or 0
 // in the padding.
-void im2col(const float* x, int64_t channels, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
+// Channels [c0, c1) only, so that threads can share one unfolding.
+void im2col(const float* x, int64_t c0, int64_t c1, const Dims& in, const Dims& k, const Dims& out, const ConvParams& p,
             const Dims& pad, float* cols) {
   const int64_t out_plane = out[0] * out[1] * out[2];
-  float* dst = cols;
-  for (int64_t c = 0; c < channels; ++c)
+  float* dst = cols + c0 * k[0] * k[1] * k[2] * out_plane;
+  for (int64_t c = c0; c < c1; ++c)
     for (int64_t kd = 0; kd < k[0]; ++kd)
       for (int64_t kh = 0; kh < k[1]; ++kh)
         for (int64_t kw = 0; kw < k[2]; ++kw, dst += out_plane) {
@@ -160,6 +162,74 @@ void col2im(const float* cols, int64_t channels, const Dims& in, const Dims& k, 
             }
           }
         }
+}
+
+// Depthwise convolution (one input and one output channel per group) computed directly, with
+// no unfolding. Each output keeps sixteen running sums in registers, starting from the bias,
+// and adds w[c, tap] * x tap by tap in the order of the unfolded rows (kd, kh, kw): the same
+// products in the same order as the GEMM of the unfolded form, padding included (it adds
+// w * 0 there too, read from a zero-padded copy of the channel). Built for the same targets
+// as the GEMM (gemm.cc), so that its multiply-adds are fused exactly where the GEMM's are.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_CONV_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define COREMLRT_CONV_CLONES
+#endif
+
+constexpr int64_t kDepthwiseLanes = 16;
+
+// The zero-padded copy of one channel: input position i along dim d sits at i + pad[d]; the
+// extent covers every read, rows rounded up to whole groups of kDepthwiseLanes outputs.
+Dims padded_extent(const Dims& in, const Dims& k, const Dims& out, const ConvParams& p, const Dims& pad) {
+  Dims size;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t outputs = d == 2 ? (out[2] + kDepthwiseLanes - 1) / kDepthwiseLanes * kDepthwiseLanes : out[d];
+    const int64_t reads = outputs == 0 ? 0 : (outputs - 1) * p.strides[d] + (k[d] - 1) * p.dilations[d] + 1;
+    size[d] = std::max(in[d] + pad[d], reads);
+  }
+  return size;
+}
+
+void pad_channel(const float* x, const Dims& in, const Dims& pad, const Dims& size, float* padded) {
+  std::fill(padded, padded + size[0] * size[1] * size[2], 0.0f);
+  for (int64_t id = 0; id < in[0]; ++id)
+    for (int64_t ih = 0; ih < in[1]; ++ih)
+      std::copy_n(x + (id * in[1] + ih) * in[2], in[2], padded + ((id + pad[0]) * size[1] + ih + pad[1]) * size[2] + pad[2]);
+}
+
+template <int64_t kStride>  // along w; 0: read from p at run time
+[[gnu::always_inline]] inline void depthwise_rows(const float* padded, const Dims& size, const float* w, const Dims& k,
+                                                  const Dims& out, const ConvParams& p, float* y) {
+  const int64_t sw = kStride ? kStride : p.strides[2];
+  for (int64_t od = 0; od < out[0]; ++od)
+    for (int64_t oh = 0; oh < out[1]; ++oh) {
+      float* row = y + (od * out[1] + oh) * out[2];
+      for (int64_t ow0 = 0; ow0 < out[2]; ow0 += kDepthwiseLanes) {
+        const int64_t n = std::min(kDepthwiseLanes, out[2] - ow0);
+        float acc[kDepthwiseLanes] = {};
+        std::copy_n(row + ow0, n, acc);
+        const float* tap_w = w;
+        for (int64_t kd = 0; kd < k[0]; ++kd)
+          for (int64_t kh = 0; kh < k[1]; ++kh) {
+            const int64_t r = (od * p.strides[0] + kd * p.dilations[0]) * size[1] + oh * p.strides[1] + kh * p.dilations[1];
+            const float* src_row = padded + r * size[2] + ow0 * sw;
+            for (int64_t kw = 0; kw < k[2]; ++kw) {
+              const float wv = *tap_w++;
+              const float* src = src_row + kw * p.dilations[2];
+              for (int64_t i = 0; i < kDepthwiseLanes; ++i) acc[i] += wv * src[i * sw];
+            }
+          }
+        std::copy_n(acc, n, row + ow0);
+      }
+    }
+}
+
+COREMLRT_CONV_CLONES
+void depthwise_channel(const float* padded, const Dims& size, const float* w, const Dims& k, const Dims& out,
+                       const ConvParams& p, float* y) {
+  if (p.strides[2] == 1) depthwise_rows<1>(padded, size, w, k, out, p, y);
+  else if (p.strides[2] == 2) depthwise_rows<2>(padded, size, w, k, out, p, y);
+  else depthwise_rows<0>(padded, size, w, k, out, p, y);
 }
 
 // Writes bias[c] (or 0) over each channel plane of one image.
@@ -218,16 +288,57 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
     const int64_t kp = k[0] * k[1] * k[2], cg_out = c_out / groups, kdim = cg_in * kp;
     // A 1x1 kernel with unit stride and no padding reads x directly as the [C_in, plane] operand.
     const bool pointwise = kp == 1 && in == out && pad == Dims{0, 0, 0};
-    if (!pointwise) cols.resize(static_cast<size_t>(kdim * out_plane));
+    // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
+    auto group_product = [&](const float* x_g, int64_t g, float* y_img, float* group_cols) {
+      gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
+           MatrixView(pointwise ? x_g : group_cols, out_plane), y_img + g * cg_out * out_plane, out_plane, true);
+    };
+    // Many small groups (depthwise convolutions) are spread over the pool a group at a time,
+    // each range with its own unfolding; otherwise the unfolding and the GEMM of each group
+    // are split instead.
+    const int64_t group_macs = cg_out * out_plane * kdim;
+    const bool depthwise = cg_in == 1 && cg_out == 1 && groups > 1 && !pointwise;
+    const bool by_groups = groups >= 2 * available_threads();
+    if (!pointwise && !by_groups && !depthwise) cols.resize(static_cast<size_t>(kdim * out_plane));
     for (int64_t img = 0; img < n; ++img) {
       float* y_img = yp + img * c_out * out_plane;
       fill_bias(y_img, c_out, out_plane, bp);
+      const float* x_img = xp + img * c_in * in_plane;
+      if (depthwise) {
+        // The weights as floats, tap by tap per channel (fp16 ones widened, 9 or so per channel).
+        std::vector<float> ws;
+        const float* w = read_floats(tw, ws);
+        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(group_macs, 1));
+        const Dims size = padded_extent(in, k, out, p, pad);
+        parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+          std::vector<float> padded(static_cast<size_t>(size[0] * size[1] * size[2]));
+          for (int64_t g = g0; g < g1; ++g) {
+            pad_channel(x_img + g * in_plane, in, pad, size, padded.data());
+            depthwise_channel(padded.data(), size, w + g * kp, k, out, p, y_img + g * out_plane);
+          }
+        });
+        continue;
+      }
+      if (by_groups) {
+        const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(group_macs, 1));
+        parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+          std::vector<float> group_cols(pointwise ? 0 : static_cast<size_t>(kdim * out_plane));
+          for (int64_t g = g0; g < g1; ++g) {
+            const float* x_g = x_img + g * cg_in * in_plane;
+            if (!pointwise) im2col(x_g, 0, cg_in, in, k, out, p, pad, group_cols.data());
+            group_product(x_g, g, y_img, group_cols.data());
+          }
+        });
+        continue;
+      }
       for (int64_t g = 0; g < groups; ++g) {
-        const float* x_g = xp + (img * c_in + g * cg_in) * in_plane;
-        if (!pointwise) im2col(x_g, cg_in, in, k, out, p, pad, cols.data());
-        // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
-        gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
-             MatrixView(pointwise ? x_g : cols.data(), out_plane), y_img + g * cg_out * out_plane, out_plane, true);
+        const float* x_g = x_img + g * cg_in * in_plane;
+        if (!pointwise) {
+          const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(kp * out_plane, 1));
+          parallel_for(cg_in, grain,
+                       [&](int64_t c0, int64_t c1) { im2col(x_g, c0, c1, in, k, out, p, pad, cols.data()); });
+        }
+        group_product(x_g, g, y_img, cols.data());
       }
     }
     commit_float_output(y, yp);

@@ -1,5 +1,7 @@
 // Elementwise binary ops (format topic 5.2, docs/architecture.md): x and y share one dtype and broadcast
-// NumPy-style. Arithmetic on fp16 is done in float and rounded once per element.
+// NumPy-style. Arithmetic on fp16 is done in float and rounded once per element; fp16
+// operands are widened and results narrowed in blocks (util.h).
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -101,12 +103,90 @@ auto apply(C x, C y) {
   else return uint8_t(bool(x) != bool(y));
 }
 
+// Float arithmetic (fp16 or fp32 storage) over runs of the output: the longest trailing
+// part of the output along which x and y are each either contiguous or one repeated element.
+// fp16 runs are widened and narrowed in blocks (util.h); long outputs are split over the pool.
+template <Op kOp, class T>
+void run_float_runs(const Tensor& x, const Tensor& y, const Shape& shape, T* o) {
+  const T* a = x.ptr<T>();
+  const T* b = y.ptr<T>();
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const std::vector<int64_t> sa = broadcast_strides(x.shape, shape), sb = broadcast_strides(y.shape, shape);
+  // run = elements per run; step_a / step_b = 1 where x / y is contiguous along the run, 0
+  // where it repeats one element; outer = the dims left for rows.
+  int64_t run = 1, outer = rank;
+  int64_t step_a = rank > 0 ? (sa[rank - 1] != 0 || shape[rank - 1] == 1 ? 1 : 0) : 1;
+  int64_t step_b = rank > 0 ? (sb[rank - 1] != 0 || shape[rank - 1] == 1 ? 1 : 0) : 1;
+  if (x.numel() == 1) step_a = 0;
+  if (y.numel() == 1) step_b = 0;
+  while (outer > 0) {
+    const int64_t d = outer - 1;
+    const bool a_fits = shape[d] == 1 || (step_a ? sa[d] == run : sa[d] == 0);
+    const bool b_fits = shape[d] == 1 || (step_b ? sb[d] == run : sb[d] == 0);
+    if (!a_fits || !b_fits) break;
+    run *= shape[d];
+    outer = d;
+  }
+  const int64_t rows = n / run;
+  // Offsets of x and y at the start of output row r.
+  auto row_offsets = [&](int64_t r, int64_t& ia, int64_t& ib) {
+    ia = ib = 0;
+    for (int64_t d = outer; d-- > 0;) {
+      const int64_t i = r % shape[d];
+      r /= shape[d];
+      ia += i * sa[d];
+      ib += i * sb[d];
+    }
+  };
+  const int64_t rows_per_range = std::max<int64_t>(1, kElementwiseGrain / run);
+  parallel_for(rows, rows_per_range, [&](int64_t row_begin, int64_t row_end) {
+    // A run of a huge single row is still split: each range takes whole blocks of it.
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      int64_t ia = 0, ib = 0;
+      row_offsets(r, ia, ib);
+      const auto body = [&](int64_t j0, int64_t j1) {
+        float in_a[kFloatBlock], in_b[kFloatBlock], out[kFloatBlock];
+        for (int64_t j = j0; j < j1; j += kFloatBlock) {
+          const int64_t m = std::min(kFloatBlock, j1 - j);
+          T* dst = o + r * run + j;
+          float* res = float_block_out(dst, out);
+          if (step_a && step_b) {
+            const float* pa = float_block_in(a + ia + j, m, in_a);
+            const float* pb = float_block_in(b + ib + j, m, in_b);
+            for (int64_t i = 0; i < m; ++i) res[i] = apply<kOp, float>(pa[i], pb[i]);
+          } else if (step_a) {
+            const float* pa = float_block_in(a + ia + j, m, in_a);
+            const float vb = static_cast<float>(b[ib]);
+            for (int64_t i = 0; i < m; ++i) res[i] = apply<kOp, float>(pa[i], vb);
+          } else if (step_b) {
+            const float va = static_cast<float>(a[ia]);
+            const float* pb = float_block_in(b + ib + j, m, in_b);
+            for (int64_t i = 0; i < m; ++i) res[i] = apply<kOp, float>(va, pb[i]);
+          } else {
+            const float v = apply<kOp, float>(static_cast<float>(a[ia]), static_cast<float>(b[ib]));
+            for (int64_t i = 0; i < m; ++i) res[i] = v;
+          }
+          float_block_store(dst, res, m);
+        }
+      };
+      if (rows == 1) parallel_for(run, kElementwiseGrain, body);
+      else body(0, run);
+    }
+  });
+}
+
 template <Op kOp, class T>
 void run_typed(KernelContext& ctx, const Tensor& x, const Tensor& y) {
   using C = compute_t<T>;
   using Out = std::conditional_t<(kOp >= Op::Equal), uint8_t, T>;
   const Shape shape = x.shape == y.shape ? x.shape : broadcast_shapes(x.shape, y.shape);
   Tensor& out = ctx.allocate_output(0, kOp >= Op::Equal ? DType::Bool : x.dtype, shape);
+  if constexpr (kOp < Op::Equal && std::is_same_v<C, float>) {
+    run_float_runs<kOp, T>(x, y, shape, out.ptr<T>());
+    return;
+  }
   const T* a = x.ptr<T>();
   const T* b = y.ptr<T>();
   Out* o = out.ptr<Out>();

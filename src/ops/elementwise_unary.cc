@@ -1,5 +1,6 @@
 // Elementwise unary ops (format topic 5.3, docs/architecture.md; `cast` lives in misc.cc). The output keeps the
-// input's dtype and shape; fp16 is computed in float and rounded once per element on store.
+// input's dtype and shape; fp16 is computed in float and rounded once per element on store
+// (widened and narrowed in blocks: util.h, map_float_blocks).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,7 +34,13 @@ std::unique_ptr<Kernel> unary_kernel(KernelBuilder& b, Fn fn) {
       const T* src = in.ptr<T>();
       T* dst = out.ptr<T>();
       const int64_t n = in.numel();
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(fn(static_cast<C>(src[i])));
+      if constexpr (std::is_same_v<C, float>) {
+        map_float_blocks(src, dst, n, [&](const float* a, float* y, int64_t m) {
+          for (int64_t i = 0; i < m; ++i) y[i] = static_cast<float>(fn(a[i]));
+        });
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(fn(static_cast<C>(src[i])));
+      }
     };
     if constexpr (kTypes == Types::FI) dispatch_float_int(in.dtype, "elementwise unary op", run);
     else dispatch_float(in.dtype, "elementwise unary op", run);

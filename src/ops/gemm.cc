@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/half_lanes.h"
+#include "ops/thread_pool.h"
 #include "ops/util.h"
 
 // On x86-64 (GCC) the inner kernels are multiversioned: a default build and an x86-64-v3
@@ -22,6 +24,9 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
 #define COREMLRT_GEMM_X86_V3 1
 #include <immintrin.h>
+// GCC 12's AVX-512 intrinsics that fill half a register (broadcasts, widening casts, fp16
+// conversions) start from an undefined value and draw false "may be used uninitialized".
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace coremlrt::ops {
@@ -61,33 +66,15 @@ const float* float_at(const MatrixView& m, int64_t r, int64_t c) {
   return static_cast<const float*>(m.data) + r * m.row + c * m.col;
 }
 
-// Eight float lanes, and the same vector read from memory aligned only as a float.
-typedef float Lanes __attribute__((vector_size(32)));
-typedef float LanesIn __attribute__((vector_size(32), aligned(4), may_alias));
-typedef uint32_t Bits __attribute__((vector_size(32)));
-typedef uint16_t HalfBitsIn __attribute__((vector_size(16), aligned(2), may_alias));
-constexpr int kLanes = 8;
-
-// How a kernel loads eight consecutive elements of W as float lanes: `Loads::load(p, out)`
-// for p pointing at floats or at fp16 values. (Results go through a reference: these are
-// inlined, and a by-value 32-byte vector would only draw ABI warnings in the default build.)
-//
-// PortableLoads is plain vector code for any target. Its fp16 widening uses integer vector
-// operations, because GCC does not vectorize conversions of _Float16 itself (which is why
-// half_to_float goes one element at a time): sign to bit 31, exponent and mantissa 13 bits
-// up reads as a float exactly 2^112 too small, subnormals included; infinities and NaNs get
-// the all-ones exponent instead. Exact for every input.
+// How a kernel loads eight consecutive elements of W as float lanes (half_lanes.h):
+// `Loads::load(p, out)` for p pointing at floats or at fp16 values. (Results go through a
+// reference: these are inlined, and a by-value 32-byte vector would only draw ABI warnings in
+// the default build.) PortableLoads is plain vector code for any target.
 struct PortableLoads {
   [[gnu::always_inline]] static inline void load(const float* p, Lanes& out) {
     out = *reinterpret_cast<const LanesIn*>(p);
   }
-  [[gnu::always_inline]] static inline void load(const half* p, Lanes& out) {
-    const Bits h = __builtin_convertvector(*reinterpret_cast<const HalfBitsIn*>(p), Bits);
-    const Bits moved = ((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13);
-    const Lanes value = __builtin_bit_cast(Lanes, moved) * 0x1p112f;
-    const Bits special = (h & 0x7c00u) == 0x7c00u;  // all ones where the exponent is all ones
-    out = __builtin_bit_cast(Lanes, (__builtin_bit_cast(Bits, value) & ~special) | ((moved | 0x7f800000u) & special));
-  }
+  [[gnu::always_inline]] static inline void load(const half* p, Lanes& out) { widen_lanes_portable(p, out); }
 };
 
 #ifdef COREMLRT_GEMM_X86_V3
@@ -108,6 +95,22 @@ struct X86V3Loads {
 // calls into it, X86V3Loads included, which a default-target template could not inline.
 #define COREMLRT_GEMM_DEFAULT __attribute__((target("default")))
 #define COREMLRT_GEMM_V3 __attribute__((target("arch=x86-64-v3"), flatten))
+// A third version for x86-64-v4 (AVX-512): the axpy form on sixteen lanes with taller tiles,
+// the dot form on eight lanes (so that its sums stay in the same order as the v3 version's)
+// with twice the tiles, which the 32 vector registers hold.
+#define COREMLRT_GEMM_V4 __attribute__((target("arch=x86-64-v4"), flatten))
+
+typedef float Lanes16 __attribute__((vector_size(64)));
+constexpr int kLanes16 = 16;
+struct X86V4Loads {
+  [[gnu::target("avx512f")]] static inline void load(const float* p, Lanes16& out) {
+    out = reinterpret_cast<Lanes16>(_mm512_loadu_ps(p));
+    __asm__("" : "+v"(out));
+  }
+  [[gnu::target("avx512f")]] static inline void load(const half* p, Lanes16& out) {
+    out = reinterpret_cast<Lanes16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  }
+};
 #endif
 
 inline float element(const float* p) { return *p; }
@@ -242,6 +245,70 @@ template <class Loads>
 }
 
 #ifdef COREMLRT_GEMM_X86_V3
+// The sixteen-lane tile for the v4 version: as axpy_tile, so every element of C still sums
+// its products in k order with the same multiply-adds as the other versions.
+template <int MR, int NV>
+[[gnu::always_inline]] inline void axpy_tile16(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                                               float* C, int64_t ldc) {
+  Lanes16 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) std::memcpy(&acc[r][v], C + r * ldc + v * kLanes16, sizeof(Lanes16));
+  for (int64_t k = 0; k < K; ++k) {
+    Lanes16 b[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) X86V4Loads::load(B + k * ldb + v * kLanes16, b[v]);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const Lanes16 a = Lanes16{} + A[r * lda + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) std::memcpy(C + r * ldc + v * kLanes16, &acc[r][v], sizeof(Lanes16));
+}
+
+// Rows [0, M) of one column strip of width 16 * NV: tiles of 8 rows (16 accumulators), then 4,
+// then single rows.
+template <int NV>
+[[gnu::always_inline]] inline void axpy_strip16(int64_t M, int64_t K, const float* A, int64_t lda, const float* B,
+                                                int64_t ldb, float* C, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 8 <= M; i += 8) axpy_tile16<8, NV>(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+  for (; i + 4 <= M; i += 4) axpy_tile16<4, NV>(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+  for (; i < M; ++i) axpy_tile16<1, NV>(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
+}
+
+[[gnu::always_inline]] inline void axpy_tiles16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                                const float* B, int64_t ldb, float* C, int64_t ldc) {
+  int64_t j = 0;
+  if (M >= 4) {
+    for (; j + 2 * kLanes16 <= N; j += 2 * kLanes16) axpy_strip16<2>(M, K, A, lda, B + j, ldb, C + j, ldc);
+  } else {
+    for (; j + 4 * kLanes16 <= N; j += 4 * kLanes16)
+      for (int64_t i = 0; i < M; ++i) axpy_tile16<1, 4>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+  }
+  for (; j + kLanes16 <= N; j += kLanes16) axpy_strip16<1>(M, K, A, lda, B + j, ldb, C + j, ldc);
+  if (j == N) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* __restrict c = C + i * ldc;
+    const float* a = A + i * lda;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = a[k];
+      const float* __restrict b = B + k * ldb;
+      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * b[jj];
+    }
+  }
+}
+
+COREMLRT_GEMM_V4 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                                 int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles16(M, N, K, A, lda, B, ldb, C, ldc);
+}
 COREMLRT_GEMM_DEFAULT void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                                       int64_t ldb, float* C, int64_t ldc) {
   axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
@@ -316,12 +383,16 @@ template <int MR, int NR, class Loads, class WT>
 
 // C[M, N] += A[M, K] . W[N, K]^T in tiles of 2 x 4. Four rows of W stay in L1 while every
 // row of A passes by them.
-template <class Loads, class WT>
+// The v4 version takes 4 x 4 tiles first (its 32 registers hold 16 accumulators); how C is
+// tiled does not change the order in which an element's products are summed.
+template <class Loads, class WT, bool kTall = false>
 [[gnu::always_inline]] inline void dot_tiles(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const WT* W,
                                              int64_t ldw, float* C, int64_t ldc) {
   int64_t j = 0;
   for (; j + 4 <= N; j += 4) {
     int64_t i = 0;
+    if constexpr (kTall)
+      for (; i + 4 <= M; i += 4) dot_tile<4, 4, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
     for (; i + 2 <= M; i += 2) dot_tile<2, 4, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
     if (i < M) dot_tile<1, 4, Loads>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
   }
@@ -334,6 +405,81 @@ template <class Loads, class WT>
 
 // One version per element type of W (and per target, on x86-64).
 #ifdef COREMLRT_GEMM_X86_V3
+// The v4 dot form: each sixteen-lane accumulator holds the eight-lane sums of two neighbouring
+// rows of W (low half row j, high half row j + 1) against one row of A, broadcast to both
+// halves. Every element of C is thus summed exactly as dot_tile sums it (its own eight lanes,
+// then the lanes in order, then the tail), with half the multiply-add instructions.
+[[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const float* p0, const float* p1, Lanes16& out) {
+  const __m512 low = _mm512_zextps256_ps512(_mm256_loadu_ps(p0));
+  out = reinterpret_cast<Lanes16>(_mm512_insertf32x8(low, _mm256_loadu_ps(p1), 1));
+}
+[[gnu::target("avx512f,avx512dq")]] inline void load_row_pair(const half* p0, const half* p1, Lanes16& out) {
+  const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
+  const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1));
+  const __m256i both = _mm256_inserti128_si256(_mm256_zextsi128_si256(first), second, 1);
+  out = reinterpret_cast<Lanes16>(_mm512_cvtph_ps(both));
+}
+[[gnu::target("avx512f,avx512dq")]] inline void broadcast_row(const float* p, Lanes16& out) {
+  out = reinterpret_cast<Lanes16>(_mm512_broadcast_f32x8(_mm256_loadu_ps(p)));
+}
+
+template <int MR, int NP, class WT>
+[[gnu::always_inline]] inline void dot_tile_pairs(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
+                                                  float* C, int64_t ldc) {
+  Lanes16 acc[MR][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) acc[r][p] = Lanes16{};
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    Lanes16 a[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) broadcast_row(A + r * lda + k, a[r]);
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) {
+      Lanes16 w;
+      load_row_pair(W + 2 * p * ldw + k, W + (2 * p + 1) * ldw + k, w);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][p] += a[r] * w;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * p + h;
+        float sum = 0.0f;
+        for (int l = 0; l < kLanes; ++l) sum += acc[r][p][h * kLanes + l];
+        for (int64_t t = k; t < K; ++t) sum += A[r * lda + t] * element(W + j * ldw + t);
+        C[r * ldc + j] += sum;
+      }
+}
+
+// Eight rows of W at a time (four pairs), against four rows of A (sixteen accumulators) or one;
+// the last columns go through the eight-lane tiles.
+template <class WT>
+[[gnu::always_inline]] inline void dot_tiles_v4(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                                                const WT* W, int64_t ldw, float* C, int64_t ldc) {
+  int64_t j = 0;
+  for (; j + 8 <= N; j += 8) {
+    int64_t i = 0;
+    for (; i + 4 <= M; i += 4) dot_tile_pairs<4, 4>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+    for (; i < M; ++i) dot_tile_pairs<1, 4>(K, A + i * lda, lda, W + j * ldw, ldw, C + i * ldc + j, ldc);
+  }
+  if (j < N) dot_tiles<X86V3Loads, WT, true>(M, N - j, K, A, lda, W + j * ldw, ldw, C + j, ldc);
+}
+
+COREMLRT_GEMM_V4 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
+                                int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles_v4(M, N, K, A, lda, W, ldw, C, ldc);
+}
+COREMLRT_GEMM_V4 void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* W,
+                                int64_t ldw, float* C, int64_t ldc) {
+  dot_tiles_v4(M, N, K, A, lda, W, ldw, C, ldc);
+}
 COREMLRT_GEMM_DEFAULT void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
                                      int64_t ldw, float* C, int64_t ldc) {
   dot_tiles<PortableLoads>(M, N, K, A, lda, W, ldw, C, ldc);
@@ -370,9 +516,9 @@ bool widen_while_loading(int64_t rows) {
   return rows <= 2;
 }
 
-void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& W, float* C, int64_t ldc) {
+void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& W, float* C, int64_t ldc,
+              bool fused) {
   std::vector<float> a_scratch, w_scratch;
-  const bool fused = W.half_elements && W.col == 1 && widen_while_loading(M);
   // Four rows of W, kk long, are what stays in L1 while the rows of A pass (16 KiB).
   const int64_t block_k = fused ? 2 * kDotK : kDotK;
   for (int64_t k0 = 0; k0 < K; k0 += block_k) {
@@ -396,6 +542,19 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
   }
 }
 
+// The view's element (r, c) as the origin of a new view with the same strides.
+MatrixView shifted(const MatrixView& m, int64_t r, int64_t c) {
+  MatrixView v = m;
+  const int64_t offset = r * m.row + c * m.col;
+  if (m.half_elements) v.data = static_cast<const half*>(m.data) + offset;
+  else v.data = static_cast<const float*>(m.data) + offset;
+  return v;
+}
+
+// The least work (multiply-adds) worth a range of its own on another thread: waking a pool
+// thread costs a few microseconds.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+
 }  // namespace
 
 void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc,
@@ -406,10 +565,34 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView
   // B with contiguous columns is the transpose of a row-major W [N, K]: use dot products of
   // rows so that W is read in place. (N == 1 or K == 1 makes both layouts contiguous; the
   // axpy form is then as good.)
-  if (B.row == 1 && B.col != 1 && N > 1)
-    gemm_dot(M, N, K, A, B.transposed(), C, ldc);
-  else
-    gemm_axpy(M, N, K, A, B, C, ldc);
+  const bool dot = B.row == 1 && B.col != 1 && N > 1;
+  const MatrixView W = B.transposed();
+  // Decided once for the whole product: it sets the K blocking, so every part of C must
+  // follow the same choice for results not to depend on how C is split.
+  const bool fused = dot && W.half_elements && W.col == 1 && widen_while_loading(M);
+  auto product = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    if (dot)
+      gemm_dot(i1 - i0, j1 - j0, K, shifted(A, i0, 0), shifted(W, j0, 0), C + i0 * ldc + j0, ldc, fused);
+    else
+      gemm_axpy(i1 - i0, j1 - j0, K, shifted(A, i0, 0), shifted(B, 0, j0), C + i0 * ldc + j0, ldc);
+  };
+  // Threads split C into panels of whole tiles, by columns when there are enough of them,
+  // else by rows. Each element of C is still computed by one thread in the same order, so
+  // results do not depend on the number of threads. (Never split along K.)
+  const int64_t col_unit = dot ? kDotRows : 4 * kLanes, row_unit = dot ? 2 : 4;
+  const int64_t col_units = (N + col_unit - 1) / col_unit, row_units = (M + row_unit - 1) / row_unit;
+  const int64_t macs = M * N * K;
+  if (macs < 2 * kMinParallelMacs || available_threads() <= 1) {
+    product(0, M, 0, N);
+    return;
+  }
+  const bool by_columns = col_units >= 2 * available_threads() || col_units >= row_units;
+  const int64_t units = by_columns ? col_units : row_units;
+  const int64_t grain = std::max<int64_t>(1, kMinParallelMacs / std::max<int64_t>(1, macs / units));
+  parallel_for(units, grain, [&](int64_t begin, int64_t end) {
+    if (by_columns) product(0, M, begin * col_unit, std::min(N, end * col_unit));
+    else product(begin * row_unit, std::min(M, end * row_unit), 0, N);
+  });
 }
 
 }  // namespace coremlrt::ops

@@ -158,7 +158,9 @@ std::unique_ptr<Kernel> make_layer_norm(KernelBuilder& b) {
         }
       };
       if (trailing) {
-        for (int64_t g = 0; g < groups; ++g) normalize(g * inner, nullptr);
+        parallel_for(groups, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t begin, int64_t end) {
+          for (int64_t g = begin; g < end; ++g) normalize(g * inner, nullptr);
+        });
         return;
       }
       // General axes: element offsets of one group (axes order) and of each group start.

@@ -98,38 +98,42 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
       const int64_t start = o * p.strides[i] - pb[i], end = start + p.kernel[i];
       return Range{std::max<int64_t>(start, 0), std::min(end, in[i]), std::min(end, in[i] + pa[i]) - start};
     };
-    float* dst = yp;
-    for (int64_t plane = 0; plane < planes; ++plane) {
-      const float* src = xp + plane * in_plane;
-      for (int64_t od = 0; od < out[0]; ++od) {
-        const Range rd = window(0, od);
-        for (int64_t oh = 0; oh < out[1]; ++oh) {
-          const Range rh = window(1, oh);
-          for (int64_t ow = 0; ow < out[2]; ++ow) {
-            const Range rw = window(2, ow);
-            float acc = kPool == Pool::Max ? -std::numeric_limits<float>::infinity() : 0.0f;
-            for (int64_t d = rd.lo; d < rd.hi; ++d)
-              for (int64_t h = rh.lo; h < rh.hi; ++h) {
-                const float* row = src + (d * in[1] + h) * in[2];
-                for (int64_t w = rw.lo; w < rw.hi; ++w) {
-                  if constexpr (kPool == Pool::Max) acc = (row[w] > acc || std::isnan(row[w])) ? row[w] : acc;  // NaN wins
-                  else if constexpr (kPool == Pool::Avg) acc += row[w];
-                  else acc += row[w] * row[w];
+    const int64_t out_plane = out[0] * out[1] * out[2];
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(in_plane, 1));
+    parallel_for(planes, grain, [&](int64_t plane_begin, int64_t plane_end) {
+      float* dst = yp + plane_begin * out_plane;
+      for (int64_t plane = plane_begin; plane < plane_end; ++plane) {
+        const float* src = xp + plane * in_plane;
+        for (int64_t od = 0; od < out[0]; ++od) {
+          const Range rd = window(0, od);
+          for (int64_t oh = 0; oh < out[1]; ++oh) {
+            const Range rh = window(1, oh);
+            for (int64_t ow = 0; ow < out[2]; ++ow) {
+              const Range rw = window(2, ow);
+              float acc = kPool == Pool::Max ? -std::numeric_limits<float>::infinity() : 0.0f;
+              for (int64_t d = rd.lo; d < rd.hi; ++d)
+                for (int64_t h = rh.lo; h < rh.hi; ++h) {
+                  const float* row = src + (d * in[1] + h) * in[2];
+                  for (int64_t w = rw.lo; w < rw.hi; ++w) {
+                    if constexpr (kPool == Pool::Max) acc = (row[w] > acc || std::isnan(row[w])) ? row[w] : acc;  // NaN wins
+                    else if constexpr (kPool == Pool::Avg) acc += row[w];
+                    else acc += row[w] * row[w];
+                  }
                 }
+              if constexpr (kPool == Pool::Avg) {
+                const int64_t count = p.exclude_padding
+                                          ? (rd.hi - rd.lo) * (rh.hi - rh.lo) * (rw.hi - rw.lo)
+                                          : rd.padded * rh.padded * rw.padded;
+                acc = count > 0 ? acc / static_cast<float>(count) : 0.0f;
+              } else if constexpr (kPool == Pool::L2) {
+                acc = std::sqrt(acc);
               }
-            if constexpr (kPool == Pool::Avg) {
-              const int64_t count = p.exclude_padding
-                                        ? (rd.hi - rd.lo) * (rh.hi - rh.lo) * (rw.hi - rw.lo)
-                                        : rd.padded * rh.padded * rw.padded;
-              acc = count > 0 ? acc / static_cast<float>(count) : 0.0f;
-            } else if constexpr (kPool == Pool::L2) {
-              acc = std::sqrt(acc);
+              *dst++ = acc;
             }
-            *dst++ = acc;
           }
         }
       }
-    }
+    });
     commit_float_output(y, yp);
   });
 }

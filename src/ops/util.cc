@@ -3,27 +3,90 @@
 #include <algorithm>
 #include <cstring>
 
-namespace coremlrt::ops {
+#include "ops/half_lanes.h"
 
-// On x86-64 the loops are also compiled for x86-64-v3 (F16C, AVX2), picked at load time
-// when the CPU has it; elsewhere the plain loop is used. COREMLRT_GEMM_PORTABLE_ONLY turns
-// the run-time choice off (ThreadSanitizer builds need that: the ifunc resolvers that make
-// the choice run before the sanitizer's runtime is up).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
-#define COREMLRT_CONVERSION_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define COREMLRT_CONVERSION_CLONES
+#include <immintrin.h>
 #endif
 
-COREMLRT_CONVERSION_CLONES
-void half_to_float(const half* src, float* dst, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
+namespace coremlrt::ops {
+
+// Bulk conversions in eight-lane blocks (half_lanes.h). On x86-64 (GCC) each is also built
+// for x86-64-v3, whose F16C instructions convert eight lanes at once, and the version is
+// picked at load time; elsewhere the portable lanes are used. COREMLRT_GEMM_PORTABLE_ONLY
+// turns the run-time choice off (ThreadSanitizer builds need that: the ifunc resolvers that
+// make the choice run before the sanitizer's runtime is up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_CONVERSION_X86_V3 1
+#endif
+
+namespace {
+
+// A tail shorter than eight lanes goes through a padded copy, so that every element is
+// converted by the same code.
+template <class Widen>
+[[gnu::always_inline]] inline void widen_blocks(const half* src, float* dst, int64_t count, Widen widen) {
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) widen(src + i, dst + i);
+  if (i == count) return;
+  half in[kLanes] = {};
+  float out[kLanes];
+  std::memcpy(in, src + i, (count - i) * sizeof(half));
+  widen(in, out);
+  std::memcpy(dst + i, out, (count - i) * sizeof(float));
 }
 
-COREMLRT_CONVERSION_CLONES
-void float_to_half(const float* src, half* dst, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<half>(src[i]);
+template <class Narrow>
+[[gnu::always_inline]] inline void narrow_blocks(const float* src, half* dst, int64_t count, Narrow narrow) {
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) narrow(src + i, dst + i);
+  if (i == count) return;
+  float in[kLanes] = {};
+  half out[kLanes];
+  std::memcpy(in, src + i, (count - i) * sizeof(float));
+  narrow(in, out);
+  std::memcpy(dst + i, out, (count - i) * sizeof(half));
 }
+
+[[gnu::always_inline]] inline void widen_portable(const half* src, float* dst) {
+  Lanes v;
+  widen_lanes_portable(src, v);
+  std::memcpy(dst, &v, sizeof v);
+}
+
+[[gnu::always_inline]] inline void narrow_portable(const float* src, half* dst) {
+  Lanes v;
+  std::memcpy(&v, src, sizeof v);
+  narrow_lanes_portable(v, dst);
+}
+
+#ifdef COREMLRT_CONVERSION_X86_V3
+__attribute__((target("default"))) void widen(const half* src, float* dst, int64_t count) {
+  widen_blocks(src, dst, count, widen_portable);
+}
+__attribute__((target("arch=x86-64-v3"))) void widen(const half* src, float* dst, int64_t count) {
+  widen_blocks(src, dst, count, [](const half* s, float* d) __attribute__((target("arch=x86-64-v3"))) {
+    _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))));
+  });
+}
+__attribute__((target("default"))) void narrow(const float* src, half* dst, int64_t count) {
+  narrow_blocks(src, dst, count, narrow_portable);
+}
+__attribute__((target("arch=x86-64-v3"))) void narrow(const float* src, half* dst, int64_t count) {
+  narrow_blocks(src, dst, count, [](const float* s, half* d) __attribute__((target("arch=x86-64-v3"))) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT));
+  });
+}
+#else
+void widen(const half* src, float* dst, int64_t count) { widen_blocks(src, dst, count, widen_portable); }
+void narrow(const float* src, half* dst, int64_t count) { narrow_blocks(src, dst, count, narrow_portable); }
+#endif
+
+}  // namespace
+
+void half_to_float(const half* src, float* dst, int64_t count) { widen(src, dst, count); }
+
+void float_to_half(const float* src, half* dst, int64_t count) { narrow(src, dst, count); }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());

@@ -1,11 +1,13 @@
 #pragma once
 // Small tools shared by kernels: dtype dispatch, broadcasting, axes.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "coremlrt/error.h"
 #include "coremlrt/tensor.h"
+#include "ops/thread_pool.h"
 
 namespace coremlrt::ops {
 
@@ -117,5 +119,44 @@ float* float_output(Tensor& out, std::vector<float>& scratch);
 
 // Stores results computed in float_output's buffer into `out` (one rounding for fp16).
 void commit_float_output(Tensor& out, const float* data);
+
+// ---- Elementwise loops in float over fp16 or fp32 storage. fp16 operands are widened
+// block by block into a stack buffer (vectorized, half_to_float) instead of one element at a
+// time, and results narrowed once on store; fp32 operands are used in place.
+
+// Elements per block: small enough for a stack buffer that stays in L1.
+constexpr int64_t kFloatBlock = 512;
+// The least number of elements an elementwise loop gives one thread (parallel_for's grain):
+// below about this, waking a pool thread costs more than it saves.
+constexpr int64_t kElementwiseGrain = 32768;
+
+// n elements of src as floats: src itself, or widened into buf (kFloatBlock floats).
+inline const float* float_block_in(const float* src, int64_t, float*) { return src; }
+inline const float* float_block_in(const half* src, int64_t n, float* buf) {
+  half_to_float(src, buf, n);
+  return buf;
+}
+// Where to compute n float results meant for dst: dst itself, or buf.
+inline float* float_block_out(float* dst, float*) { return dst; }
+inline float* float_block_out(half*, float* buf) { return buf; }
+// Stores the results computed where float_block_out said.
+inline void float_block_store(float*, const float*, int64_t) {}
+inline void float_block_store(half* dst, const float* results, int64_t n) { float_to_half(results, dst, n); }
+
+// dst[i] = f(src[i]) for T = half or float, computed in float by
+// block(const float* x, float* y, int64_t n), over the pool's threads when n is large.
+// x and y may be the same memory (an fp32 dst aliasing src is fine).
+template <class T, class Block>
+void map_float_blocks(const T* src, T* dst, int64_t n, Block&& block) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    float in[kFloatBlock], out[kFloatBlock];
+    for (int64_t i = begin; i < end; i += kFloatBlock) {
+      const int64_t m = std::min(kFloatBlock, end - i);
+      float* y = float_block_out(dst + i, out);
+      block(float_block_in(src + i, m, in), y, m);
+      float_block_store(dst + i, y, m);
+    }
+  });
+}
 
 }  // namespace coremlrt::ops

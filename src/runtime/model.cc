@@ -10,6 +10,7 @@
 #include "backends/backend.h"
 #include "format/spec_reader.h"
 #include "ops/classify.h"
+#include "ops/thread_pool.h"
 #include "runtime/context_pool.h"
 #include "runtime/default_input.h"
 #include "runtime/plan.h"
@@ -23,6 +24,7 @@ struct Model::Impl {
   const ir::Function* function = nullptr;
   const FunctionDescription* function_description = nullptr;
   std::string backend;
+  int threads = 0;  // LoadOptions::threads: caps the intra-op pool per prediction (ops/thread_pool.h)
   std::unique_ptr<runtime::Plan> plan;
   std::vector<std::string> class_labels;  // from the classify op, if any (class_labels())
   // Declared after the plan so that it is destroyed (and its reaper joined) first.
@@ -32,7 +34,7 @@ struct Model::Impl {
 
 namespace {
 
-// Law 5 (DESIGN.md): whatever goes wrong while loading reaches the caller as an Error that
+// Law 5 (docs/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
 // names the model. Readers below this layer name the file or the field; the model's path is
 // added where they did not name it, and a standard exception (a failed allocation, a
 // container bound) is turned into an Error saying so.
@@ -210,6 +212,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.cache_dir = options.cache_dir;
   backend_options.force = options.backend != "auto";
   impl->backend = options.backend;
+  impl->threads = options.threads;
   try {
     impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
                                      backends::select_backends(options.backend, backend_options));
@@ -302,6 +305,7 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
   runtime::ExecutionContext::Result results;
   {
     runtime::ContextPool::Lease context = m.contexts->acquire();
+    const ops::ThreadLimit thread_limit(m.threads);
     results = context->run(std::move(bound));
   }
   for (size_t i = 0; i < state_names.size(); ++i) use->commit(state_names[i], std::move(results.states[i]));

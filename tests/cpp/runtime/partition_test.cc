@@ -93,17 +93,18 @@ class FakeBackend final : public backends::Backend {
     counters_.region_inputs.push_back(ins);
     counters_.region_outputs.push_back(outs);
     struct Count final : ops::KernelState {};
-    return ops::make_kernel([ops = region.ops, &values = region.values, ins, outs, this](ops::KernelContext& ctx) {
+    // The kernel outlives this backend object (and the region): it keeps the op pointers (the
+    // function outlives the plan) and the test's counters, nothing of the backend's.
+    return ops::make_kernel([ops = region.ops, ins, outs, &counters = counters_](ops::KernelContext& ctx) {
       if (!ctx.kernel_state()) {
         ctx.kernel_state() = std::make_unique<Count>();
-        ++counters_.states_created;
+        ++counters.states_created;
       }
       std::map<std::string, std::vector<float>> env;
       for (size_t i = 0; i < ins.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));
         env[ins[i]].assign(t.ptr<float>(), t.ptr<float>() + t.numel());
       }
-      (void)values;
       for (const ir::Operation* op : ops) {
         std::vector<float> x = env.at(op->inputs.at("x")[0].name);
         const ir::Binding& yb = op->inputs.at("y")[0];

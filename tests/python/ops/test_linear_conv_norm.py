@@ -206,6 +206,12 @@ CONV_CASES = [
     ((8, 7), 3, 4, (2, 4), (1, 1), (1, 1), 1, "same_lower", None, True),
     ((12, 12), 6, 12, (3, 3), (1, 1), (2, 2), 6, "same", None, True),  # depthwise x2, dilated
     ((7, 7), 8, 5, (1, 1), (1, 1), (1, 1), 1, "valid", None, True),    # pointwise fast path
+    # depthwise (one channel per group): computed directly, without unfolding
+    ((13, 11), 5, 5, (3, 3), (2, 2), (1, 1), 5, "custom", [1, 2, 0, 1], True),
+    ((12, 12), 4, 4, (3, 3), (1, 1), (2, 2), 4, "same", None, False),
+    ((17,), 3, 3, (5,), (3,), (1,), 3, "valid", None, True),
+    ((4, 5, 6), 2, 2, (3, 3, 3), (1, 2, 1), (1, 1, 1), 2, "same", None, True),
+    ((40, 40), 64, 64, (3, 3), (1, 1), (1, 1), 64, "same", None, True),  # spread over the pool
     ((5, 6, 7), 2, 3, (3, 2, 3), (2, 1, 2), (1, 1, 1), 1, "same", None, True),
 ]
 
