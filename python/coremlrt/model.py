@@ -197,7 +197,7 @@ class MLModel:
     """A Core ML model loaded for prediction, shaped like ``coremltools.models.MLModel``.
 
     ``MLModel(path, compute_units=ComputeUnit.ALL, function_name=None)`` loads an
-    ``.mlpackage`` folder or an ``.mlmodel`` file. One instance may be used from many
+    ``.mlpackage`` folder, an ``.mlmodel`` file or a compiled ``.mlmodelc`` folder. One instance may be used from many
     threads at once; loading and each ``predict`` call run with the GIL released.
 
     Each prediction runs in an execution context (its working buffers) taken from a
@@ -208,7 +208,7 @@ class MLModel:
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0):
         if not isinstance(model, (str, os.PathLike)):
-            raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
+            raise TypeError(f"Expected model to be a path to an .mlpackage or .mlmodelc folder or an .mlmodel file, "
                             f"got {type(model).__name__}")
         if not (isinstance(compute_units, ComputeUnit) or type(compute_units).__name__ == "ComputeUnit"):
             raise TypeError('"compute_units" parameter must be of type: coremlrt.ComputeUnit')

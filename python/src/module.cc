@@ -273,6 +273,8 @@ nb::dict inspect(const std::string& path) {
 
 }  // namespace
 
+void bind_structure(nb::module_& m);  // structure_bindings.cc
+
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
@@ -292,6 +294,7 @@ NB_MODULE(_core, m) {
       .def("write_state", &PyState::write_state, nb::arg("name"), nb::arg("value"))
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
+  bind_structure(m);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coremlrt/error.h"
+#include "format/compiled_model.h"
 
 namespace coremlrt::format {
 
@@ -81,9 +82,10 @@ ModelFiles locate_model(const std::string& path) {
   COREMLRT_CHECK(!ec && fs::exists(status), "model path '", path,
                  "' does not exist (expected an .mlpackage folder or an .mlmodel file)");
   if (fs::is_directory(status)) {
-    COREMLRT_CHECK(p.extension() != ".mlmodelc", "'", path,
-                   "' is a compiled .mlmodelc folder, whose format is private to Apple; pass the "
-                   ".mlpackage or .mlmodel it was compiled from");
+    // A compiled folder is recognised by its contents, as Core ML does not require the name.
+    if (p.extension() == ".mlmodelc" || fs::is_regular_file(p / kCompiledProgramFile) ||
+        fs::is_regular_file(p / kCompiledSourceFile))
+      return locate_compiled_model(p.string());
     return locate_in_package(p);
   }
   COREMLRT_CHECK(fs::is_regular_file(status), "model path '", path,

@@ -8,6 +8,7 @@
 #include "Model.pb.h"
 #include "coremlrt/error.h"
 #include "format/blob_file.h"
+#include "format/compiled_model.h"
 #include "format/value_reader.h"
 
 namespace coremlrt::format {
@@ -224,6 +225,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 LoadedModel read_model(const ModelFiles& files) {
+  if (files.compiled) return read_compiled_model(files);
   LoadedModel out;
   out.files = files;
   std::string bytes = read_file(files.model_file);

@@ -209,6 +209,17 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
   return *it->second;
 }
 
+ir::ConstValue ValueReader::read_blob(const ir::ValueType& type, const std::string& file_name, uint64_t offset,
+                                     const std::string& where) {
+  COREMLRT_CHECK(type.kind == ir::TypeKind::Tensor && type.is_static(), where,
+                 ": blob constant must have a static tensor type, not ", type.str());
+  const BlobFile& file = blob_file(file_name, where);
+  ir::ConstValue out;
+  out.type = type;
+  out.tensor = file.read(offset, type.dtype, Shape(type.dims.begin(), type.dims.end()));
+  return out;
+}
+
 size_t ValueReader::weight_bytes() const {
   size_t total = 0;
   for (const auto& [path, file] : files_) total += file->size();
@@ -220,11 +231,7 @@ ir::ConstValue ValueReader::read(const mil::Value& value, const std::string& whe
   if (value.has_blobfilevalue()) {
     COREMLRT_CHECK(type.kind == ir::TypeKind::Tensor && type.is_static(), where,
                    ": blob constant must have a static tensor type, not ", type.str());
-    const BlobFile& file = blob_file(value.blobfilevalue().filename(), where);
-    ir::ConstValue out;
-    out.type = type;
-    out.tensor = file.read(value.blobfilevalue().offset(), type.dtype, Shape(type.dims.begin(), type.dims.end()));
-    return out;
+    return read_blob(type, value.blobfilevalue().filename(), value.blobfilevalue().offset(), where);
   }
   COREMLRT_CHECK(value.has_immediatevalue(), where, ": value has neither immediate data nor a blob reference");
   const auto& immediate = value.immediatevalue();

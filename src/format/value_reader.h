@@ -21,6 +21,10 @@ class ValueReader {
 
   // `where` names the value's owner for error messages.
   ir::ConstValue read(const CoreML::Specification::MILSpec::Value& value, const std::string& where);
+  // The blob at `offset` of `file_name` ("@model_path/..."), for a value of static tensor `type`
+  // (model.mil's BLOBFILE values).
+  ir::ConstValue read_blob(const ir::ValueType& type, const std::string& file_name, uint64_t offset,
+                           const std::string& where);
   size_t weight_bytes() const;
 
  private:
