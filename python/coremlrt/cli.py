@@ -1,6 +1,6 @@
 """The ``coremlrt`` command.
 
-    coremlrt info MODEL
+    coremlrt info MODEL [--plan]
     coremlrt ops
     coremlrt predict MODEL --input NAME=FILE.npy [--input ...] [--inputs FILE.npz]
                            [--function NAME] [--output OUT.npz]
@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from . import _core, ops_table
+from . import _core, compute_plan, ops_table
 from .model import Error, MLModel
 
 
@@ -67,7 +67,23 @@ def cmd_info(args, out=sys.stdout):
         print(f"  unsupported: {report['problem']}", file=out)
     elif unsupported_total == 0:
         print(f"  every {unit} is supported by this build", file=out)
+    if getattr(args, "plan", False):
+        _print_plan(args.model, desc, out)
     return 0
+
+
+def _print_plan(path, desc, out):
+    """Per op: device, backend and estimated cost (coremlrt/compute_plan.py says how it is estimated)."""
+    if desc["model_type"] != "mlProgram":
+        print(f"  compute plan: every layer of this {desc['model_type']} model runs on the CPU", file=out)
+        return
+    for function, ops in compute_plan.compute_plan(path).items():
+        print(f"  compute plan of '{function}' (device, backend, estimated FLOPs, share of the function):", file=out)
+        for op in ops:
+            where = ".".join(str(i) for i in op.path)
+            label = op.outputs[0] if op.outputs else op.name
+            print(f"    {where:>6} {op.op_type:<28} {label:<32} {op.device:<4} {op.backend:<9} "
+                  f"{op.flops:>14,d} {op.weight:7.2%}", file=out)
 
 
 def cmd_ops(args, out=sys.stdout):
@@ -116,6 +132,8 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="describe a model: features, functions, ops, unsupported ops")
     info.add_argument("model")
+    info.add_argument("--plan", action="store_true",
+                      help="also print each op's device, backend and estimated cost")
     sub.add_parser("ops", help="list the ops this build has kernels for: opsets and dtypes")
     predict = sub.add_parser("predict", help="run a prediction on .npy/.npz inputs")
     predict.add_argument("model")

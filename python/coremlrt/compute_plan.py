@@ -1,0 +1,148 @@
+"""The compute plan of a model: for each op, where it runs and what it costs.
+
+``compute_plan(path)`` returns, per function of an ML program, one :class:`PlannedOp` per
+operation (nested blocks included, in program order). It is what coremltools'
+``MLComputePlan`` reports through ``coremlrt.coremltools_backend`` and what
+``coremlrt info --plan`` prints.
+
+Device: coremlrt computes on the CPU, so every op's device is ``"CPU"``
+(``MLCPUComputeDevice``). Backend: :func:`op_backend` is the one place that says which
+engine runs an op; today every op that has a kernel runs on coremlrt's own kernels.
+
+Estimated cost: a relative weight in [0, 1], the op's share of the function's estimated
+floating-point operations (FLOPs), computed from the types the program declares:
+
+* ``linear``, ``matmul``: 2 x (output elements) x K, K the last dimension of ``x``;
+* ``conv``: 2 x (output elements) x (weight elements / output channels);
+  ``conv_transpose``: 2 x (elements of ``x``) x (weight elements / input channels);
+* ``scaled_dot_product_attention``: 4 x (elements of ``query``) x (key length);
+* ``lstm``, ``gru``, ``rnn``: 2 x (sequence x batch) x (elements of the input and recurrent
+  weights);
+* ``const`` and ``constexpr_*``: 0 (evaluated once, when the model loads);
+* every other op (elementwise, activations, reductions, normalization, layout): one
+  operation per element of its largest input or output.
+
+Dimensions unknown until prediction count as 1. Estimates of data-movement ops are coarse;
+the weights order ops by arithmetic, they are not timings.
+"""
+
+import dataclasses
+import math
+
+from . import _core
+
+CPU = "CPU"
+REFERENCE_KERNELS = "coremlrt"  # coremlrt's own kernels (src/ops)
+NO_KERNEL = "none"              # this build has no kernel for the op: the model does not load
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedOp:
+    function: str
+    path: tuple        # indices from the function's block down to the op (nested blocks included)
+    op_type: str
+    name: str
+    outputs: tuple     # output value names
+    device: str
+    backend: str
+    flops: int
+    weight: float      # flops / the function's total flops (0 when that total is 0)
+
+
+def op_backend(op_type, op_name, first_output, unsupported):
+    """The engine that runs an op. The place to name other backends when the runtime gains
+    them (the plan would then report its own choice per op, and why an op fell back)."""
+    if (op_type, first_output) in unsupported:
+        return NO_KERNEL
+    return REFERENCE_KERNELS
+
+
+def _numel(type_):
+    if not type_ or not type_["is_tensor"] or type_["rank"] < 0:
+        return 1
+    return math.prod(max(d, 1) for d in type_["dims"])
+
+
+def _dims(type_):
+    if not type_ or not type_["is_tensor"] or type_["rank"] < 0:
+        return []
+    return [max(d, 1) for d in type_["dims"]]
+
+
+def estimate_flops(op, types):
+    """Estimated floating-point operations of one op (see the module docstring)."""
+    kind = op["type"]
+    if kind == "const" or kind.startswith("constexpr_"):
+        return 0
+
+    def input_type(param):
+        bindings = op["inputs"].get(param) or []
+        if not bindings:
+            return None
+        b = bindings[0]
+        return b["constant_type"] if b["name"] is None else types.get(b["name"])
+
+    out = op["outputs"][0]["type"] if op["outputs"] else None
+    if kind in ("linear", "matmul"):
+        x = _dims(input_type("x"))
+        return 2 * _numel(out) * (x[-1] if x else 1)
+    if kind == "conv":
+        weight = _dims(input_type("weight"))
+        return 2 * _numel(out) * (math.prod(weight[1:]) if weight else 1)
+    if kind == "conv_transpose":
+        weight = _dims(input_type("weight"))
+        return 2 * _numel(input_type("x")) * (math.prod(weight[1:]) if weight else 1)
+    if kind == "scaled_dot_product_attention":
+        key = _dims(input_type("key"))
+        return 4 * _numel(input_type("query")) * (key[-2] if len(key) >= 2 else 1)
+    if kind in ("lstm", "gru", "rnn"):
+        x = _dims(input_type("x"))
+        steps = math.prod(x[:2]) if len(x) >= 2 else 1
+        return 2 * steps * (_numel(input_type("weight_ih")) + _numel(input_type("weight_hh")))
+    sizes = [_numel(o["type"]) for o in op["outputs"]]
+    for bindings in op["inputs"].values():
+        for b in bindings:
+            sizes.append(_numel(b["constant_type"] if b["name"] is None else types.get(b["name"])))
+    return max(sizes, default=0)
+
+
+def _walk(block, path, types, out):
+    for value in block["inputs"]:
+        types[value["name"]] = value["type"]
+    for index, op in enumerate(block["operations"]):
+        for output in op["outputs"]:
+            types[output["name"]] = output["type"]
+        out.append((path + (index,), op))
+        for b, nested in enumerate(op["blocks"]):
+            _walk(nested, path + (index, b), types, out)
+
+
+def compute_plan(path, structure=None):
+    """{function name: [PlannedOp, ...]} for the ML program at ``path`` (any model file or
+    folder coremlrt reads). ``structure`` may pass ``_core.model_structure(path)`` already read.
+    Raises coremlrt.Error for models that are not ML programs."""
+    structure = structure or _core.model_structure(path)
+    if structure["model_type"] != "mlProgram":
+        raise _core.Error(f"model '{path}' is a {structure['model_type']} model; compute plans cover ML "
+                          f"programs (a neuralNetwork's layers all run on the CPU)")
+    report = _core.inspect(path)
+    unsupported = {f["name"]: {(u["op_type"], u["output"]) for u in f["unsupported"]} for f in report["functions"]}
+    plans = {}
+    for function in structure["functions"]:
+        types = {value["name"]: value["type"] for value in function["inputs"]}
+        ops = []
+        _walk(function["block"], (), types, ops)
+        flops = [estimate_flops(op, types) for _, op in ops]
+        total = sum(flops)
+        missing = unsupported.get(function["name"], set())
+        plans[function["name"]] = [
+            PlannedOp(
+                function=function["name"], path=path_, op_type=op["type"], name=op["name"],
+                outputs=tuple(o["name"] for o in op["outputs"]), device=CPU,
+                backend=op_backend(op["type"], op["name"], op["outputs"][0]["name"] if op["outputs"] else "", missing),
+                flops=f, weight=(f / total) if total else 0.0)
+            for (path_, op), f in zip(ops, flops)]
+    return plans
+
+
+__all__ = ["CPU", "PlannedOp", "compute_plan", "estimate_flops", "op_backend"]
