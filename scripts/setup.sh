@@ -15,6 +15,7 @@ fi
 # coremltools, torch, torchvision and transformers make the test models the way users make
 # them; torch 2.14.1 and torchvision 0.29.1 are the builds this environment provides (another
 # version would download gigabytes).
-python3 -m pip install -q --disable-pip-version-check numpy pytest "coremltools==9.0" \
+# mypy checks the package's type stubs (tests/python/test_typing.py).
+python3 -m pip install -q --disable-pip-version-check numpy pytest mypy "coremltools==9.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0"
 python3 -m pip install -q --disable-pip-version-check .

@@ -15,11 +15,13 @@ as ``model.mil``, the weights and ``metadata.json`` describe them.
 import os
 import shutil
 import tempfile
+from typing import Optional, Union
 
 from . import _core
 
 
-def compile_model(model, destination=None):
+def compile_model(model: Union[str, "os.PathLike[str]"],
+                  destination: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
     """Compiles the model at ``model`` (an ``.mlpackage`` folder or ``.mlmodel`` file) and
     returns the path of the ``.mlmodelc`` folder written.
 

@@ -28,6 +28,7 @@ the weights order ops by arithmetic, they are not timings.
 
 import dataclasses
 import math
+from typing import Any, Dict, List, Optional
 
 from . import _core
 
@@ -117,7 +118,7 @@ def _walk(block, path, types, out):
             _walk(nested, path + (index, b), types, out)
 
 
-def compute_plan(path, structure=None):
+def compute_plan(path: str, structure: Optional[Dict[str, Any]] = None) -> Dict[str, List[PlannedOp]]:
     """{function name: [PlannedOp, ...]} for the ML program at ``path`` (any model file or
     folder coremlrt reads). ``structure`` may pass ``_core.model_structure(path)`` already read.
     Raises coremlrt.Error for models that are not ML programs."""
@@ -130,7 +131,7 @@ def compute_plan(path, structure=None):
     plans = {}
     for function in structure["functions"]:
         types = {value["name"]: value["type"] for value in function["inputs"]}
-        ops = []
+        ops: List[Any] = []
         _walk(function["block"], (), types, ops)
         flops = [estimate_flops(op, types) for _, op in ops]
         total = sum(flops)

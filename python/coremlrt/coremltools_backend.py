@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 import types
+from typing import Any, Dict
 
 from . import _core, compiled
 from . import compute_plan as _plan
@@ -365,7 +366,7 @@ def _coremltools_modules():
 
 # What enable() replaced: "shim" -> (sys.modules entry, attribute); (module name, attribute
 # name) -> the module's original reference; "patched" -> [(owner, attribute, original)].
-_saved = {}
+_saved: Dict[Any, Any] = {}
 
 
 def _make_state_without_os_check(original):
