@@ -25,9 +25,10 @@ coremltools' runtime API:
   estimates it);
 * ``MLModelAsset.from_memory`` / ``from_path`` with ``CompiledMLModel.from_asset``.
 
-What stays unavailable on Linux: the structure of pipelines and classic ML models, models
-coremlrt cannot run (see ``coremlrt info``), and non-empty ``optimization_hints`` (coremltools
-itself refuses them off macOS 15). A model asset made from memory is written to a private
+Optimization hints are accepted (checked as coremltools checks them) and kept; they change
+nothing, since they steer Core ML's GPU and Neural Engine specialization. What stays
+unavailable on Linux: the structure of pipelines and classic ML models, and models coremlrt
+cannot run (see ``coremlrt info``). A model asset made from memory is written to a private
 temporary folder (removed with the asset), since the engine loads weights by memory-mapping
 files.
 """
@@ -447,6 +448,32 @@ def _compile_model_without_os_check(original):
     return compile_model
 
 
+def _verify_hints_without_os_check(original):
+    """coremltools refuses optimization hints off macOS 15 (models/model.py,
+    _verify_optimization_hint_input) before checking them. coremlrt accepts them and keeps them
+    (``MLModel.optimization_hints``); they change nothing, as the hints are about Core ML's
+    GPU and Neural Engine specialization. The keys and value types are checked as before."""
+
+    @functools.wraps(original)
+    def _verify_optimization_hint_input(optimization_hint_input=None):
+        from coremltools import ReshapeFrequency, SpecializationStrategy
+        if optimization_hint_input is None:
+            return
+        if not isinstance(optimization_hint_input, dict):
+            raise TypeError('"optimization_hint_input" must be a dictionary or None')
+        expected = {"allowLowPrecisionAccumulationOnGPU": (bool, "bool"),
+                    "specializationStrategy": (SpecializationStrategy, "coremltools.SpecializationStrategy"),
+                    "reshapeFrequency": (ReshapeFrequency, "coremltools.ReshapeFrequency")}
+        for key in optimization_hint_input:
+            if key not in expected:
+                raise ValueError(f"Unrecognized key in optimization_hint dictionary: {key}")
+        for key, (kind, name) in expected.items():
+            if key in optimization_hint_input and not isinstance(optimization_hint_input[key], kind):
+                raise TypeError(f'"{key}" value of "optimization_hint_input" dictionary must be of type {name}')
+
+    return _verify_optimization_hint_input
+
+
 def _patch(owner, attribute, make):
     """Replaces owner.attribute with make(original), once; disable() puts the original back."""
     current = owner.__dict__.get(attribute)
@@ -493,12 +520,14 @@ def enable():
                 setattr(module, attribute, ours)
     _patch(ct_model.MLModel, "make_state", _make_state_without_os_check)
     _patch(ct_compiled.CompiledMLModel, "_init_check", _compiled_init_check_without_os_check)
-    original_compile = ct_utils.compile_model
-    _patch(ct_utils, "compile_model", _compile_model_without_os_check)
-    for name, module in _coremltools_modules():  # `from ...utils import compile_model` copies
-        if module is not ct_utils and vars(module).get("compile_model") is original_compile:
-            _saved.setdefault((name, "compile_model"), original_compile)
-            module.compile_model = ct_utils.compile_model
+    for owner, attribute, make in ((ct_utils, "compile_model", _compile_model_without_os_check),
+                                   (ct_model, "_verify_optimization_hint_input", _verify_hints_without_os_check)):
+        original = getattr(owner, attribute)
+        _patch(owner, attribute, make)
+        for name, module in _coremltools_modules():  # copies made by `from .x import name`
+            if module is not owner and vars(module).get(attribute) is original:
+                _saved.setdefault((name, attribute), original)
+                setattr(module, attribute, getattr(owner, attribute))
 
 
 def disable():
@@ -513,11 +542,12 @@ def disable():
         else:
             setattr(owner, attribute, original)
     for name, module in _coremltools_modules():
-        for attribute, ours in list(_PROXY_CLASSES.items()) + [("compile_model", None)]:
+        for attribute, ours in list(_PROXY_CLASSES.items()) + [("compile_model", None),
+                                                               ("_verify_optimization_hint_input", None)]:
             key = (name, attribute)
-            if attribute == "compile_model":
+            if ours is None:
                 if key in _saved:
-                    module.compile_model = _saved.pop(key)
+                    setattr(module, attribute, _saved.pop(key))
                 continue
             if vars(module).get(attribute) is ours:
                 # None is what coremltools binds when its import of the proxy fails.

@@ -220,6 +220,19 @@ def test_model_asset_from_path(mlp, tmp_path):
                                rtol=1e-4, atol=1e-4)
 
 
+def test_optimization_hints_are_checked_and_kept(mlp):
+    hints = {"reshapeFrequency": ct.ReshapeFrequency.Infrequent, "allowLowPrecisionAccumulationOnGPU": True}
+    model = ct.models.MLModel(mlp[1], optimization_hints=hints)
+    assert model.optimization_hints == hints
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_allclose(model.predict({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="Unrecognized key in optimization_hint dictionary: bad"):
+        ct.models.MLModel(mlp[1], optimization_hints={"bad": True})
+    with pytest.raises(TypeError, match='"reshapeFrequency" value of "optimization_hint_input" dictionary must be '
+                                        "of type coremltools.ReshapeFrequency"):
+        ct.models.CompiledMLModel(model.get_compiled_model_path(), optimization_hints={"reshapeFrequency": 1})
+
+
 def test_disable_restores_the_macos_checks(mlp):
     backend.disable()
     try:
@@ -227,6 +240,8 @@ def test_disable_restores_the_macos_checks(mlp):
             ct.models.CompiledMLModel(mlp[1])
         assert "coremlrt" not in getattr(ct.utils.compile_model, "__module__", "")
         assert ct.models.compute_device._MLCPUComputeDeviceProxy is None
+        with pytest.raises(ValueError, match="only available on macOS >= 15.0"):
+            ct.models.MLModel(mlp[1], optimization_hints={"reshapeFrequency": ct.ReshapeFrequency.Frequent})
     finally:
         backend.enable()
     assert ct.models.compute_device._MLCPUComputeDeviceProxy is backend._MLCPUComputeDeviceProxy
