@@ -15,7 +15,8 @@ fi
 # coremltools, torch, torchvision and transformers make the test models the way users make
 # them; torch 2.14.1 and torchvision 0.29.1 are the builds this environment provides (another
 # version would download gigabytes).
-# mypy checks the package's type stubs (tests/python/test_typing.py).
-python3 -m pip install -q --disable-pip-version-check numpy pytest mypy "coremltools==9.0" \
+# mypy checks the package's type stubs (tests/python/test_typing.py); pytest-asyncio runs the
+# async cases of coremltools' runtime tests (scripts/coremltools_op_tests.py --suite runtime).
+python3 -m pip install -q --disable-pip-version-check numpy pytest mypy pytest-asyncio "coremltools==9.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0"
 python3 -m pip install -q --disable-pip-version-check .

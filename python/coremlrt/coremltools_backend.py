@@ -243,7 +243,11 @@ class _MLComputePlanProxy:
     """What coremltools' MLComputePlan asks of Core ML's compute plan, from coremlrt's plan
     (coremlrt/compute_plan.py): every op on the CPU, with its estimated share of the FLOPs."""
 
-    def __init__(self, path):
+    def __init__(self, path=None):
+        if path is None:
+            # coremltools' experimental remote compute plan subclasses this class, calls
+            # __init__ without arguments and supplies the plan itself (compute_plan_utils.py).
+            return
         raw = _core.model_structure(path)
         self.model_structure, self._ops = _structure_objects(raw)
         self._plan = {}
