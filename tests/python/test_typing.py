@@ -10,10 +10,20 @@ import coremlrt
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(coremlrt.__file__)))
 
 
+def mypy_env():
+    """An installed package is found by mypy as any typed package in site-packages (which mypy
+    refuses on MYPYPATH); a build tree's copy (PYTHONPATH=build-dev/python) goes on MYPYPATH."""
+    env = dict(os.environ)
+    env.pop("MYPYPATH", None)
+    if os.path.basename(PACKAGE_ROOT) not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = PACKAGE_ROOT
+    return env
+
+
 def run_mypy(tmp_path, source):
     script = tmp_path / "client.py"
     script.write_text(textwrap.dedent(source))
-    env = dict(os.environ, MYPYPATH=PACKAGE_ROOT)
+    env = mypy_env()
     proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
                            str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
     return proc.returncode, proc.stdout + proc.stderr
@@ -66,7 +76,7 @@ def test_mypy_rejects_wrong_use(tmp_path):
 
 def test_mypy_checks_the_package_against_its_stubs(tmp_path):
     # coremltools ships no type information, hence --ignore-missing-imports.
-    env = dict(os.environ, MYPYPATH=PACKAGE_ROOT)
+    env = mypy_env()
     proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", "-p", "coremlrt"],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
