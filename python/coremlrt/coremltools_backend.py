@@ -23,14 +23,13 @@ coremltools' runtime API:
 * ``MLModelStructure.load_from_path`` (ML programs and neuralNetwork layers) and
   ``MLComputePlan.load_from_path`` (every op on the CPU, cost as :mod:`coremlrt.compute_plan`
   estimates it);
-* ``MLModelAsset.from_memory`` / ``from_path`` with ``CompiledMLModel.from_asset``.
+* ``MLModelAsset.from_memory`` (loaded from memory: no file is written) / ``from_path`` with
+  ``CompiledMLModel.from_asset``.
 
 Optimization hints are accepted (checked as coremltools checks them) and kept; they change
 nothing, since they steer Core ML's GPU and Neural Engine specialization. What stays
 unavailable on Linux: the structure of pipelines and classic ML models, and models coremlrt
-cannot run (see ``coremlrt info``). A model asset made from memory is written to a private
-temporary folder (removed with the asset), since the engine loads weights by memory-mapping
-files.
+cannot run (see ``coremlrt info``).
 """
 
 import contextlib
@@ -78,7 +77,7 @@ class _MLModelProxy:
             if not isinstance(asset, _MLModelAssetProxy):
                 raise RuntimeError("the asset was not made by coremlrt's MLModelAsset proxy")
             path = asset.path
-            self._asset = asset  # keeps an asset's temporary folder alive while the model lives
+            self._asset = asset  # keeps an in-memory asset registered while the model lives
         try:
             units = ComputeUnit[compute_units]
         except KeyError:
@@ -124,16 +123,16 @@ class _MLModelProxy:
         return self._model.make_state()
 
     def get_compiled_model_path(self):
-        # A model loaded from a compiled folder is its own compiled model. Otherwise the package
-        # (or .mlmodel) is compiled once, on first request, into a temporary folder that lives
-        # as long as this proxy, as Core ML's compiled copy lives as long as its MLModel.
+        # A model loaded from a compiled folder is its own compiled model. Otherwise the package,
+        # .mlmodel or in-memory asset is compiled once, on first request, into a temporary folder
+        # that lives as long as this proxy, as Core ML's compiled copy lives as long as its MLModel.
         path = self._model.package_path
         if os.path.isfile(os.path.join(path, "model.mil")) or path.rstrip(os.sep).endswith(".mlmodelc"):
             return path
         with self._compiled_lock:
             if self._compiled_dir is None:
                 directory = tempfile.TemporaryDirectory(prefix="coremlrt-compiled-")
-                name = os.path.splitext(os.path.basename(path.rstrip(os.sep)))[0] or "model"
+                name = os.path.splitext(os.path.basename(path.rstrip(os.sep)))[0].replace(":", "-") or "model"
                 compiled.compile_model(path, os.path.join(directory.name, name + ".mlmodelc"))
                 self._compiled_dir = (directory, os.path.join(directory.name, name + ".mlmodelc"))
             return self._compiled_dir[1]
@@ -202,13 +201,13 @@ def _cpu_device():
 
 
 class _MLModelAssetProxy:
-    """A model asset: a compiled folder (from_path), or a spec and its blobs given in memory
-    (from_memory), which are written to a private temporary folder that lives as long as the
-    asset (the engine memory-maps weight files)."""
+    """A model asset: a compiled folder (from_path), or a spec and its weight files given as
+    bytes (from_memory), which the engine loads from memory (coremlrt._core.MemoryModel)
+    without writing any file; the asset keeps them registered while it lives."""
 
-    def __init__(self, path, directory=None):
+    def __init__(self, path, memory=None):
         self.path = path
-        self._directory = directory
+        self._memory = memory
 
     @classmethod
     def from_path(cls, path):
@@ -221,22 +220,11 @@ class _MLModelAssetProxy:
     def from_memory(cls, spec_data, blob_mapping):
         if not isinstance(spec_data, (bytes, bytearray)):
             raise TypeError("spec_data must be bytes (a serialized Model protobuf)")
-        directory = tempfile.TemporaryDirectory(prefix="coremlrt-asset-")
-        root = os.path.realpath(directory.name)
-        for name, data in blob_mapping.items():
-            # Blob names are paths relative to the model ("weights/weight.bin"), as @model_path/...
-            # references in the spec name them; anything leaving the folder is refused.
-            target = os.path.realpath(os.path.join(root, name))
-            if os.path.isabs(name) or not target.startswith(root + os.sep):
-                directory.cleanup()
-                raise RuntimeError(f"blob mapping key '{name}' is not a path inside the model")
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(data)
-        model_file = os.path.join(root, "model.mlmodel")
-        with open(model_file, "wb") as f:
-            f.write(bytes(spec_data))
-        return cls(model_file, directory)
+        try:
+            memory = _core.MemoryModel(bytes(spec_data), {str(k): bytes(v) for k, v in blob_mapping.items()})
+        except Error as exc:
+            raise RuntimeError(str(exc)) from exc
+        return cls(memory.path, memory)
 
 
 class _MLComputePlanProxy:

@@ -214,7 +214,9 @@ class MLModel:
             raise TypeError('"compute_units" parameter must be of type: coremlrt.ComputeUnit')
         if function_name is not None and not isinstance(function_name, str):
             raise TypeError('"function_name" must be a string or None')
-        self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
+        path = os.fspath(model)
+        # "coremlrt-memory:N" names a model given as bytes (coremlrt._core.MemoryModel), not a file.
+        self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
         self.compute_unit = compute_units
         self._model = _core.Model(self.package_path, function_name or "", float(context_linger))
         self._counter_lock = threading.Lock()

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "coremlrt/compile.h"
+#include "coremlrt/memory_model.h"
 #include "coremlrt/structure.h"
 
 namespace nb = nanobind;
@@ -94,6 +95,21 @@ nb::dict structure_dict(const ModelStructure& s) {
 }  // namespace
 
 void bind_structure(nb::module_& m) {
+  // A model given as bytes (MLModelAsset.from_memory): `path` names it while the object lives.
+  nb::class_<MemoryModelHandle>(m, "MemoryModel")
+      .def(
+          "__init__",
+          [](MemoryModelHandle* self, nb::bytes spec, nb::dict blobs) {
+            std::map<std::string, std::string> copies;
+            for (auto [key, value] : blobs) {
+              if (!nb::isinstance<nb::bytes>(value)) throw nb::type_error("blob mapping values must be bytes");
+              nb::bytes data = nb::borrow<nb::bytes>(value);
+              copies[nb::cast<std::string>(key)] = std::string(data.c_str(), data.size());
+            }
+            new (self) MemoryModelHandle(std::string(spec.c_str(), spec.size()), copies);
+          },
+          nb::arg("spec"), nb::arg("blobs"))
+      .def_prop_ro("path", &MemoryModelHandle::path);
   m.def(
       "compile_model",
       [](const std::string& source, const std::string& destination) { compile_model(source, destination); },

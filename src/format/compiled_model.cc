@@ -12,6 +12,7 @@
 #include "coremlrt/compile.h"
 #include "coremlrt/error.h"
 #include "format/compiled_metadata.h"
+#include "format/memory_model.h"
 #include "format/mil_text.h"
 #include "format/value_reader.h"
 
@@ -82,6 +83,17 @@ void copy_blob_file(const std::string& file_name, const fs::path& from_dir, cons
                  "': ", ec.message());
 }
 
+// The same for a weight file given in memory.
+void write_memory_blob(const std::string& file_name, const MemoryModel& model, const fs::path& to_dir) {
+  static const std::string kPrefix = "@model_path/";
+  COREMLRT_CHECK(file_name.rfind(kPrefix, 0) == 0, "blob file name '", file_name, "' does not start with @model_path/");
+  fs::path relative = fs::path(file_name.substr(kPrefix.size())).lexically_normal();
+  auto blob = model.blobs.find(relative.string());
+  COREMLRT_CHECK(blob != model.blobs.end(), "the blob mapping has no '", relative.string(), "'");
+  fs::create_directories((to_dir / relative).parent_path());
+  write_bytes(to_dir / relative, std::string(reinterpret_cast<const char*>(blob->second->bytes()), blob->second->size()));
+}
+
 void assemble(const ModelFiles& files, const std::string& bytes, const fs::path& folder) {
   spec::Model model;
   COREMLRT_CHECK(model.ParseFromString(bytes), "model file '", files.model_file,
@@ -100,7 +112,10 @@ void assemble(const ModelFiles& files, const std::string& bytes, const fs::path&
       collect_blob_files(block->second, blobs);
       count_ops(block->second, histogram_opset(function.opset()), histogram);
     }
-    for (const auto& blob : blobs) copy_blob_file(blob, files.model_dir, folder);
+    for (const auto& blob : blobs) {
+      if (files.in_memory) write_memory_blob(blob, *find_memory_model(files.model_file), folder);
+      else copy_blob_file(blob, files.model_dir, folder);
+    }
   }
   write_bytes(folder / kCompiledMetadataFile, write_compiled_metadata(loaded.description, histogram));
 }
@@ -115,7 +130,8 @@ void write_compiled_model(const std::string& source, const std::string& destinat
   COREMLRT_CHECK(!fs::exists(target), "compiled model path '", destination, "' already exists");
   ModelFiles files = locate_model(source);
   COREMLRT_CHECK(!files.compiled, "'", source, "' is already a compiled model");
-  const std::string bytes = read_bytes(files.model_file);
+  std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
+  const std::string bytes = memory ? memory->spec : read_bytes(files.model_file);
   fs::path partial = target;
   partial += ".partial-" + std::to_string(::getpid());
   fs::remove_all(partial);

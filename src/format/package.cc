@@ -6,6 +6,7 @@
 
 #include "coremlrt/error.h"
 #include "format/compiled_model.h"
+#include "format/memory_model.h"
 
 namespace coremlrt::format {
 
@@ -76,6 +77,7 @@ ModelFiles locate_in_package(const fs::path& package) {
 }  // namespace
 
 ModelFiles locate_model(const std::string& path) {
+  if (find_memory_model(path)) return {path, path, false, false, true};
   std::error_code ec;
   fs::path p(path);
   fs::file_status status = fs::status(p, ec);

@@ -10,6 +10,7 @@ struct ModelFiles {
   std::string model_dir;   // what "@model_path" stands for in blob references
   bool is_package = false;
   bool compiled = false;   // a compiled folder (.mlmodelc): see compiled_model.h
+  bool in_memory = false;  // registered bytes (memory_model.h): model_file is the memory path
 };
 
 // Throws Error naming the path and what was expected when it is not a model.

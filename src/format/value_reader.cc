@@ -200,6 +200,13 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
   fs::path relative = fs::path(file_name.substr(kPrefix.size())).lexically_normal();
   COREMLRT_CHECK(!relative.is_absolute() && relative.string().rfind("..", 0) != 0, where, ": blob file '",
                  file_name, "' points outside the model");
+  if (memory_blobs_) {
+    auto blob = memory_blobs_->find(relative.string());
+    COREMLRT_CHECK(blob != memory_blobs_->end(), where, ": the blob mapping has no '", relative.string(),
+                   "' (the model refers to '", file_name, "')");
+    files_.emplace(relative.string(), blob->second);
+    return *blob->second;
+  }
   std::string path = (fs::path(model_dir_) / relative).string();
   auto it = files_.find(path);
   if (it == files_.end()) {

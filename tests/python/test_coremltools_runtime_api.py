@@ -246,3 +246,44 @@ def test_disable_restores_the_macos_checks(mlp):
         backend.enable()
     assert ct.models.compute_device._MLCPUComputeDeviceProxy is backend._MLCPUComputeDeviceProxy
     assert sys.modules["coremltools.libcoremlpython"]._MLComputePlanProxy is backend._MLComputePlanProxy
+
+
+def test_memory_asset_writes_no_file_and_refuses_missing_blobs(mlp, tmp_path, monkeypatch):
+    model, _ = mlp
+    weights = open(os.path.join(model.weights_dir, "weight.bin"), "rb").read()
+    # Any file made while loading would land in the temporary directory, which is empty after.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    asset = ct.models.model.MLModelAsset.from_memory(spec_data=model.get_spec().SerializeToString(),
+                                                     blob_mapping={"weights/weight.bin": weights})
+    compiled = ct.models.CompiledMLModel.from_asset(asset=asset)
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_allclose(compiled.predict({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-4)
+    assert os.listdir(tmp_path) == []
+    assert asset.__proxy__.path.startswith("coremlrt-memory:")
+    # A spec whose weights are not in the mapping is refused when loaded, naming the file.
+    bare = ct.models.model.MLModelAsset.from_memory(spec_data=model.get_spec().SerializeToString())
+    with pytest.raises(RuntimeError, match="the blob mapping has no 'weights/weight.bin'"):
+        ct.models.CompiledMLModel.from_asset(asset=bare)
+    # Released memory models are named as such.
+    path = asset.__proxy__.path
+    del compiled, asset
+    import gc
+    gc.collect()
+    with pytest.raises(coremlrt.Error, match="was given in memory and has been released"):
+        coremlrt.MLModel(path)
+
+
+def test_memory_model_through_coremlrt_api(mlp):
+    model, _ = mlp
+    weights = open(os.path.join(model.weights_dir, "weight.bin"), "rb").read()
+    memory = coremlrt._core.MemoryModel(model.get_spec().SerializeToString(), {"weights/weight.bin": weights})
+    loaded = coremlrt.MLModel(memory.path)
+    del memory  # the loaded model keeps its weights
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_allclose(loaded.predict({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(coremlrt.Error, match="blob mapping key '../w.bin' is not a path inside the model"):
+        coremlrt._core.MemoryModel(b"", {"../w.bin": b""})
+    with pytest.raises(coremlrt.Error, match="too short for the 64-byte storage header"):
+        coremlrt._core.MemoryModel(b"", {"weights/weight.bin": b"abc"})
