@@ -37,6 +37,7 @@ RECORDED_RUNTIME = PLUGIN_DIR / "recorded_runtime_results.json"
 # coremltools' runtime API test folders (inside the installed coremltools package).
 RUNTIME_FOLDERS = ("test/api", "test/modelpackage", "test/ml_program", "test/blob")
 KNOWN_DIFFERENCES = PLUGIN_DIR / "known_differences.json"
+KNOWN_RUNTIME_DIFFERENCES = PLUGIN_DIR / "known_runtime_differences.json"
 FILE_TIMEOUT_S = 1800  # one test file; a hang past this is recorded like a crash
 NOT_PASSING = ("failed", "crash")
 
@@ -220,7 +221,8 @@ def finish(args, records, version, seconds, file_count):
     recorded_path = RECORDED_RUNTIME if args.suite == "runtime" else RECORDED
     if args.report:
         if args.suite == "runtime":
-            write_runtime_report(records, pathlib.Path(args.report), version, seconds, _known_differences())
+            write_runtime_report(records, pathlib.Path(args.report), version, seconds,
+                                 _known_differences(KNOWN_RUNTIME_DIFFERENCES))
         else:
             write_report(records, pathlib.Path(args.report), version, args.sample, seconds, _known_differences())
         print(f"report: {args.report}")
@@ -236,8 +238,9 @@ def finish(args, records, version, seconds, file_count):
         print("no regression from the recorded run")
 
 
-def _known_differences():
-    return json.loads(KNOWN_DIFFERENCES.read_text()) if KNOWN_DIFFERENCES.exists() else []
+def _known_differences(path=None):
+    path = path or KNOWN_DIFFERENCES
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 if __name__ == "__main__":
