@@ -12,10 +12,12 @@ processes of an environment never do). Then the finder acts on exactly two names
 
 * ``coremltools`` -- it lets the normal finders locate the package and, once the package has
   finished importing, calls ``coremlrt.coremltools_backend`` to check the coremltools version
-  and allow ``make_state`` (see enable() there);
+  and let ``make_state``, ``compile_model`` and ``CompiledMLModel`` past their macOS checks
+  (see enable() there);
 * ``coremltools.libcoremlpython`` -- the macOS-only extension, which coremltools imports
   while it loads: the finder supplies coremlrt's stand-in module, so every coremltools module
-  binds our ``_MLModelProxy`` at import time, as it binds Apple's on macOS.
+  binds our proxies (``_MLModelProxy``, the compute-device, compute-plan and asset proxies)
+  at import time, as it binds Apple's on macOS.
 
 The finder removes itself once coremltools is imported. This file uses only the standard
 library so that it stays cheap and works before anything else is importable.

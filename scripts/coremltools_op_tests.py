@@ -3,6 +3,12 @@
 
     python3 scripts/coremltools_op_tests.py                 # full run (about an hour on 2 cores)
     python3 scripts/coremltools_op_tests.py --sample 10 --check   # CI: every 10th case, no regressions
+    python3 scripts/coremltools_op_tests.py --suite runtime --report docs/coremltools-runtime-tests.md
+
+``--suite runtime`` runs coremltools' runtime API tests instead (``coremltools/test/api``,
+``test/modelpackage``, ``test/ml_program``, ``test/blob``: compiled models, compute plans,
+model structure, assets, weights), a few minutes, with its own recorded results
+(tests/conformance/recorded_runtime_results.json) and report.
 
 Each test file of the installed ``coremltools/converters/mil/mil/ops/tests`` runs in its own
 pytest process with the plugin tests/conformance/coremltools_op_suite.py, which records one
@@ -27,21 +33,35 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN_DIR = REPO / "tests" / "conformance"
 RECORDED = PLUGIN_DIR / "recorded_results.json"
+RECORDED_RUNTIME = PLUGIN_DIR / "recorded_runtime_results.json"
+# coremltools' runtime API test folders (inside the installed coremltools package).
+RUNTIME_FOLDERS = ("test/api", "test/modelpackage", "test/ml_program", "test/blob")
 KNOWN_DIFFERENCES = PLUGIN_DIR / "known_differences.json"
+KNOWN_RUNTIME_DIFFERENCES = PLUGIN_DIR / "known_runtime_differences.json"
 FILE_TIMEOUT_S = 1800  # one test file; a hang past this is recorded like a crash
 NOT_PASSING = ("failed", "crash")
 
 
-def suite_dir():
+def coremltools_dir():
     import importlib.util
     spec = importlib.util.find_spec("coremltools")
     if spec is None:
         sys.exit("coremltools is not installed")
-    return pathlib.Path(spec.origin).parent / "converters" / "mil" / "mil" / "ops" / "tests"
+    return pathlib.Path(spec.origin).parent
 
 
-def test_files(root, only):
-    files = sorted(root.rglob("test_*.py"))
+def suite_dir(suite="ops"):
+    """The folder node ids are relative to: the op tests' folder, or coremltools' package."""
+    if suite == "runtime":
+        return coremltools_dir()
+    return coremltools_dir() / "converters" / "mil" / "mil" / "ops" / "tests"
+
+
+def test_files(root, only, suite="ops"):
+    if suite == "runtime":
+        files = sorted(p for folder in RUNTIME_FOLDERS for p in (root / folder).rglob("test_*.py"))
+    else:
+        files = sorted(root.rglob("test_*.py"))
     return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
 
 
@@ -53,7 +73,10 @@ def run_group(paths, name, root, out_dir, sample):
     results.unlink(missing_ok=True)
     ini = out_dir / "pytest.ini"  # an empty configuration: none of our repository's settings
     env = dict(os.environ, COREMLRT_SUITE_CURRENT=str(current), PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGIN_DIR), env.get("PYTHONPATH")]))
+    # Absolute entries: the tests run in out_dir, where a relative PYTHONPATH (build-dev/python)
+    # would silently fall back to an installed coremlrt.
+    caller_path = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + caller_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
                "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
                "--coremlrt-sample", str(sample)] + [str(p) for p in paths]
@@ -109,9 +132,9 @@ def summarize(records):
     return counts, ran, (counts["passed"] / ran if ran else 0.0)
 
 
-def check_against_recorded(records, sample):
+def check_against_recorded(records, sample, recorded_path=None):
     """Problems of this run compared with the recorded full run (empty when it holds)."""
-    recorded = json.loads(RECORDED.read_text())
+    recorded = json.loads((recorded_path or RECORDED).read_text())
     not_passed = recorded["not_passed"]
     problems = []
     for r in records:
@@ -125,9 +148,9 @@ def check_against_recorded(records, sample):
     return problems
 
 
-def record(records, version):
+def record(records, version, recorded_path=None):
     applicable = [r for r in records if r["outcome"] != "not_applicable"]
-    RECORDED.write_text(json.dumps({
+    (recorded_path or RECORDED).write_text(json.dumps({
         "coremltools": version,
         "applicable": len(applicable),
         "not_passed": {r["nodeid"]: f"{r['outcome']}: {r.get('cause') or r.get('detail')}"
@@ -140,7 +163,9 @@ def main():
     parser.add_argument("--sample", type=int, default=1, help="run every N-th case of each file")
     parser.add_argument("--jobs", type=int, default=2, help="test files run at once")
     parser.add_argument("--only", action="append", help="run test files whose path contains this")
-    parser.add_argument("--out", default=str(REPO / "build" / "coremltools-op-suite"))
+    parser.add_argument("--suite", choices=("ops", "runtime"), default="ops",
+                        help="ops: the MIL op tests; runtime: coremltools' runtime API tests")
+    parser.add_argument("--out", help="folder for per-file results (default build/coremltools-<suite>-suite)")
     parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
     parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
     parser.add_argument("--check", action="store_true", help="fail on a regression from the recorded run")
@@ -150,11 +175,13 @@ def main():
     args = parser.parse_args()
 
     import coremltools
-    root = suite_dir()
+    root = suite_dir(args.suite)
+    args.out = args.out or str(REPO / "build" / ("coremltools-op-suite" if args.suite == "ops"
+                                                 else "coremltools-runtime-suite"))
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pytest.ini").write_text("[pytest]\n")
-    files = test_files(root, args.only)
+    files = test_files(root, args.only, args.suite)
     if args.from_results:
         results = sorted(out_dir.glob("*.jsonl"))
         finish(args, [r for path in results for r in _read(path)], coremltools.__version__, None, len(results))
@@ -190,15 +217,20 @@ def finish(args, records, version, seconds, file_count):
     with open(pathlib.Path(args.out) / "results.json", "w") as f:
         json.dump(records, f)
 
-    from coremltools_op_report import write_report
+    from coremltools_op_report import write_report, write_runtime_report
+    recorded_path = RECORDED_RUNTIME if args.suite == "runtime" else RECORDED
     if args.report:
-        write_report(records, pathlib.Path(args.report), version, args.sample, seconds, _known_differences())
+        if args.suite == "runtime":
+            write_runtime_report(records, pathlib.Path(args.report), version, seconds,
+                                 _known_differences(KNOWN_RUNTIME_DIFFERENCES))
+        else:
+            write_report(records, pathlib.Path(args.report), version, args.sample, seconds, _known_differences())
         print(f"report: {args.report}")
     if args.record:
-        record(records, version)
-        print(f"recorded: {RECORDED}")
+        record(records, version, recorded_path)
+        print(f"recorded: {recorded_path}")
     if args.check:
-        problems = check_against_recorded(records, args.sample)
+        problems = check_against_recorded(records, args.sample, recorded_path)
         for p in problems:
             print(p)
         if problems:
@@ -206,8 +238,9 @@ def finish(args, records, version, seconds, file_count):
         print("no regression from the recorded run")
 
 
-def _known_differences():
-    return json.loads(KNOWN_DIFFERENCES.read_text()) if KNOWN_DIFFERENCES.exists() else []
+def _known_differences(path=None):
+    path = path or KNOWN_DIFFERENCES
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 if __name__ == "__main__":

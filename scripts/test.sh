@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
-# Python suite (pytest, against the installed package; ../shared/corpus when present), a sample of
-# coremltools' own op tests (scripts/coremltools_op_tests.py), and the sanitizer runs
+# Python suite (pytest, against the installed package; ../shared/corpus when present), samples of
+# coremltools' own op and runtime API tests (scripts/coremltools_op_tests.py), the sanitizer runs
 # (ASan+UBSan, TSan: scripts/test_sanitizers.sh) and a smoke run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,9 @@ python3 -m pytest -q -p no:cacheprovider -m "not slow" tests/python
 # coremltools' own op tests, every 10th case, predicting through coremlrt: fails when a case
 # that passed in the recorded full run (docs/conformance.md) fails or crashes.
 python3 scripts/coremltools_op_tests.py --sample 10 --check
+# coremltools' runtime API tests (compiled models, compute plans, structure, assets), every 10th
+# case, against tests/conformance/recorded_runtime_results.json (docs/coremltools-runtime-tests.md).
+python3 scripts/coremltools_op_tests.py --suite runtime --sample 10 --check
 
 bash scripts/test_sanitizers.sh
 

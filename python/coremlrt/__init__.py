@@ -1,4 +1,4 @@
-"""coremlrt: run Core ML models (.mlpackage ML programs) on Linux.
+"""coremlrt: run Core ML models (.mlpackage, .mlmodel, compiled .mlmodelc) on Linux.
 
     import coremlrt
     model = coremlrt.MLModel("model.mlpackage")
@@ -8,13 +8,16 @@ Our own kernels split large ops over one process-wide thread pool shared by ever
 set_num_threads(n) sets its size (1: every op on the calling thread; 0: the default, the
 COREMLRT_NUM_THREADS environment variable or else the machine's cores), num_threads() reads
 it. MLModel(..., threads=n) caps what one prediction of that model takes from it.
+
+    compiled = coremlrt.compile_model("model.mlpackage", "model.mlmodelc")
 """
 
 from ._core import Error, available_backends, num_threads, set_num_threads
 from .batch import BatchResult, predict_dataset
+from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
 # coremlrt.dask and coremlrt.ray are imported on demand: they need the optional extras.
-__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "num_threads",
-           "predict_dataset", "set_num_threads"]
+__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "compile_model",
+           "num_threads", "predict_dataset", "set_num_threads"]
 __version__ = "0.1.0"

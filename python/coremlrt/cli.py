@@ -1,6 +1,6 @@
 """The ``coremlrt`` command.
 
-    coremlrt info MODEL
+    coremlrt info MODEL [--plan]
     coremlrt ops
     coremlrt predict MODEL --input NAME=FILE.npy [--input ...] [--inputs FILE.npz]
                            [--function NAME] [--output OUT.npz]
@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from . import _core, ops_table
+from . import _core, compute_plan, ops_table
 from .batch import predict_dataset
 from .model import Error, MLModel
 
@@ -71,26 +71,34 @@ def cmd_info(args, out=sys.stdout):
     elif unsupported_total == 0:
         print(f"  every {unit} is supported by this build", file=out)
     if args.plan and not report["problem"] and unsupported_total == 0:
-        for function in desc["functions"]:
-            _print_plan(args, function["name"], out)
+        _print_plan(args, desc, out)
     return 0
 
 
-def _print_plan(args, function_name, out):
-    """Where each op of a function runs with the chosen backend, and why an op fell back."""
-    model = MLModel(args.model, function_name=function_name, backend=args.backend, threads=args.threads,
-                    cache_dir=None)
-    placements = model.placements()
-    counts = {}
-    for p in placements:
-        counts[p["backend"]] = counts.get(p["backend"], 0) + 1
-    summary = ", ".join(f"{backend} {n}" for backend, n in sorted(counts.items()))
-    print(f"  plan of '{function_name}' (backend={args.backend}): {summary}", file=out)
-    for p in placements:
-        where = p["backend"] + (f" region #{p['region']}" if p["region"] >= 0 else "")
-        name = f" '{p['op_name']}'" if p["op_name"] else ""
-        reason = f"  ({p['reason']})" if p["reason"] else ""
-        print(f"    {p['op_type']}{name} -> {p['output']}: {where}{reason}", file=out)
+def _print_plan(args, desc, out):
+    """Per op: device, backend (and region), estimated cost, and why an op fell back to
+    coremlrt's own kernels (coremlrt/compute_plan.py says how cost is estimated)."""
+    if desc["model_type"] != "mlProgram":
+        print(f"  compute plan: every layer of this {desc['model_type']} model runs on the CPU, on coremlrt's "
+              f"own kernels", file=out)
+        return
+    for function, ops in compute_plan.compute_plan(args.model, backend=args.backend).items():
+        counts = {}
+        for op in ops:
+            if op.op_type != "const":
+                counts[op.backend] = counts.get(op.backend, 0) + 1
+        summary = ", ".join(f"{backend} {n}" for backend, n in sorted(counts.items()))
+        print(f"  compute plan of '{function}' (backend={args.backend or 'auto'}): {summary}", file=out)
+        print("    (position, op, output, device, backend, estimated FLOPs, share of the function)", file=out)
+        for op in ops:
+            if op.op_type == "const":
+                continue
+            where = ".".join(str(i) for i in op.path)
+            label = op.outputs[0] if op.outputs else op.name
+            backend = op.backend + (f" region #{op.region}" if op.region >= 0 else "")
+            reason = f"  ({op.reason})" if op.reason else ""
+            print(f"    {where:>6} {op.op_type:<24} {label:<30} {op.device:<4} {backend:<18} "
+                  f"{op.flops:>14,d} {op.weight:7.2%}{reason}", file=out)
 
 
 def cmd_ops(args, out=sys.stdout):
@@ -153,10 +161,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="describe a model: features, functions, ops, unsupported ops")
     info.add_argument("model")
-    info.add_argument("--plan", action="store_true", help="load the model and show which backend runs each op, and why "
-                      "an op fell back to coremlrt's own kernels")
-    info.add_argument("--backend", default="auto", help="backend for --plan: auto (default), reference or a backend name")
-    info.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
+    info.add_argument("--plan", action="store_true",
+                      help="also load the model and print each op's device, backend, estimated cost, and why an "
+                           "op fell back to coremlrt's own kernels")
+    info.add_argument("--backend", default=None, help="backend for --plan: auto (default), reference or a backend name")
     sub.add_parser("ops", help="list the ops this build has kernels for: opsets and dtypes")
     predict = sub.add_parser("predict", help="run a prediction on .npy/.npz inputs")
     predict.add_argument("model")

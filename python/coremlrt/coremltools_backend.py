@@ -11,20 +11,44 @@ convert and save but not predict. This module provides a compatible proxy backed
     ct.models.MLModel("model.mlpackage").predict({"x": x})
 
 Or set ``COREMLRT_COREMLTOOLS=1`` to do this in every Python process (see
-``coremlrt_coremltools_hook``). What stays unavailable on Linux: ``CompiledMLModel``,
-``compile_model``, ``MLModelAsset``, compute devices and compute plans, and non-empty
-``optimization_hints`` (coremltools itself refuses them before reaching the proxy, or the
-proxy lacks the static helpers they call).
+``coremlrt_coremltools_hook``). Besides ``predict`` and states, the proxy serves the rest of
+coremltools' runtime API:
+
+* ``ct.utils.compile_model``, ``ct.models.CompiledMLModel`` and
+  ``MLModel.get_compiled_model_path()``: compiled ``.mlmodelc`` folders with ``model.mil``
+  (see :mod:`coremlrt.compiled`);
+* ``MLComputeDevice.get_all_compute_devices()`` and ``MLModel.get_available_compute_devices()``:
+  an ``MLCPUComputeDevice`` (coremlrt computes on the CPU; there is no GPU device) and, where
+  the low-precision mode can run (the OpenVINO backend on a CPU with bf16 matrix instructions),
+  an ``MLNeuralEngineComputeDevice`` standing for the CPU's matrix unit that
+  ``ComputeUnit.CPU_AND_NE`` uses;
+* ``MLModelStructure.load_from_path`` (ML programs and neuralNetwork layers) and
+  ``MLComputePlan.load_from_path`` (every op on the CPU, the backend that runs it in
+  coremlrt's terms, and cost as :mod:`coremlrt.compute_plan` estimates it);
+* ``MLModelAsset.from_memory`` (loaded from memory: no file is written) / ``from_path`` with
+  ``CompiledMLModel.from_asset``.
+
+Optimization hints are accepted (checked as coremltools checks them) and kept; they change
+nothing, since they steer Core ML's GPU and Neural Engine specialization. What stays
+unavailable on Linux: the structure of pipelines and classic ML models, and models coremlrt
+cannot run (see ``coremlrt info``).
 """
 
 import contextlib
 import functools
+import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
 import types
+from typing import Any, Dict
 
 import numpy as np
 
+from . import _core, compiled
+from . import compute_plan as _plan
 from ._core import Error
 from .model import ComputeUnit, MLModel
 
@@ -63,7 +87,10 @@ class _MLModelProxy:
 
     def __init__(self, path, compute_units="ALL", function_name="", optimization_hints=None, asset=None):
         if asset is not None:
-            raise RuntimeError("coremlrt cannot load a model from an MLModelAsset; pass a model path")
+            if not isinstance(asset, _MLModelAssetProxy):
+                raise RuntimeError("the asset was not made by coremlrt's MLModelAsset proxy")
+            path = asset.path
+            self._asset = asset  # keeps an in-memory asset registered while the model lives
         try:
             units = ComputeUnit[compute_units]
         except KeyError:
@@ -80,6 +107,8 @@ class _MLModelProxy:
             raise RuntimeError(str(exc)) from exc
         self._load_ns = time.perf_counter_ns() - start
         self._last_predict_ns = None
+        self._compiled_lock = threading.Lock()
+        self._compiled_dir = None  # a TemporaryDirectory holding get_compiled_model_path()'s folder
 
     @staticmethod
     def maximum_supported_specification_version():
@@ -107,16 +136,217 @@ class _MLModelProxy:
         return self._model.make_state()
 
     def get_compiled_model_path(self):
-        # coremlrt runs the package (or .mlmodel file) directly and compiles nothing to disk, so
-        # the "compiled model" is the path it loaded. Like Apple's .mlmodelc it is only valid
-        # while the MLModel lives: a temporary package made by ct.convert is deleted with it.
-        return self._model.package_path
+        # A model loaded from a compiled folder is its own compiled model. Otherwise the package,
+        # .mlmodel or in-memory asset is compiled once, on first request, into a temporary folder
+        # that lives as long as this proxy, as Core ML's compiled copy lives as long as its MLModel.
+        path = self._model.package_path
+        if os.path.isfile(os.path.join(path, "model.mil")) or path.rstrip(os.sep).endswith(".mlmodelc"):
+            return path
+        with self._compiled_lock:
+            if self._compiled_dir is None:
+                directory = tempfile.TemporaryDirectory(prefix="coremlrt-compiled-")
+                name = os.path.splitext(os.path.basename(path.rstrip(os.sep)))[0].replace(":", "-") or "model"
+                compiled.compile_model(path, os.path.join(directory.name, name + ".mlmodelc"))
+                self._compiled_dir = (directory, os.path.join(directory.name, name + ".mlmodelc"))
+            return self._compiled_dir[1]
+
+    # -- static helpers coremltools calls on the proxy class ------------------------------
+
+    @staticmethod
+    def compileModel(path):  # noqa: N802 - the name coremltools calls
+        """ct.utils.compile_model: compiles into a new temporary folder the caller owns (it
+        moves the folder to its destination_path, if any)."""
+        return compiled.compile_model(path)
+
+    @staticmethod
+    def get_all_compute_devices():
+        return _devices()
+
+    @staticmethod
+    def get_available_compute_devices():
+        return _devices()
+
+    @staticmethod
+    def get_model_structure(path):
+        return _structure_objects(_core.model_structure(os.fspath(path)))[0]
+
+    @staticmethod
+    def get_compute_plan(path, compute_units="ALL"):
+        from coremltools.models.compute_plan import MLComputePlan
+        return MLComputePlan(_MLComputePlanProxy(os.fspath(path)))
+
+    @staticmethod
+    def create_model_asset_from_path(path):
+        from coremltools.models.model import MLModelAsset
+        return MLModelAsset(_MLModelAssetProxy.from_path(path))
+
+    @staticmethod
+    def create_model_asset_from_memory(spec_data, blob_mapping=None):
+        from coremltools.models.model import MLModelAsset
+        return MLModelAsset(_MLModelAssetProxy.from_memory(spec_data, blob_mapping or {}))
 
     def get_load_duration_in_nano_seconds(self):
         return self._load_ns
 
     def get_last_predict_duration_in_nano_seconds(self):
         return self._last_predict_ns
+
+
+class _MLCPUComputeDeviceProxy:
+    """The CPU coremlrt computes on (coremltools' MLCPUComputeDevice wraps it)."""
+
+
+class _MLGPUComputeDeviceProxy:
+    """Never made: coremlrt has no GPU device. Defined so that coremltools' isinstance checks
+    and imports of the name work."""
+
+
+class _MLNeuralEngineComputeDeviceProxy:
+    """The Neural Engine's counterpart here: this CPU's bf16 matrix unit (AMX, or AVX-512 BF16),
+    which the low-precision mode uses (ComputeUnit.CPU_AND_NE: fp16 programs may compute in bf16
+    in the OpenVINO backend; docs/architecture.md, law 6). Listed only where that mode can run:
+    a build with the OpenVINO backend on a CPU with bf16 matrix instructions. Its cores are the
+    CPU's cores: the matrix unit is part of each of them."""
+
+    def get_total_core_count(self):
+        return os.cpu_count() or 1
+
+
+def _has_low_precision_unit():
+    if "openvino" not in _core.available_backends():
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def _cpu_device():
+    from coremltools.models.compute_device import MLCPUComputeDevice
+    return MLCPUComputeDevice(_MLCPUComputeDeviceProxy())
+
+
+def _devices():
+    devices = [_cpu_device()]
+    if _has_low_precision_unit():
+        from coremltools.models.compute_device import MLNeuralEngineComputeDevice
+        devices.append(MLNeuralEngineComputeDevice(_MLNeuralEngineComputeDeviceProxy()))
+    return devices
+
+
+class _MLModelAssetProxy:
+    """A model asset: a compiled folder (from_path), or a spec and its weight files given as
+    bytes (from_memory), which the engine loads from memory (coremlrt._core.MemoryModel)
+    without writing any file; the asset keeps them registered while it lives."""
+
+    def __init__(self, path, memory=None):
+        self.path = path
+        self._memory = memory
+
+    @classmethod
+    def from_path(cls, path):
+        path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not os.path.isdir(path):
+            raise RuntimeError(f"compiled model '{path}' does not exist (expected an .mlmodelc folder)")
+        return cls(path)
+
+    @classmethod
+    def from_memory(cls, spec_data, blob_mapping):
+        if not isinstance(spec_data, (bytes, bytearray)):
+            raise TypeError("spec_data must be bytes (a serialized Model protobuf)")
+        try:
+            memory = _core.MemoryModel(bytes(spec_data), {str(k): bytes(v) for k, v in blob_mapping.items()})
+        except Error as exc:
+            raise RuntimeError(str(exc)) from exc
+        return cls(memory.path, memory)
+
+
+class _MLComputePlanProxy:
+    """What coremltools' MLComputePlan asks of Core ML's compute plan, from coremlrt's plan
+    (coremlrt/compute_plan.py): every op on the CPU, with its estimated share of the FLOPs."""
+
+    def __init__(self, path=None):
+        if path is None:
+            # coremltools' experimental remote compute plan subclasses this class, calls
+            # __init__ without arguments and supplies the plan itself (compute_plan_utils.py).
+            return
+        raw = _core.model_structure(path)
+        self.model_structure, self._ops = _structure_objects(raw)
+        self._plan = {}
+        if raw["model_type"] == "mlProgram":
+            for function, ops in _plan.compute_plan(path, raw).items():
+                for op in ops:
+                    self._plan[(function, op.path)] = op
+
+    def _usage(self):
+        from coremltools.models.compute_plan import MLComputePlanDeviceUsage
+        device = _cpu_device()
+        return MLComputePlanDeviceUsage(preferred_compute_device=device, supported_compute_devices=[device])
+
+    def _planned(self, operation):
+        key = getattr(operation, "__proxy__", None)
+        if key not in self._plan:
+            raise ValueError("the operation does not belong to this compute plan's model structure")
+        return self._plan[key]
+
+    def get_compute_device_usage_for_mlprogram_operation(self, operation):
+        self._planned(operation)
+        return self._usage()
+
+    def get_compute_device_usage_for_neuralnetwork_layer(self, layer):
+        if getattr(layer, "__proxy__", None) not in self._ops:
+            raise ValueError("the layer does not belong to this compute plan's model structure")
+        return self._usage()
+
+    def get_estimated_cost_for_mlprogram_operation(self, operation):
+        from coremltools.models.compute_plan import MLComputePlanCost
+        return MLComputePlanCost(weight=self._planned(operation).weight)
+
+
+def _structure_objects(raw):
+    """coremltools' MLModelStructure for ``_core.model_structure``'s dict, and the keys its
+    operations and layers carry in ``__proxy__`` ((function, path) and ("layer", index))."""
+    from coremltools.models import compute_plan as cp
+
+    keys = set()
+
+    def named(values):
+        return [cp.MLModelStructureProgramNamedValueType(name=v["name"], type=cp.MLModelStructureProgramValueType())
+                for v in values]
+
+    def block(data, function, path):
+        operations = []
+        for index, op in enumerate(data["operations"]):
+            key = (function, path + (index,))
+            keys.add(key)
+            inputs = {param: cp.MLModelStructureProgramArgument(bindings=[
+                cp.MLModelStructureProgramBinding(
+                    name=b["name"], value=None if b["name"] is not None else cp.MLModelStructureProgramValue())
+                for b in bindings]) for param, bindings in op["inputs"].items()}
+            operations.append(cp.MLModelStructureProgramOperation(
+                inputs=inputs, operator_name=op["type"], outputs=named(op["outputs"]),
+                blocks=[block(nested, function, path + (index, b)) for b, nested in enumerate(op["blocks"])],
+                __proxy__=key))
+        return cp.MLModelStructureProgramBlock(inputs=named(data["inputs"]), operations=operations,
+                                               output_names=list(data["output_names"]))
+
+    program = neuralnetwork = None
+    if raw["model_type"] == "mlProgram":
+        program = cp.MLModelStructureProgram(functions={
+            f["name"]: cp.MLModelStructureProgramFunction(inputs=named(f["inputs"]), block=block(f["block"], f["name"], ()))
+            for f in raw["functions"]})
+    else:  # neuralNetwork (model_structure refuses other types)
+        layers = []
+        for index, layer in enumerate(raw["layers"]):
+            keys.add(("layer", index))
+            # input_names: coremlrt's layer reading keeps the outputs only (format/neural_network_reader.h).
+            layers.append(cp.MLModelStructureNeuralNetworkLayer(
+                name=layer["name"], type=layer["type"], input_names=[], output_names=list(layer["output_names"]),
+                __proxy__=("layer", index)))
+        neuralnetwork = cp.MLModelStructureNeuralNetwork(layers=layers)
+    return cp.MLModelStructure(neuralnetwork=neuralnetwork, program=program, pipeline=None), keys
 
 
 def check_coremltools_version(version):
@@ -129,15 +359,24 @@ def check_coremltools_version(version):
             f"differ. Install coremltools {_SUPPORTED_MAJOR}.x, or unset COREMLRT_COREMLTOOLS.")
 
 
+_PROXY_CLASSES = {
+    "_MLModelProxy": _MLModelProxy,
+    "_MLModelAssetProxy": _MLModelAssetProxy,
+    "_MLComputePlanProxy": _MLComputePlanProxy,
+    "_MLCPUComputeDeviceProxy": _MLCPUComputeDeviceProxy,
+    "_MLGPUComputeDeviceProxy": _MLGPUComputeDeviceProxy,
+    "_MLNeuralEngineComputeDeviceProxy": _MLNeuralEngineComputeDeviceProxy,
+}
+
+
 def libcoremlpython_module():
     """A new module object to stand in for ``coremltools.libcoremlpython``.
 
-    It offers only ``_MLModelProxy``; coremltools' imports of the other names
-    (``_MLModelAssetProxy``, the compute-device proxies) fail as they do on stock Linux, and
-    coremltools logs that those features are unavailable.
+    It offers the proxy classes coremltools 9.0 imports from it (_PROXY_CLASSES).
     """
     module = types.ModuleType(_SHIM_NAME, "coremlrt's stand-in for Apple's libcoremlpython")
-    module._MLModelProxy = _MLModelProxy
+    for name, cls in _PROXY_CLASSES.items():
+        setattr(module, name, cls)
     module.__coremlrt__ = True
     module.__file__ = __file__  # so coremltools' "cannot import name ..." messages point here
     return module
@@ -148,13 +387,15 @@ def _is_ours(module):
 
 
 def _coremltools_modules():
-    """The loaded coremltools modules that may hold their own ``_MLModelProxy`` reference."""
+    """The loaded coremltools modules that may hold their own proxy references."""
     return [(name, module) for name, module in list(sys.modules.items())
             if module is not None and (name == "coremltools" or name.startswith("coremltools."))
             and name != _SHIM_NAME]
 
 
-_saved = {}  # what enable() replaced: "shim" -> (sys.modules entry, attribute), module name -> reference
+# What enable() replaced: "shim" -> (sys.modules entry, attribute); (module name, attribute
+# name) -> the module's original reference; "patched" -> [(owner, attribute, original)].
+_saved: Dict[Any, Any] = {}
 
 
 def _make_state_without_os_check(original):
@@ -172,21 +413,122 @@ def _make_state_without_os_check(original):
             return MLState(proxy.newState())
         return original(self)
 
-    make_state._coremlrt_original = original
     return make_state
 
 
-def enable():
-    """Makes coremltools predict through coremlrt in this process (imports coremltools).
+def _compiled_init_check_without_os_check(original):
+    """CompiledMLModel's argument check starts by refusing anything older than macOS 10.13,
+    which Linux reports as (); with our proxy installed the check is about nothing, so this
+    runs the rest of the check (types, optimization hints) unchanged (coremltools 9.0,
+    models/_compiled_model.py)."""
 
-    Installs a ``coremltools.libcoremlpython`` module holding our ``_MLModelProxy``, points
-    every already-imported coremltools module's own ``_MLModelProxy`` reference at it, and lets
-    ``MLModel.make_state`` work for models our proxy loaded. Models created earlier keep the
-    proxy they were created with (None on Linux): create them again after enable().
+    def _init_check(path, compute_units, function_name, optimization_hints=None, asset=None):
+        from coremltools import ComputeUnit as _ComputeUnit
+        from coremltools.models.model import MLModelAsset, _verify_optimization_hint_input
+        if not isinstance(path, str):
+            raise TypeError('The "path" parameter must be of type "str".')
+        if asset is not None and not isinstance(asset, MLModelAsset):
+            raise TypeError('The "asset" parameter must be of type "MLModelAsset".')
+        if not isinstance(compute_units, _ComputeUnit):
+            raise TypeError('The "compute_units" parameter must be of type: "coremltools.ComputeUnit".')
+        if not isinstance(function_name, str):
+            raise TypeError('The "function_name" parameter must be of type "str".')
+        _verify_optimization_hint_input(optimization_hints)
+
+    return staticmethod(_init_check)
+
+
+def _compile_model_without_os_check(original):
+    """ct.utils.compile_model, which refuses to run off macOS before reaching the proxy: the same
+    checks and results (coremltools 9.0, models/utils.py) with coremlrt compiling."""
+
+    @functools.wraps(original)
+    def compile_model(model, destination_path=None):
+        from coremltools import proto
+        from coremltools.models import MLModel as _CtMLModel
+        from coremltools.models.utils import save_spec
+
+        source = None
+        if isinstance(model, str):
+            if not model.rstrip("/").endswith((".mlpackage", ".mlmodel")):
+                raise ValueError(f"Invalid model file path: '{model}'."
+                                 "Expected a file with .mlpackage or .model extension. ")
+            source = model
+        elif isinstance(model, _CtMLModel):
+            raise TypeError('This model has already been compiled. Call "get_compiled_model_path"'
+                            " to get the compiled model.")
+        elif not isinstance(model, proto.Model_pb2.Model):
+            raise TypeError('Unrecognized input for "model" parameter. It should be a spec or model file path.')
+        if destination_path is not None and not destination_path.rstrip("/").endswith(".mlmodelc"):
+            raise Exception('"destination_path" parameter must have ".mlmodelc" file extension.')
+        if source is None:
+            with tempfile.TemporaryDirectory() as save_dir:
+                spec_file = os.path.join(save_dir, "spec.mlmodel")
+                save_spec(model, spec_file)
+                path = _MLModelProxy.compileModel(spec_file)
+        else:
+            path = _MLModelProxy.compileModel(source)
+        if destination_path is None:
+            return path
+        shutil.move(path, destination_path)
+        return destination_path
+
+    return compile_model
+
+
+def _verify_hints_without_os_check(original):
+    """coremltools refuses optimization hints off macOS 15 (models/model.py,
+    _verify_optimization_hint_input) before checking them. coremlrt accepts them and keeps them
+    (``MLModel.optimization_hints``); they change nothing, as the hints are about Core ML's
+    GPU and Neural Engine specialization. The keys and value types are checked as before."""
+
+    @functools.wraps(original)
+    def _verify_optimization_hint_input(optimization_hint_input=None):
+        from coremltools import ReshapeFrequency, SpecializationStrategy
+        if optimization_hint_input is None:
+            return
+        if not isinstance(optimization_hint_input, dict):
+            raise TypeError('"optimization_hint_input" must be a dictionary or None')
+        expected = {"allowLowPrecisionAccumulationOnGPU": (bool, "bool"),
+                    "specializationStrategy": (SpecializationStrategy, "coremltools.SpecializationStrategy"),
+                    "reshapeFrequency": (ReshapeFrequency, "coremltools.ReshapeFrequency")}
+        for key in optimization_hint_input:
+            if key not in expected:
+                raise ValueError(f"Unrecognized key in optimization_hint dictionary: {key}")
+        for key, (kind, name) in expected.items():
+            if key in optimization_hint_input and not isinstance(optimization_hint_input[key], kind):
+                raise TypeError(f'"{key}" value of "optimization_hint_input" dictionary must be of type {name}')
+
+    return _verify_optimization_hint_input
+
+
+def _patch(owner, attribute, make):
+    """Replaces owner.attribute with make(original), once; disable() puts the original back."""
+    current = owner.__dict__.get(attribute)
+    if getattr(current, "_coremlrt_patch", False) or getattr(getattr(current, "__func__", None), "_coremlrt_patch", False):
+        return
+    original = getattr(owner, attribute)
+    replacement = make(original)
+    target = replacement.__func__ if isinstance(replacement, staticmethod) else replacement
+    target._coremlrt_patch = True
+    setattr(owner, attribute, replacement)
+    _saved.setdefault("patched", []).append((owner, attribute, current))
+
+
+def enable():
+    """Makes coremltools run models through coremlrt in this process (imports coremltools).
+
+    Installs a ``coremltools.libcoremlpython`` module holding our proxy classes, points every
+    already-imported coremltools module's own references to them at ours, lets
+    ``MLModel.make_state`` work for models our proxy loaded, and lets ``compile_model`` and
+    ``CompiledMLModel`` past their macOS checks. Models created earlier keep the proxy they
+    were created with (None on Linux): create them again after enable().
     Raises RuntimeError on a coremltools version whose proxy interface may differ.
     """
     import coremltools
+    import coremltools.models._compiled_model as ct_compiled
     import coremltools.models.model as ct_model
+    import coremltools.models.utils as ct_utils
 
     check_coremltools_version(coremltools.__version__)
     shim = sys.modules.get(_SHIM_NAME)
@@ -194,27 +536,50 @@ def enable():
         _saved.setdefault("shim", (shim, getattr(coremltools, "libcoremlpython", None)))
         shim = sys.modules[_SHIM_NAME] = libcoremlpython_module()
     coremltools.libcoremlpython = shim
-    # Each coremltools module did its own `from ..libcoremlpython import _MLModelProxy` at import
-    # time (model, _compiled_model, compute_device, compute_plan in 9.0), so rebind them all.
+    # Each coremltools module did its own `from ..libcoremlpython import _X` at import time
+    # (model, _compiled_model, compute_device, compute_plan in 9.0), so rebind them all.
     for name, module in _coremltools_modules():
-        current = vars(module).get("_MLModelProxy", _MLModelProxy)
-        if current is not _MLModelProxy:
-            _saved.setdefault(name, current)
-            module._MLModelProxy = _MLModelProxy
-    if not hasattr(ct_model.MLModel.make_state, "_coremlrt_original"):
-        ct_model.MLModel.make_state = _make_state_without_os_check(ct_model.MLModel.make_state)
+        for attribute, ours in _PROXY_CLASSES.items():
+            if attribute not in vars(module):
+                continue
+            current = vars(module)[attribute]
+            if current is not ours:
+                _saved.setdefault((name, attribute), current)
+                setattr(module, attribute, ours)
+    _patch(ct_model.MLModel, "make_state", _make_state_without_os_check)
+    _patch(ct_compiled.CompiledMLModel, "_init_check", _compiled_init_check_without_os_check)
+    for owner, attribute, make in ((ct_utils, "compile_model", _compile_model_without_os_check),
+                                   (ct_model, "_verify_optimization_hint_input", _verify_hints_without_os_check)):
+        original = getattr(owner, attribute)
+        _patch(owner, attribute, make)
+        for name, module in _coremltools_modules():  # copies made by `from .x import name`
+            if module is not owner and vars(module).get(attribute) is original:
+                _saved.setdefault((name, attribute), original)
+                setattr(module, attribute, getattr(owner, attribute))
 
 
 def disable():
-    """Undoes enable() (and the COREMLRT_COREMLTOOLS hook): coremltools predicts as it would
+    """Undoes enable() (and the COREMLRT_COREMLTOOLS hook): coremltools behaves as it would
     without coremlrt. Models created while enabled keep their coremlrt proxy."""
     coremltools = sys.modules.get("coremltools")
     if coremltools is None:
         return
+    for owner, attribute, original in reversed(_saved.pop("patched", [])):
+        if original is None:
+            delattr(owner, attribute)  # it was inherited or absent: uncover the original
+        else:
+            setattr(owner, attribute, original)
     for name, module in _coremltools_modules():
-        if vars(module).get("_MLModelProxy") is _MLModelProxy:
-            # None is what coremltools binds when its import of the proxy fails.
-            module._MLModelProxy = _saved.pop(name, None)
+        for attribute, ours in list(_PROXY_CLASSES.items()) + [("compile_model", None),
+                                                               ("_verify_optimization_hint_input", None)]:
+            key = (name, attribute)
+            if ours is None:
+                if key in _saved:
+                    setattr(module, attribute, _saved.pop(key))
+                continue
+            if vars(module).get(attribute) is ours:
+                # None is what coremltools binds when its import of the proxy fails.
+                setattr(module, attribute, _saved.pop(key, None))
     shim, attribute = _saved.pop("shim", (None, None))
     if _is_ours(sys.modules.get(_SHIM_NAME)):
         if shim is None:
@@ -226,10 +591,6 @@ def disable():
             del coremltools.libcoremlpython
         else:
             coremltools.libcoremlpython = attribute
-    ct_model = sys.modules.get("coremltools.models.model")
-    original = getattr(getattr(ct_model, "MLModel", None), "make_state", None)
-    if hasattr(original, "_coremlrt_original"):
-        ct_model.MLModel.make_state = original._coremlrt_original
 
 
 def enabled():

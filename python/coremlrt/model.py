@@ -205,7 +205,7 @@ class MLModel:
     """A Core ML model loaded for prediction, shaped like ``coremltools.models.MLModel``.
 
     ``MLModel(path, compute_units=ComputeUnit.ALL, function_name=None)`` loads an
-    ``.mlpackage`` folder or an ``.mlmodel`` file. One instance may be used from many
+    ``.mlpackage`` folder, an ``.mlmodel`` file or a compiled ``.mlmodelc`` folder. One instance may be used from many
     threads at once; loading and each ``predict`` call run with the GIL released.
 
     Each prediction runs in an execution context (its working buffers) taken from a
@@ -241,13 +241,15 @@ class MLModel:
                  backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
                  max_loop_iterations=None):
         if not isinstance(model, (str, os.PathLike)):
-            raise TypeError(f"Expected model to be a path to an .mlpackage folder or .mlmodel file, "
+            raise TypeError(f"Expected model to be a path to an .mlpackage or .mlmodelc folder or an .mlmodel file, "
                             f"got {type(model).__name__}")
         if not (isinstance(compute_units, ComputeUnit) or type(compute_units).__name__ == "ComputeUnit"):
             raise TypeError('"compute_units" parameter must be of type: coremlrt.ComputeUnit')
         if function_name is not None and not isinstance(function_name, str):
             raise TypeError('"function_name" must be a string or None')
-        self.package_path = os.path.abspath(os.path.expanduser(os.fspath(model)))
+        path = os.fspath(model)
+        # "coremlrt-memory:N" names a model given as bytes (coremlrt._core.MemoryModel), not a file.
+        self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
         self.compute_unit = compute_units
         for name, value in (("memory_limit_bytes", memory_limit_bytes), ("max_loop_iterations", max_loop_iterations)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):

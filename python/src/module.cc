@@ -302,6 +302,8 @@ nb::dict inspect(const std::string& path) {
 
 }  // namespace
 
+void bind_structure(nb::module_& m);  // structure_bindings.cc
+
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
@@ -331,6 +333,7 @@ NB_MODULE(_core, m) {
   // threads, so the GIL is released meanwhile.
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());
   m.def("num_threads", &num_threads);
+  bind_structure(m);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

@@ -108,6 +108,23 @@ std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
   return file;
 }
 
+std::shared_ptr<BlobFile> BlobFile::from_memory(const std::string& name, const std::string& bytes) {
+  std::shared_ptr<BlobFile> file(new BlobFile());
+  file->path_ = name;
+  file->size_ = bytes.size();
+  file->memory_ = std::make_shared<HeapStorage>(bytes.size());  // 64-byte aligned, as a mapping is
+  std::memcpy(file->memory_->data(), bytes.data(), bytes.size());
+  file->memory_->freeze();
+  file->bytes_ = static_cast<const uint8_t*>(file->memory_->data());
+  file->self_ = file;
+  COREMLRT_CHECK(file->size_ >= kHeaderSize, "weight file '", name, "' is ", file->size_,
+                 " bytes: too short for the 64-byte storage header");
+  file->count_ = load_le<uint32_t>(file->bytes_);
+  uint32_t version = load_le<uint32_t>(file->bytes_ + 4);
+  COREMLRT_CHECK(version == 2, "weight file '", name, "' has storage version ", version, "; expected 2");
+  return file;
+}
+
 std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
   struct stat st {};
   COREMLRT_CHECK(::stat(path.c_str(), &st) == 0, "cannot open weight file '", path, "': ", std::strerror(errno));
@@ -125,7 +142,7 @@ std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
 }
 
 BlobFile::~BlobFile() {
-  if (bytes_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
+  if (bytes_ && !memory_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }
 
 Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape) const {

@@ -18,6 +18,9 @@ class BlobFile {
   // (same device, inode, size and modification time) while it is mapped shares one
   // mapping: instances of the functions of one package share their weights.
   static std::shared_ptr<BlobFile> open_shared(const std::string& path);
+  // A weight file given as bytes (a model asset made in memory): copied once into aligned
+  // engine memory, checked like a file; `name` stands for the path in messages.
+  static std::shared_ptr<BlobFile> from_memory(const std::string& name, const std::string& bytes);
   ~BlobFile();
 
   // The blob whose metadata record starts at `metadata_offset`, as a tensor of `dtype`
@@ -28,6 +31,7 @@ class BlobFile {
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }
   uint32_t blob_count() const { return count_; }
+  const uint8_t* bytes() const { return bytes_; }
 
  private:
   BlobFile() = default;
@@ -36,6 +40,7 @@ class BlobFile {
   size_t size_ = 0;
   uint32_t count_ = 0;
   std::weak_ptr<const BlobFile> self_;
+  std::shared_ptr<Storage> memory_;  // from_memory(): the bytes (else bytes_ is a file mapping)
 };
 
 // Unpacks LSB-first packed `bits`-wide elements (sign-extending when `is_signed`).

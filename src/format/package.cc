@@ -7,6 +7,8 @@
 
 #include "coremlrt/error.h"
 #include "coremlrt/utf8.h"
+#include "format/compiled_model.h"
+#include "format/memory_model.h"
 
 namespace coremlrt::format {
 
@@ -88,15 +90,17 @@ ModelFiles locate_in_package(const fs::path& package) {
 }  // namespace
 
 ModelFiles locate_model(const std::string& path) {
+  if (find_memory_model(path)) return {path, path, false, false, true};
   std::error_code ec;
   fs::path p(path);
   fs::file_status status = fs::status(p, ec);
   COREMLRT_CHECK(!ec && fs::exists(status), "model path '", path,
                  "' does not exist (expected an .mlpackage folder or an .mlmodel file)");
   if (fs::is_directory(status)) {
-    COREMLRT_CHECK(p.extension() != ".mlmodelc", "'", path,
-                   "' is a compiled .mlmodelc folder, whose format is private to Apple; pass the "
-                   ".mlpackage or .mlmodel it was compiled from");
+    // A compiled folder is recognised by its contents, as Core ML does not require the name.
+    if (p.extension() == ".mlmodelc" || fs::is_regular_file(p / kCompiledProgramFile) ||
+        fs::is_regular_file(p / kCompiledSourceFile))
+      return locate_compiled_model(p.string());
     return locate_in_package(p);
   }
   COREMLRT_CHECK(fs::is_regular_file(status), "model path '", path,

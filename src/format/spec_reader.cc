@@ -9,6 +9,8 @@
 #include "coremlrt/error.h"
 #include "coremlrt/limits.h"
 #include "format/blob_file.h"
+#include "format/compiled_model.h"
+#include "format/memory_model.h"
 #include "format/value_reader.h"
 
 namespace coremlrt::format {
@@ -240,9 +242,11 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 LoadedModel read_model(const ModelFiles& files) {
+  if (files.compiled) return read_compiled_model(files);
   LoadedModel out;
   out.files = files;
-  std::string bytes = read_file(files.model_file);
+  std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
+  std::string bytes = memory ? memory->spec : read_file(files.model_file);
   spec::Model model;
   COREMLRT_CHECK(!bytes.empty(), "model file '", files.model_file, "' is empty");
   // Parsing also refuses proto3 string fields (map keys and values included) that are not valid
@@ -258,6 +262,7 @@ LoadedModel read_model(const ModelFiles& files) {
   out.description = read_description(model);
   if (model.Type_case() == spec::Model::kMlProgram) {
     ValueReader values(files.model_dir);
+    if (memory) values.use_memory_blobs(memory->blobs);
     out.program = read_program(model.mlprogram(), values);
     out.weight_bytes = values.weight_bytes();
   } else if (model.Type_case() == spec::Model::kNeuralNetwork) {

@@ -200,6 +200,13 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
   fs::path relative = fs::path(file_name.substr(kPrefix.size())).lexically_normal();
   COREMLRT_CHECK(!relative.is_absolute() && relative.string().rfind("..", 0) != 0, where, ": blob file '",
                  file_name, "' points outside the model");
+  if (memory_blobs_) {
+    auto blob = memory_blobs_->find(relative.string());
+    COREMLRT_CHECK(blob != memory_blobs_->end(), where, ": the blob mapping has no '", relative.string(),
+                   "' (the model refers to '", file_name, "')");
+    files_.emplace(relative.string(), blob->second);
+    return *blob->second;
+  }
   std::string path = (fs::path(model_dir_) / relative).string();
   auto it = files_.find(path);
   if (it == files_.end()) {
@@ -207,6 +214,17 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
     it = files_.emplace(path, BlobFile::open_shared(path)).first;
   }
   return *it->second;
+}
+
+ir::ConstValue ValueReader::read_blob(const ir::ValueType& type, const std::string& file_name, uint64_t offset,
+                                     const std::string& where) {
+  COREMLRT_CHECK(type.kind == ir::TypeKind::Tensor && type.is_static(), where,
+                 ": blob constant must have a static tensor type, not ", type.str());
+  const BlobFile& file = blob_file(file_name, where);
+  ir::ConstValue out;
+  out.type = type;
+  out.tensor = file.read(offset, type.dtype, Shape(type.dims.begin(), type.dims.end()));
+  return out;
 }
 
 size_t ValueReader::weight_bytes() const {
@@ -220,15 +238,11 @@ ir::ConstValue ValueReader::read(const mil::Value& value, const std::string& whe
   if (value.has_blobfilevalue()) {
     COREMLRT_CHECK(type.kind == ir::TypeKind::Tensor && type.is_static(), where,
                    ": blob constant must have a static tensor type, not ", type.str());
-    const BlobFile& file = blob_file(value.blobfilevalue().filename(), where);
-    ir::ConstValue out;
-    out.type = type;
     try {
-      out.tensor = file.read(value.blobfilevalue().offset(), type.dtype, Shape(type.dims.begin(), type.dims.end()));
+      return read_blob(type, value.blobfilevalue().filename(), value.blobfilevalue().offset(), where);
     } catch (const Error& e) {
       fail(where, ": ", e.what());  // the blob reader names the file; this names the op
     }
-    return out;
   }
   COREMLRT_CHECK(value.has_immediatevalue(), where, ": value has neither immediate data nor a blob reference");
   const auto& immediate = value.immediatevalue();

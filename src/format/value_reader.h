@@ -21,12 +21,20 @@ class ValueReader {
 
   // `where` names the value's owner for error messages.
   ir::ConstValue read(const CoreML::Specification::MILSpec::Value& value, const std::string& where);
+  // The blob at `offset` of `file_name` ("@model_path/..."), for a value of static tensor `type`
+  // (model.mil's BLOBFILE values).
+  ir::ConstValue read_blob(const ir::ValueType& type, const std::string& file_name, uint64_t offset,
+                           const std::string& where);
   size_t weight_bytes() const;
+  // Resolve "@model_path/..." names in these weight files (a model given in memory) instead of
+  // on disk; keys are normalized relative paths.
+  void use_memory_blobs(const std::map<std::string, std::shared_ptr<BlobFile>>& blobs) { memory_blobs_ = &blobs; }
 
  private:
   const BlobFile& blob_file(const std::string& file_name, const std::string& where);
   std::string model_dir_;
   std::map<std::string, std::shared_ptr<BlobFile>> files_;
+  const std::map<std::string, std::shared_ptr<BlobFile>>* memory_blobs_ = nullptr;
 };
 
 }  // namespace coremlrt::format

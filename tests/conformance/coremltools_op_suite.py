@@ -41,10 +41,25 @@ def _is_neuralnetwork_load_error(text):
     return any(marker in text for marker in _NEURALNETWORK_LOAD_ERRORS)
 
 
+_MODEL_TYPE = re.compile(r"is of type '(\w+)'; this build runs ML programs")
+
+
+def _other_model_cause(text):
+    """The cause recorded for a case about a model type coremlrt does not run (another issue's
+    work): "neuralnetwork model", or "<type> model" for pipelines and classic ML models."""
+    match = _MODEL_TYPE.search(text)
+    return f"{match.group(1)} model" if match else "neuralnetwork model"
+
+
+def _is_other_model_cause(cause):
+    return cause is not None and cause.endswith(" model")
+
+
 _predictions_in_current_case = 0
 # neuralnetwork models a case made (through assert_model_is_valid's default backend, say):
 # coremltools keeps such a model without a proxy, so the case is about a format we do not run.
 _neuralnetwork_loads_in_current_case = 0
+_other_model_causes_in_current_case = []  # _other_model_cause() of each such load
 # Load errors of the current case: coremltools catches the proxy's exception, warns, and keeps
 # the model without a proxy, so the case fails later with "prediction is only supported on
 # macOS"; the error kept here names the real cause.
@@ -83,6 +98,7 @@ def _watch_the_proxy():
         except Exception as exc:
             if _is_neuralnetwork_load_error(str(exc)):
                 _neuralnetwork_loads_in_current_case += 1
+                _other_model_causes_in_current_case.append(_other_model_cause(str(exc)))
             else:
                 _load_errors_in_current_case.append(_last_line(str(exc)))
             raise
@@ -147,6 +163,7 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_logstart(nodeid, location):
     global _predictions_in_current_case, _neuralnetwork_loads_in_current_case
     _predictions_in_current_case = _neuralnetwork_loads_in_current_case = 0
+    _other_model_causes_in_current_case.clear()
     _load_errors_in_current_case.clear()
     # A crash kills the process before any report: the runner reads this to name the case.
     with open(os.environ.get("COREMLRT_SUITE_CURRENT", os.devnull), "w") as f:
@@ -193,7 +210,7 @@ class _ResultLog:
             return
         self._reported.add(report.nodeid)
         if _neuralnetwork_loads_in_current_case and not report.skipped:
-            self.write(_record(report, "not_applicable", cause="neuralnetwork model"))
+            self.write(_record(report, "not_applicable", cause=_other_model_causes_in_current_case[0]))
         elif report.passed:
             self.write(_record(report, "passed"))
         elif report.skipped and hasattr(report, "wasxfail"):
@@ -205,7 +222,7 @@ class _ResultLog:
         else:
             default = ("error", _last_line(report.longreprtext), {})
             cause, detail, errors = getattr(report, "_coremlrt_cause", default)
-            outcome = "not_applicable" if cause == "neuralnetwork model" else "failed"
+            outcome = "not_applicable" if _is_other_model_cause(cause) else "failed"
             self.write(_record(report, outcome, cause=cause, detail=detail, **errors))
 
 
@@ -239,7 +256,7 @@ def classify_failure(excinfo):
     frames = [(entry.frame.code.raw.co_filename, entry.frame.code.raw.co_name) for entry in excinfo.traceback]
     in_proxy = [name for path, name in frames if path.endswith("coremltools_backend.py")]
     if _is_neuralnetwork_load_error(text):
-        return "neuralnetwork model", None, {}
+        return _other_model_cause(text), None, {}
     # A load error usually reaches the test only as coremltools' "prediction is only supported
     # on macOS" (it keeps the model without a proxy), so the load errors seen count too.
     for message in [text] + _load_errors_in_current_case:

@@ -86,7 +86,9 @@ def test_batch_predict_compute_units_and_properties(converted):
     assert model.__proxy__._model.compute_unit.name == "CPU_ONLY"
     assert model.last_predict_duration_in_nano_seconds is None
     assert model.load_duration_in_nano_seconds > 0
-    assert model.get_compiled_model_path() == path
+    compiled = model.get_compiled_model_path()  # compiled once, kept while the model lives
+    assert compiled.endswith(".mlmodelc") and os.path.isfile(os.path.join(compiled, "model.mil"))
+    assert model.get_compiled_model_path() == compiled
     rng = np.random.default_rng(3)
     batch = [{"x": rng.standard_normal((2, 8)).astype(np.float32)} for _ in range(3)]
     results = model.predict(batch)

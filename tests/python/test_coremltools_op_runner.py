@@ -76,3 +76,43 @@ def test_check_flags_regressions_and_shrunken_samples(tmp_path, monkeypatch):
     assert len(problems) == 1 and problems[0].startswith("regression: f.py::T::c9")
     problems = runner.check_against_recorded(ok[:3], sample=2)
     assert len(problems) == 1 and "only 3 cases ran" in problems[0]
+
+
+def test_other_model_types_are_named():
+    def load():
+        raise RuntimeError("model 'm.mlmodel' is of type 'glmRegressor'; this build runs ML programs (mlProgram) "
+                           "and neuralNetwork models only")
+
+    cause, _, _ = suite.classify_failure(_excinfo(load))
+    assert cause == "glmRegressor model" and suite._is_other_model_cause(cause)
+
+    def layer():
+        raise RuntimeError("neuralNetwork layer 'add_0' (add) cannot run: ...")
+
+    assert suite.classify_failure(_excinfo(layer))[0] == "neuralnetwork model"
+
+
+def test_runtime_suite_files_and_report(tmp_path):
+    runner = _load_runner()
+    root = runner.suite_dir("runtime")
+    files = [str(p.relative_to(root)) for p in runner.test_files(root, None, "runtime")]
+    assert "test/api/test_api_examples.py" in files and "test/blob/test_weights.py" in files
+    assert all(f.split("/")[1] in ("api", "modelpackage", "ml_program", "blob") for f in files)
+
+    import coremltools_op_report as report
+    records = [
+        {"nodeid": "test/a.py::T::ok", "file": "test/a.py", "outcome": "passed"},
+        {"nodeid": "test/a.py::T::bad", "file": "test/a.py", "outcome": "failed", "cause": "wrong result",
+         "detail": "expected 3"},
+        {"nodeid": "test/a.py::T::sk", "file": "test/a.py", "outcome": "failed", "cause": "fails before prediction",
+         "detail": "ModuleNotFoundError: No module named 'sklearn'"},
+        {"nodeid": "test/b.py::T::glm", "file": "test/b.py", "outcome": "not_applicable", "cause": "glmRegressor model"},
+    ]
+    assert report.missing_package(records[2]) == "sklearn"
+    out = tmp_path / "r.md"
+    report.write_runtime_report(records, out, "9.0", None, [])
+    text = out.read_text()
+    assert "| `test/a.py` | 1 | 1 | 1 | 0 | 0 | 50.0% |" in text
+    assert "* `sklearn` (1 cases): `test/a.py::T::sk`" in text
+    assert "* glmRegressor model (1 cases): `test/b.py::T::glm`" in text
+    assert "* `test/a.py::T::bad`: wrong result: expected 3" in text

@@ -1,0 +1,74 @@
+#pragma once
+// A model's structure as Core ML's MLModelStructure describes it: an ML program's functions,
+// blocks and operations (with their value types), or a neuralNetwork's layers. Read without
+// planning, so it works on models Model::load refuses; the compute plan (coremltools'
+// MLComputePlan, `coremlrt info --plan`) is built on it.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremlrt/tensor.h"
+
+namespace coremlrt {
+
+struct StructureValueType {
+  std::string text;  // "tensor<fp16, [1, ?, 64]>", "state<tensor<fp16, [2]>>", "list<...>"
+  bool is_tensor = false;
+  DType dtype = DType::Float32;
+  int64_t rank = 0;           // -1: unknown rank
+  std::vector<int64_t> dims;  // -1: unknown dimension
+};
+
+struct StructureNamedValue {
+  std::string name;
+  StructureValueType type;
+};
+
+// One binding of an argument: a visible value's name, or an inline constant (`name` empty).
+struct StructureBinding {
+  std::string name;
+  bool is_constant = false;
+  StructureValueType constant_type;
+};
+
+struct StructureBlock;
+
+struct StructureOperation {
+  std::string type;
+  std::string name;  // the op's "name" attribute (may be empty)
+  std::map<std::string, std::vector<StructureBinding>> inputs;
+  std::vector<StructureNamedValue> outputs;
+  std::vector<StructureBlock> blocks;
+};
+
+struct StructureBlock {
+  std::vector<StructureNamedValue> inputs;
+  std::vector<StructureOperation> operations;
+  std::vector<std::string> output_names;
+};
+
+struct StructureFunction {
+  std::string name;
+  std::string opset;
+  std::vector<StructureNamedValue> inputs;
+  StructureBlock block;
+};
+
+struct StructureLayer {
+  std::string type;  // the schema's layer kind: "innerProduct", "activation", ...
+  std::string name;
+  std::vector<std::string> output_names;
+};
+
+struct ModelStructure {
+  std::string model_type;  // "mlProgram", "neuralNetwork", ...
+  std::vector<StructureFunction> functions;  // ML programs, in name order
+  std::vector<StructureLayer> layers;        // neuralNetwork models
+};
+
+// Throws Error for files that are not models, and for model types whose structure this build
+// does not read (pipelines and classic ML models).
+ModelStructure read_model_structure(const std::string& path);
+
+}  // namespace coremlrt

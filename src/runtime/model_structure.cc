@@ -1,0 +1,76 @@
+#include "coremlrt/structure.h"
+
+#include "coremlrt/error.h"
+#include "format/spec_reader.h"
+
+namespace coremlrt {
+
+namespace {
+
+StructureValueType value_type(const ir::ValueType& type) {
+  StructureValueType out;
+  out.text = type.str();
+  out.is_tensor = type.kind == ir::TypeKind::Tensor;
+  out.dtype = type.dtype;
+  out.rank = type.rank;
+  out.dims = type.dims;
+  return out;
+}
+
+std::vector<StructureNamedValue> named_values(const std::vector<ir::NamedValue>& values) {
+  std::vector<StructureNamedValue> out;
+  for (const auto& v : values) out.push_back({v.name, value_type(v.type)});
+  return out;
+}
+
+StructureBlock block_structure(const ir::Block& block) {
+  StructureBlock out;
+  out.inputs = named_values(block.inputs);
+  out.output_names = block.outputs;
+  for (const ir::Operation& op : block.operations) {
+    StructureOperation o;
+    o.type = op.type;
+    o.name = op.name;
+    for (const auto& [param, bindings] : op.inputs) {
+      auto& list = o.inputs[param];
+      for (const ir::Binding& b : bindings) {
+        StructureBinding s;
+        s.name = b.name;
+        if (b.value) {
+          s.is_constant = true;
+          s.constant_type = value_type(b.value->type);
+        }
+        list.push_back(std::move(s));
+      }
+    }
+    o.outputs = named_values(op.outputs);
+    for (const ir::Block& nested : op.blocks) o.blocks.push_back(block_structure(nested));
+    out.operations.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelStructure read_model_structure(const std::string& path) {
+  format::LoadedModel loaded = format::read_model(format::locate_model(path));
+  ModelStructure out;
+  out.model_type = loaded.description.model_type;
+  if (out.model_type == "neuralNetwork") {
+    for (const auto& layer : loaded.network.layers) out.layers.push_back({layer.type, layer.name, {layer.output}});
+    return out;
+  }
+  COREMLRT_CHECK(out.model_type == "mlProgram", "model '", path, "' is of type '", out.model_type,
+                 "'; this build describes the structure of ML programs and neuralNetwork models only");
+  for (const auto& [name, function] : loaded.program.functions) {
+    StructureFunction f;
+    f.name = name;
+    f.opset = function.opset;
+    f.inputs = named_values(function.inputs);
+    f.block = block_structure(function.block);
+    out.functions.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace coremlrt
