@@ -29,7 +29,8 @@ def _print_features(title, features, out):
         print(line, file=out)
 
 
-def cmd_info(args, out=sys.stdout):
+def cmd_info(args, out=None):
+    out = out or sys.stdout  # looked up per call: tests and callers may replace sys.stdout
     report = _core.inspect(args.model)
     desc = report["description"]
     meta = desc["metadata"]
@@ -101,7 +102,8 @@ def _print_plan(args, desc, out):
                   f"{op.flops:>14,d} {op.weight:7.2%}{reason}", file=out)
 
 
-def cmd_ops(args, out=sys.stdout):
+def cmd_ops(args, out=None):
+    out = out or sys.stdout  # looked up per call: tests and callers may replace sys.stdout
     rows = [("op", "opsets", "dtypes")] + ops_table.rows()
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     for op, opsets, dtypes in rows:
@@ -122,7 +124,8 @@ def _parse_inputs(args):
     return inputs
 
 
-def cmd_predict(args, out=sys.stdout):
+def cmd_predict(args, out=None):
+    out = out or sys.stdout  # looked up per call: tests and callers may replace sys.stdout
     model = MLModel(args.model, function_name=args.function, backend=args.backend, threads=args.threads)
     outputs = model.predict(_parse_inputs(args))
     if args.output:
@@ -142,7 +145,8 @@ def cmd_predict(args, out=sys.stdout):
     return 0
 
 
-def cmd_batch(args, out=sys.stdout):
+def cmd_batch(args, out=None):
+    out = out or sys.stdout  # looked up per call: tests and callers may replace sys.stdout
     result = predict_dataset(args.model, args.inputs, args.output, threads=args.threads,
                              fail_fast=args.fail_fast, resume=args.resume, output_format=args.format,
                              progress=not args.no_progress, function_name=args.function)

@@ -13,13 +13,15 @@ import hashlib
 import os
 import threading
 
+from typing import Any, Dict, Tuple
+
 from .model import ComputeUnit, MLModel
 
 _MAX_MODELS = 8  # least recently used models beyond this are dropped (their memory is freed)
 
 _lock = threading.Lock()
-_models = {}        # (path, fingerprint, options) -> MLModel, in least-recently-used order
-_fingerprints = {}  # path -> (signature, fingerprint)
+_models: Dict[Tuple[Any, ...], MLModel] = {}  # (path, fingerprint, options) -> MLModel, least recently used first
+_fingerprints: Dict[str, Tuple[Any, str]] = {}  # path -> (signature, fingerprint)
 _loads = 0          # models this process has loaded through the cache
 
 
