@@ -129,8 +129,11 @@ def measure(name, paths, threads, runs, warmup):
         except Exception as exc:  # a peer that cannot run this network is reported, not fatal
             errors[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
     times = {label: [] for label in runners}
+    order = list(runners.items())
+    shuffle = np.random.default_rng(0)
     for _ in range(runs):
-        for label, run in runners.items():
+        shuffle.shuffle(order)  # no contender always runs right after the same other one
+        for label, run in order:
             start = time.perf_counter()
             run()
             times[label].append(time.perf_counter() - start)
@@ -138,23 +141,25 @@ def measure(name, paths, threads, runs, warmup):
 
 
 _LOAD_SCRIPT = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 import coremlrt
 path, cache, names, npz = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 inputs = dict(zip(names, np.load(npz).values()))
-def rss_mb():
+def status_mb(key):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
+def rss_mb():
+    return status_mb("VmRSS")
 base = rss_mb()
 start = time.perf_counter()
 model = coremlrt.MLModel(path, cache_dir=cache)
 load = time.perf_counter() - start
 for _ in range(5):
     model.predict(inputs)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = status_mb("VmHWM")  # this process's own peak (ru_maxrss would include the parent's: it survives exec)
 print(json.dumps({"load_s": load, "rss_base_mb": base, "rss_peak_mb": peak, "weights_mb": model.weights_bytes / 2**20}))
 """
 

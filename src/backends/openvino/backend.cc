@@ -21,15 +21,16 @@ namespace coremlrt::backends::openvino {
 namespace {
 
 // The cost rule of backend "auto", from measurements on this project's 2-core machine
-// (relu(x + 1) on n fp32 values, median of 300 predictions through Python, both backends
-// interleaved): one OpenVINO call costs about 10 us more than our kernels for n = 16 (3 us
-// against 15 us), and elementwise work never paid it back (n = 262144: 432 us ours, 451 us
-// OpenVINO): such ops are memory-bound either way. Matrix ops, convolutions and recurrent
-// layers are where OpenVINO's kernels win (resnet18: about 5x), so a region goes to OpenVINO when
-// it does at least kMinRegionMacs multiply-adds, or when it moves so many elements that
-// OpenVINO's threads would pay (kMinRegionElements).
+// (benchmarks/bench_peers.py and relu(x + 1) on n fp32 values, median of 300 predictions
+// through Python, both backends interleaved): one OpenVINO call costs about 10 us more than our
+// kernels for n = 16 (3 us against 15 us); plain fp32 elementwise work runs at about the same
+// speed on either once it is large (n = 262144: 432 us ours, 451 us OpenVINO), while fp16/fp32
+// casts of a large tensor (the KV cache of benchmarks/peer_models.py's GPT-2 decode step,
+// 786432 values) and every matrix op, convolution and recurrent layer are faster there. So a
+// region goes to OpenVINO when it does at least kMinRegionMacs multiply-adds or produces at least
+// kMinRegionElements values.
 constexpr double kMinRegionMacs = 1 << 16;
-constexpr double kMinRegionElements = 1 << 22;
+constexpr double kMinRegionElements = 1 << 16;
 
 // Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of static,
 // non-empty shape with an element type we map.
