@@ -15,7 +15,6 @@ namespace {
 namespace v0 = ov::op::v0;
 namespace v1 = ov::op::v1;
 
-bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
 
 std::string float_input(const OpReader& op, const char* param = "x") {
   return fp16_or_fp32(op.type(param).dtype) ? "" : std::string(param) + " is not fp16 or fp32";

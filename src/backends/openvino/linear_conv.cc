@@ -14,7 +14,6 @@ namespace {
 namespace v0 = ov::op::v0;
 namespace v1 = ov::op::v1;
 
-bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
 
 // Every listed parameter that is present is a float of x's dtype.
 std::string same_float_dtype(const OpReader& op, std::initializer_list<const char*> params) {

@@ -28,6 +28,9 @@ using Value = ov::Output<ov::Node>;
 // The OpenVINO element type of a dtype; nullopt when OpenVINO has none we use.
 std::optional<ov::element::Type> element_type(DType dtype);
 
+// The float dtypes of MIL's op tables (T = F), the only ones most lowerings accept.
+inline bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
+
 // Reads one op's parameters: types, constants and (while lowering) graph values.
 class OpReader {
  public:

@@ -11,7 +11,6 @@ namespace {
 
 namespace v1 = ov::op::v1;
 
-bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
 
 std::string float_io(const OpReader& op, std::initializer_list<const char*> constants) {
   if (!fp16_or_fp32(op.type("x").dtype)) return "x is not fp16 or fp32";
