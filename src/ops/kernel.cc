@@ -1,6 +1,8 @@
 #include "ops/kernel.h"
 
 #include <iterator>
+#include <limits>
+#include <type_traits>
 
 #include "ops/register.h"
 
@@ -19,8 +21,25 @@ const Tensor& const_tensor(const KernelBuilder& b, const std::string& param) {
   return value->tensor;
 }
 
+// A floating-point parameter value as T. For an integral T the value must be finite and in T's
+// range: converting anything else is undefined behaviour (a fuzzed program found
+// const_int reading a float parameter of 1e30).
+template <class T>
+T from_float(const KernelBuilder& b, const std::string& param, double v) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!(v >= -9.2e18 && v <= 9.2e18) ||
+        (std::is_signed_v<T> && sizeof(T) < 8 &&
+         (v < static_cast<double>(std::numeric_limits<T>::min()) || v > static_cast<double>(std::numeric_limits<T>::max()))))
+      b.fail("parameter '", param, "' has value ", v, ", which is not an integer this op can use");
+  }
+  return static_cast<T>(v);
+}
+
 template <class T>
 std::vector<T> tensor_values(const KernelBuilder& b, const std::string& param, const Tensor& t) {
+  // A damaged file can declare elements its constant does not hold (a fuzzed program did).
+  b.check(t.numel() == 0 || t.data != nullptr, "parameter '", param, "' declares ", t.numel(),
+          " elements but holds no data");
   std::vector<T> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype) {
@@ -32,9 +51,9 @@ std::vector<T> tensor_values(const KernelBuilder& b, const std::string& param, c
       case DType::Int8: out[i] = static_cast<T>(t.ptr<int8_t>()[i]); break;
       case DType::UInt8:
       case DType::Bool: out[i] = static_cast<T>(t.ptr<uint8_t>()[i]); break;
-      case DType::Float32: out[i] = static_cast<T>(t.ptr<float>()[i]); break;
-      case DType::Float16: out[i] = static_cast<T>(static_cast<float>(t.ptr<half>()[i])); break;
-      case DType::Float64: out[i] = static_cast<T>(t.ptr<double>()[i]); break;
+      case DType::Float32: out[i] = from_float<T>(b, param, t.ptr<float>()[i]); break;
+      case DType::Float16: out[i] = from_float<T>(b, param, static_cast<float>(t.ptr<half>()[i])); break;
+      case DType::Float64: out[i] = from_float<T>(b, param, t.ptr<double>()[i]); break;
       default: b.fail("parameter '", param, "' has unsupported dtype ", dtype_name(t.dtype));
     }
   }
