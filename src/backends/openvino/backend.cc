@@ -8,7 +8,6 @@
 #include <openvino/op/result.hpp>
 #include <openvino/runtime/core.hpp>
 #include <openvino/runtime/properties.hpp>
-#include <openvino/runtime/intel_cpu/properties.hpp>
 
 #include <map>
 
