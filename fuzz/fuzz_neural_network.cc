@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "coremlrt/description.h"
-#include "format/neural_network_reader.h"
+#include "format/neural_network/reader.h"
 #include "fuzz_util.h"
 #include "ir/program.h"
 #include "ops/kernel.h"

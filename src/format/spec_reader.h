@@ -6,7 +6,7 @@
 #include <string>
 
 #include "coremlrt/description.h"
-#include "format/neural_network_reader.h"
+#include "format/neural_network/reader.h"
 #include "format/package.h"
 #include "ir/program.h"
 

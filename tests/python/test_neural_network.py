@@ -156,12 +156,13 @@ def test_rank4_inner_product_is_refused(tmp_path):
         coremlrt.MLModel(rank4_path)
 
 
-def test_legacy_rank5_array_mapping_is_refused(tmp_path):
+def test_legacy_rank5_array_mapping_refuses_arrays_of_rank_2(tmp_path):
+    # The legacy layout maps arrays of rank 1 ([C]) and 3 ([C, H, W]) only.
     path, mlmodel = convert(torch.nn.Sequential(torch.nn.Linear(16, 4)), torch.randn(3, 16), tmp_path, "linear")
     spec = mlmodel.get_spec()
     spec.neuralNetwork.arrayInputShapeMapping = 0  # RANK5_ARRAY_MAPPING
     legacy_path = str(tmp_path / "rank5.mlmodel")
     ct.utils.save_spec(spec, legacy_path)
-    with pytest.raises(coremlrt.Error, match="rank-5"):
+    with pytest.raises(coremlrt.Error, match="rank 2; the rank-5 blob layout"):
         coremlrt.MLModel(legacy_path)
     assert "rank-5" in _core.inspect(legacy_path)["problem"]

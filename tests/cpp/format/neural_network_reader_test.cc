@@ -1,4 +1,4 @@
-#include "format/neural_network_reader.h"
+#include "format/neural_network/reader.h"
 
 #include <gtest/gtest.h>
 

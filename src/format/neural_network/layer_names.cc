@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "format/neural_network_reader.h"
+#include "format/neural_network/reader.h"
 
 namespace coremlrt::format {
 

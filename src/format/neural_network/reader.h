@@ -1,7 +1,8 @@
 #pragma once
 // Translates a neuralNetwork model (Core ML's legacy layer graph) into the same typed
 // program the ML-program reader produces, so one planner and one set of kernels run both.
-// Only layers whose meaning maps exactly onto existing ops are translated; every other
+// Only layers whose meaning maps exactly onto existing ops are translated (one file per
+// family of layer kinds in this folder, layer_translator.h); every other
 // layer is reported by type and name rather than approximated.
 #include <string>
 #include <vector>

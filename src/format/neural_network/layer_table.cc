@@ -1,0 +1,18 @@
+// Every layer kind this build translates, by its field number in NeuralNetworkLayer. Each
+// family file adds its own kinds; a kind missing here is refused at load by name.
+#include "format/neural_network/layer_translator.h"
+
+namespace coremlrt::format::neural_network {
+
+const LayerTable& layer_table() {
+  static const LayerTable table = [] {
+    LayerTable out;
+    register_activation_layers(out);
+    register_linear_layers(out);
+    register_softmax_layers(out);
+    return out;
+  }();
+  return table;
+}
+
+}  // namespace coremlrt::format::neural_network

@@ -1,0 +1,115 @@
+#pragma once
+// What a neuralNetwork layer translator sees: one layer of the legacy layer graph, the blobs
+// it reads, and a way to add ops of the typed program (src/ir/program.h) that compute the
+// blobs it writes. Each family of layer kinds lives in its own file of this folder and
+// registers its translators in layer_table.cc, keyed by the layer kind's field number in the
+// NeuralNetworkLayer message (the names are in layer_names.cc).
+//
+// A translator either adds ops whose meaning is exactly the layer's, or refuses the layer
+// with a reason (refuse()); it never approximates. Parameters arrive as the serialized
+// message of the layer kind, parsed with that kind's message from proto/nn_*.proto.
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "NeuralNetwork.pb.h"
+#include "coremlrt/tensor.h"
+#include "ir/program.h"
+
+namespace coremlrt::format::neural_network {
+
+namespace nn = CoreML::Specification::NN;
+
+// Thrown by translators: why this build cannot run the layer (or the model).
+struct LayerRefused {
+  std::string reason;
+};
+
+template <class... Args>
+[[noreturn]] void refuse(const Args&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw LayerRefused{message.str()};
+}
+
+template <class... Args>
+void require(bool condition, const Args&... parts) {
+  if (!condition) refuse(parts...);
+}
+
+// A value of the program: its name, or an inline constant, and its type.
+struct Value {
+  std::string name;                               // empty for an inline constant
+  std::shared_ptr<const ir::ConstValue> constant;  // set for an inline constant
+  ir::ValueType type;
+};
+
+ir::ValueType tensor_type(DType dtype, std::vector<int64_t> dims);
+
+// Inline constants.
+Value float_tensor(std::vector<float> values, std::vector<int64_t> dims);
+Value float_scalar(float value);
+Value int_tensor(std::vector<int32_t> values, std::vector<int64_t> dims);
+Value int_scalar(int32_t value);
+Value int_vector(const std::vector<int64_t>& values);  // int32 [n]; refuses values out of range
+Value bool_scalar(bool value);
+Value string_scalar(const std::string& value);
+
+// Weights as fp32 (the precision the layer graph computes in): fp32 values, or fp16 values
+// widened. `count` is how many the layer's parameters say there are; `what` names them in
+// errors ("weights", "bias values").
+std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what);
+
+// The arguments of one op, by parameter name (a variadic parameter holds several values).
+using OpInputs = std::vector<std::pair<std::string, std::vector<Value>>>;
+
+class LayerContext {
+ public:
+  virtual ~LayerContext() = default;
+  virtual const nn::NeuralNetworkLayer& layer() const = 0;
+  // The serialized parameters of the layer kind (the bytes of its oneof member).
+  virtual const std::string& params() const = 0;
+  // True when arrays use the legacy rank-5 [Seq, Batch, C, H, W] blob layout.
+  virtual bool rank5_layout() const = 0;
+
+  template <class Params>
+  Params parse_params() const {
+    Params out;
+    require(out.ParseFromString(params()), "its parameters do not parse");
+    return out;
+  }
+
+  int input_count() const { return layer().input_size(); }
+  int output_count() const { return layer().output_size(); }
+  // Refuses unless the layer has [min_inputs, max_inputs] inputs and `outputs` outputs.
+  void expect_io(int min_inputs, int max_inputs, int outputs) const;
+  // The current value of input blob `index`.
+  virtual const Value& input(int index) const = 0;
+
+  // Adds an op with outputs of the given types and returns them, named freshly.
+  virtual std::vector<Value> emit(const std::string& op_type, const OpInputs& inputs,
+                                  const std::vector<ir::ValueType>& output_types) = 0;
+  Value emit1(const std::string& op_type, const OpInputs& inputs, const ir::ValueType& output_type) {
+    return emit(op_type, inputs, {output_type}).front();
+  }
+  // Makes `value` the new value of output blob `index`. A value the layer's own ops made is
+  // renamed after the blob; any other (an input passed through) is given an identity op.
+  virtual void set_output(int index, const Value& value) = 0;
+};
+
+using LayerTranslateFn = void (*)(LayerContext&);
+
+// Field number of the layer kind -> translator; filled by the register_* functions of the
+// family files (layer_table.cc lists them).
+using LayerTable = std::map<int, LayerTranslateFn>;
+const LayerTable& layer_table();
+
+// One registration function per family file.
+void register_activation_layers(LayerTable& table);
+void register_linear_layers(LayerTable& table);
+void register_softmax_layers(LayerTable& table);
+
+}  // namespace coremlrt::format::neural_network

@@ -1,0 +1,319 @@
+// The layer loop of the neuralNetwork translator: declares the model's inputs, hands each
+// layer to its kind's translator (layer_table.cc) through a LayerContext, and names the
+// values so that a blob's last definition carries the blob's own name (the model's outputs
+// refer to blobs by name).
+#include "format/neural_network/reader.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <set>
+
+#include "coremlrt/error.h"
+#include "format/neural_network/layer_translator.h"
+
+namespace coremlrt::format {
+
+using namespace neural_network;
+using google::protobuf::internal::WireFormatLite;
+
+namespace {
+
+// The layer kind (its oneof member's field number, 100 and up) and the member's bytes.
+// NeuralNetworkLayer leaves the member unparsed (proto/NeuralNetwork.proto), so it is read
+// from the unknown fields the parse kept.
+struct LayerKind {
+  int field = 0;
+  std::string params;
+};
+
+LayerKind layer_kind(const nn::NeuralNetworkLayer& layer) {
+  const std::string bytes = layer.SerializeAsString();
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                             static_cast<int>(bytes.size()));
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field >= 100) {
+      LayerKind out{field, ""};
+      if (WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+        uint32_t size = 0;
+        if (!in.ReadVarint32(&size) || !in.ReadString(&out.params, static_cast<int>(size))) out.params.clear();
+      }
+      return out;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) break;
+  }
+  return {};
+}
+
+std::string kind_name(int field) { return field ? network_layer_type_name(field) : "none"; }
+
+std::string runnable_kinds() {
+  std::string out;
+  for (const auto& [field, translate] : layer_table()) out += (out.empty() ? "" : ", ") + network_layer_type_name(field);
+  return out;
+}
+
+[[noreturn]] void refuse_kind(int field) {
+  refuse("this build cannot run neuralNetwork layers of type '", kind_name(field), "' (it runs ", runnable_kinds(), ")");
+}
+
+class Translator final : public LayerContext {
+ public:
+  Translator(const nn::NeuralNetwork& network, ir::Function& function) : function_(function) {
+    rank5_ = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING;
+    for (const auto& layer : network.layers())
+      for (const auto& blob : layer.output()) {
+        ++definitions_left_[blob];
+        reserved_.insert(blob);
+      }
+  }
+
+  // An input without a type cannot run; layers reading it are still judged by their kind.
+  // In the rank-5 layout a [C] or [C, H, W] array becomes the blob [1, 1, C, 1, 1] or
+  // [1, 1, C, H, W] (the mapping NeuralNetwork.proto's arrayInputShapeMapping describes).
+  void declare_input(const std::string& name, std::optional<ir::ValueType> type) {
+    reserved_.insert(name);
+    if (!type) {
+      blobs_[name] = std::nullopt;
+      return;
+    }
+    function_.inputs.push_back({name, *type});
+    if (!rank5_) {
+      blobs_[name] = Value{name, nullptr, *type};
+      return;
+    }
+    require(type->rank == 1 || type->rank == 3, "input '", name, "' has rank ", type->rank,
+            "; the rank-5 blob layout takes arrays of rank 1 or 3");
+    const std::vector<int64_t> axes = type->rank == 1 ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
+    std::vector<int64_t> dims = type->rank == 1 ? std::vector<int64_t>{1, 1, type->dims[0], 1, 1}
+                                                : std::vector<int64_t>{1, 1, type->dims[0], type->dims[1], type->dims[2]};
+    blobs_[name] = framing_op("expand_dims", Value{name, nullptr, *type}, axes, tensor_type(type->dtype, dims),
+                              name + "#rank5");
+  }
+
+  // The value a model output takes from its blob: in the rank-5 layout the blob's [Seq,
+  // Batch] axes (and, for an output declared as [C], the H and W axes) are dropped, which
+  // needs them to be 1.
+  std::optional<std::string> output_value(const std::string& blob, const FeatureDescription& feature) {
+    auto it = blobs_.find(blob);
+    if (it == blobs_.end() || !it->second) return std::nullopt;
+    const Value& value = *it->second;
+    if (!rank5_ || value.type.rank != 5) return value.name;
+    const auto& d = value.type.dims;
+    const bool vector = feature.shape.size() == 1 && d[3] == 1 && d[4] == 1;
+    const std::vector<int64_t> axes = vector ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
+    const std::vector<int64_t> dims = vector ? std::vector<int64_t>{d[2]} : std::vector<int64_t>{d[2], d[3], d[4]};
+    // The block's output keeps the feature's name; the blob's own value is renamed aside.
+    for (auto& op : function_.block.operations)
+      for (auto& output : op.outputs)
+        if (output.name == value.name) output.name = value.name + "#rank5";
+    for (auto& op : function_.block.operations)
+      for (auto& [param, bindings] : op.inputs)
+        for (auto& binding : bindings)
+          if (binding.name == value.name) binding.name = value.name + "#rank5";
+    framing_op("squeeze", Value{value.name + "#rank5", nullptr, value.type}, axes, tensor_type(value.type.dtype, dims),
+               value.name);
+    return value.name;
+  }
+
+  // Adds the layer's ops and returns true, or throws LayerRefused. A layer that reads the
+  // output of a refused layer is judged by its kind alone and returns false.
+  bool translate(const nn::NeuralNetworkLayer& layer) {
+    layer_ = &layer;
+    const LayerKind kind = layer_kind(layer);
+    params_ = &kind.params;
+    ops_.clear();
+    inputs_.clear();
+    outputs_set_.assign(layer.output_size(), false);
+    try {
+      auto entry = layer_table().find(kind.field);
+      if (entry == layer_table().end()) refuse_kind(kind.field);
+      bool inputs_known = true;
+      for (const auto& name : layer.input()) {
+        auto blob = blobs_.find(name);
+        if (blob == blobs_.end()) refuse("reads blob '", name, "', which no input or earlier layer produces");
+        if (!blob->second) inputs_known = false;
+        inputs_.push_back(blob->second ? *blob->second : Value{});
+      }
+      for (const auto& output : layer.output())
+        for (const auto& model_input : function_.inputs)
+          if (model_input.name == output) refuse("overwrites the model input '", output, "'");
+      if (!inputs_known) {
+        for (const auto& blob : layer.output()) define_unknown(blob);
+        return false;
+      }
+      entry->second(*this);
+      for (int i = 0; i < layer.output_size(); ++i)
+        if (!outputs_set_[i]) refuse("its translation does not define output '", layer.output(i), "'");
+    } catch (const LayerRefused&) {
+      for (const auto& blob : layer.output()) define_unknown(blob);
+      throw;
+    }
+    for (auto& op : ops_) function_.block.operations.push_back(std::move(op));
+    for (auto& [blob, value] : pending_) blobs_[blob] = std::move(value);
+    pending_.clear();
+    return true;
+  }
+
+
+  // LayerContext
+  const nn::NeuralNetworkLayer& layer() const override { return *layer_; }
+  const std::string& params() const override { return *params_; }
+  bool rank5_layout() const override { return rank5_; }
+  const Value& input(int index) const override {
+    require(index >= 0 && index < static_cast<int>(inputs_.size()), "has no input ", index);
+    return inputs_[index];
+  }
+
+  std::vector<Value> emit(const std::string& op_type, const OpInputs& inputs,
+                          const std::vector<ir::ValueType>& output_types) override {
+    ir::Operation op;
+    op.type = op_type;
+    op.name = layer_->name();
+    for (const auto& [param, values] : inputs)
+      for (const Value& value : values) op.inputs[param].push_back({value.name, value.constant});
+    std::vector<Value> out;
+    for (const ir::ValueType& type : output_types) {
+      std::string name;
+      do name = layer_->name() + "#" + std::to_string(fresh_++);
+      while (reserved_.count(name));
+      reserved_.insert(name);
+      op.outputs.push_back({name, type});
+      out.push_back({name, nullptr, type});
+    }
+    ops_.push_back(std::move(op));
+    return out;
+  }
+
+  void set_output(int index, const Value& value) override {
+    require(index >= 0 && index < layer_->output_size() && !outputs_set_[index], "defines output ", index, " twice or out of range");
+    outputs_set_[index] = true;
+    const std::string& blob = layer_->output(index);
+    const int left = --definitions_left_[blob];
+    const std::string target = left == 0 ? blob : blob + "@" + std::to_string(left);
+    bool renamed = false;
+    if (!value.name.empty())
+      for (auto& op : ops_)
+        for (auto& output : op.outputs)
+          if (output.name == value.name) {
+            output.name = target;
+            renamed = true;
+          }
+    if (renamed) {
+      for (auto& op : ops_)
+        for (auto& [param, bindings] : op.inputs)
+          for (auto& binding : bindings)
+            if (binding.name == value.name) binding.name = target;
+    } else {
+      ir::Operation copy;
+      copy.type = "identity";
+      copy.name = layer_->name();
+      copy.inputs["x"].push_back({value.name, value.constant});
+      copy.outputs.push_back({target, value.type});
+      ops_.push_back(std::move(copy));
+    }
+    pending_.emplace_back(blob, Value{target, nullptr, value.type});
+  }
+
+ private:
+  // An op outside any layer (the rank-5 layout's framing of inputs and outputs).
+  Value framing_op(const char* type, const Value& x, const std::vector<int64_t>& axes, const ir::ValueType& out,
+                   const std::string& name) {
+    ir::Operation op;
+    op.type = type;
+    op.inputs["x"].push_back({x.name, nullptr});
+    op.inputs["axes"].push_back({"", int_vector(axes).constant});
+    op.outputs.push_back({name, out});
+    function_.block.operations.push_back(std::move(op));
+    reserved_.insert(name);
+    return Value{name, nullptr, out};
+  }
+
+  void define_unknown(const std::string& blob) {
+    --definitions_left_[blob];
+    blobs_[blob] = std::nullopt;
+  }
+
+  ir::Function& function_;
+  bool rank5_ = false;
+  std::map<std::string, int> definitions_left_;
+  std::set<std::string> reserved_;                        // every blob name, and fresh names given out
+  std::map<std::string, std::optional<Value>> blobs_;     // nullopt: made by a layer that cannot run
+  // The layer being translated.
+  const nn::NeuralNetworkLayer* layer_ = nullptr;
+  const std::string* params_ = nullptr;
+  std::vector<Value> inputs_;
+  std::vector<ir::Operation> ops_;                            // added to the function on success
+  std::vector<std::pair<std::string, Value>> pending_;       // blob definitions made on success
+  std::vector<bool> outputs_set_;
+  int fresh_ = 0;
+};
+
+// The program input type of a float32 multi-array feature; flexible dims are unknown (-1).
+ir::ValueType input_type(const FeatureDescription& feature) {
+  if (feature.kind != FeatureKind::MultiArray) refuse("input '", feature.name, "' is not a multi-array; this build runs neuralNetwork models on multi-array inputs only");
+  if (feature.dtype != DType::Float32) refuse("input '", feature.name, "' is ", dtype_name(feature.dtype), "; this build runs neuralNetwork models on float32 inputs only");
+  if (feature.shape.empty()) refuse("input '", feature.name, "' declares no shape");
+  std::vector<int64_t> dims(feature.shape.begin(), feature.shape.end());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i < feature.shape_range.size() && feature.shape_range[i].first != feature.shape_range[i].second) dims[i] = -1;
+    for (const Shape& shape : feature.enumerated_shapes)
+      if (shape.size() != dims.size() || shape[i] != feature.shape[i]) dims[i] = -1;
+  }
+  return tensor_type(DType::Float32, std::move(dims));
+}
+
+}  // namespace
+
+NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& description) {
+  NeuralNetworkReading out;
+  nn::NeuralNetwork network;
+  COREMLRT_CHECK(network.ParseFromString(serialized), "the neuralNetwork message does not parse");
+  for (const auto& layer : network.layers())
+    out.layers.push_back({kind_name(layer_kind(layer).field), layer.name(), layer.output_size() ? layer.output(0) : "", ""});
+
+  ir::Function function;
+  function.name = "main";
+  function.opset = "CoreML5";  // the translated ops mean the same in every opset; take the first
+  function.ios_version = ir::ios_version_of_opset(function.opset);
+  Translator translator(network, function);
+  try {
+    if (network.preprocessing_size() > 0) refuse("image preprocessing is not supported by this build");
+  } catch (const LayerRefused& refused) {
+    out.problem = refused.reason;
+  }
+  for (const FeatureDescription& feature : description.inputs) {
+    std::optional<ir::ValueType> type;
+    try {
+      if (out.problem.empty()) type = input_type(feature);
+      translator.declare_input(feature.name, type);
+    } catch (const LayerRefused& refused) {
+      out.problem = refused.reason;
+      translator.declare_input(feature.name, std::nullopt);
+    }
+  }
+
+  bool translated = out.problem.empty();
+  for (int i = 0; i < network.layers_size(); ++i) {
+    try {
+      translated = translator.translate(network.layers(i)) && translated;
+    } catch (const LayerRefused& refused) {
+      out.layers[i].problem = refused.reason;
+      translated = false;
+    }
+  }
+  if (!translated) return out;
+  for (const FeatureDescription& feature : description.outputs) {
+    std::optional<std::string> value = translator.output_value(feature.name, feature);
+    if (!value) {
+      out.problem = "output '" + feature.name + "' is not produced by any layer";
+      return out;
+    }
+    function.block.outputs.push_back(*value);
+  }
+  out.program.functions.emplace(function.name, std::move(function));
+  return out;
+}
+
+}  // namespace coremlrt::format
