@@ -9,6 +9,7 @@
 #include "coremlrt/error.h"
 #include "coremlrt/limits.h"
 #include "format/blob_file.h"
+#include "format/classic/predictor.h"
 #include "format/compiled_model.h"
 #include "format/memory_model.h"
 #include "format/value_reader.h"
@@ -269,6 +270,20 @@ LoadedModel read_model(const ModelFiles& files) {
     out.weight_bytes = model.neuralnetwork().size();  // weights are stored in the message itself; count all of it
     out.network = read_neural_network(model.neuralnetwork(), out.description.functions.front());
     out.program = std::move(out.network.program);
+  } else if (model.Type_case() == spec::Model::kGlmRegressor) {
+    out.program = classic::read_glm_regressor(model.glmregressor(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kGlmClassifier) {
+    out.program = classic::read_glm_classifier(model.glmclassifier(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kSupportVectorRegressor) {
+    out.program = classic::read_svm_regressor(model.supportvectorregressor(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kSupportVectorClassifier) {
+    out.program = classic::read_svm_classifier(model.supportvectorclassifier(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kTreeEnsembleRegressor) {
+    out.program = classic::read_tree_ensemble_regressor(model.treeensembleregressor(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kTreeEnsembleClassifier) {
+    out.program = classic::read_tree_ensemble_classifier(model.treeensembleclassifier(), out.description.functions.front());
+  } else if (model.Type_case() == spec::Model::kKNearestNeighborsClassifier) {
+    out.program = classic::read_knn_classifier(model.knearestneighborsclassifier(), out.description.functions.front());
   }
   return out;
 }

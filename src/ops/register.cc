@@ -25,6 +25,10 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_random_kernels(registry);
   register_quantization_kernels(registry);
   register_classify_kernels(registry);
+  register_glm_kernels(registry);
+  register_svm_kernels(registry);
+  register_tree_ensemble_kernels(registry);
+  register_nearest_neighbors_kernels(registry);
 }
 
 }  // namespace coremlrt::ops

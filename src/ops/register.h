@@ -28,5 +28,9 @@ void register_detection_kernels(KernelRegistry& registry);
 void register_random_kernels(KernelRegistry& registry);
 void register_quantization_kernels(KernelRegistry& registry);
 void register_classify_kernels(KernelRegistry& registry);
+void register_glm_kernels(KernelRegistry& registry);
+void register_svm_kernels(KernelRegistry& registry);
+void register_tree_ensemble_kernels(KernelRegistry& registry);
+void register_nearest_neighbors_kernels(KernelRegistry& registry);
 
 }  // namespace coremlrt::ops

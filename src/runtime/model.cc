@@ -154,6 +154,14 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
+// The classic predictors that format/classic/ translates into a program.
+bool is_classic_predictor(const std::string& type) {
+  for (const char* known : {"glmRegressor", "glmClassifier", "supportVectorRegressor", "supportVectorClassifier",
+                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier"})
+    if (type == known) return true;
+  return false;
+}
+
 }  // namespace
 
 const FunctionDescription* ModelDescription::find_function(const std::string& name) const {
@@ -174,9 +182,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
-  COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork", "model '", path,
-                 "' is of type '", description.model_type,
-                 "'; this build runs ML programs (mlProgram) and neuralNetwork models only");
+  COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork" ||
+                     is_classic_predictor(description.model_type),
+                 "model '", path, "' is of type '", description.model_type,
+                 "'; this build runs ML programs (mlProgram), neuralNetwork models and classic predictors only");
   const format::NeuralNetworkReading& network = impl->loaded.network;
   COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
   for (const format::NetworkLayer& layer : network.layers)
@@ -335,7 +344,7 @@ ModelReport inspect_model(const std::string& path) {
     report.problem = loaded.network.problem;
     return report;
   }
-  if (type != "mlProgram")
+  if (type != "mlProgram" && !is_classic_predictor(type))
     report.problem = "model type '" + type + "' (this build runs ML programs and neuralNetwork models)";
   for (const auto& [name, function] : loaded.program.functions) {
     FunctionReport f;

@@ -1,0 +1,102 @@
+#pragma once
+// Core ML's classic predictors (glmRegressor/Classifier, supportVectorRegressor/Classifier,
+// treeEnsembleRegressor/Classifier, kNearestNeighborsClassifier) translated into the typed
+// program (src/ir/program.h) that ML programs use, so one planner and one executor run them.
+//
+// Each model type has a file of its own here (glm_reader.cc, svm_reader.cc,
+// tree_ensemble_reader.cc, knn_reader.cc) that parses its message (proto/classic_*.proto) and
+// emits one op of its own kind (src/ops/glm.cc, svm.cc, tree_ensemble.cc,
+// nearest_neighbors.cc) whose parameters are constants of the op. These ops read every input
+// feature in description order as one vector of doubles, as Core ML does (it evaluates these
+// models in double precision), so a multi-array, several double or int64 features, or a mix
+// all work. A classifier ends in the `classify` op, exactly as an ML-program classifier does
+// (src/ops/classify.h): the label and the {label: probability} dictionary come from it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremlrt/description.h"
+#include "coremlrt/error.h"
+#include "ir/program.h"
+
+namespace coremlrt::format::classic {
+
+using Const = std::shared_ptr<ir::ConstValue>;
+
+ir::ValueType tensor_type(DType dtype, std::vector<int64_t> dims);
+Const f64_tensor(std::vector<double> values, std::vector<int64_t> dims);
+Const f32_tensor(std::vector<float> values, std::vector<int64_t> dims);
+Const i32_tensor(std::vector<int32_t> values, std::vector<int64_t> dims);
+Const i32_scalar(int32_t value);
+Const string_scalar(const std::string& value);
+
+// Class labels as classify's `classes` constant: strings or int64 values.
+struct Labels {
+  std::vector<std::string> strings;
+  std::vector<int64_t> ints;
+  bool integer = false;
+  size_t size() const { return integer ? ints.size() : strings.size(); }
+};
+
+class PredictorProgram {
+ public:
+  // `model_type` names the model in errors ("treeEnsembleClassifier").
+  PredictorProgram(const FunctionDescription& description, std::string model_type);
+
+  // How many numbers the input features hold together; -1 when a flexible shape leaves it open.
+  int64_t feature_count() const { return feature_count_; }
+  const std::string& model_type() const { return model_type_; }
+
+  // Adds the model's op: its variadic input `x` is every input feature, `constants` its
+  // parameters. Returns the name of its (single) output, of type `output`.
+  std::string add_model_op(const std::string& op_type, const std::vector<std::pair<std::string, Const>>& constants,
+                           const ir::ValueType& output, const std::string& output_name = "");
+
+  // The output type a regressor's op must produce for the description's prediction:
+  // fp64 [] for a double feature, fp64 [dims] for a multi-array of `dims` numbers.
+  ir::ValueType regressor_output_type(int64_t dims) const;
+  const std::string& regressor_output_name() const;
+  // Ends a regressor whose op was added with regressor_output_name() as its output name.
+  void finish_regressor();
+
+  // Ends a classifier: classify(`probabilities`, labels) gives the predicted label and the
+  // probability dictionary the description names.
+  void finish_classifier(const std::string& probabilities, const Labels& labels);
+
+  ir::Program take();
+
+ private:
+  std::string fresh(const std::string& stem);
+  const FunctionDescription& description_;
+  std::string model_type_;
+  ir::Function function_;
+  std::vector<ir::Binding> features_;
+  int64_t feature_count_ = 0;
+  int fresh_ = 0;
+};
+
+// The class labels of a classifier message (fields 100 / 101), for `what` in errors.
+template <class Message>
+Labels read_labels(const Message& message, const std::string& what) {
+  Labels out;
+  if (message.has_int64classlabels()) {
+    out.integer = true;
+    out.ints.assign(message.int64classlabels().vector().begin(), message.int64classlabels().vector().end());
+  } else if (message.has_stringclasslabels()) {
+    out.strings.assign(message.stringclasslabels().vector().begin(), message.stringclasslabels().vector().end());
+  }
+  if (out.size() == 0) fail(what, " has no class labels");
+  return out;
+}
+
+// One translator per model type; `serialized` is the model type's message.
+ir::Program read_glm_regressor(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_glm_classifier(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_svm_regressor(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_svm_classifier(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_tree_ensemble_regressor(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_tree_ensemble_classifier(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_knn_classifier(const std::string& serialized, const FunctionDescription& description);
+
+}  // namespace coremlrt::format::classic
