@@ -100,6 +100,16 @@ def _convert(name, value, feature):
     return array, caller_memory
 
 
+def _convert_number(name, value, kind):
+    """A double or int64 feature's value as a 0-d float64 or int64 array."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "iufb":
+        raise Error(f"input '{name}' is a {kind} feature; got {type(value).__name__} {array.shape}")
+    if kind == "int64" and array.dtype.kind == "f" and not float(array.reshape(())).is_integer():
+        raise Error(f"input '{name}' is an int64 feature; got the non-integer {float(array.reshape(()))}")
+    return np.array(array.reshape(()), dtype=np.float64 if kind == "double" else np.int64)  # 0-d, contiguous
+
+
 def _convert_image(name, value, feature):
     """PIL image or uint8 [H, W, C] array -> float32 [1, C, H, W] in the model's channel order."""
     if hasattr(value, "mode") and hasattr(value, "size") and hasattr(value, "convert"):  # PIL.Image
@@ -399,6 +409,8 @@ class MLModel:
                 arrays[name], zero_copy = _convert_image(name, value, feature)
             elif feature["kind"] == "multiArray":
                 arrays[name], zero_copy = _convert(name, value, feature)
+            elif feature["kind"] in ("double", "int64"):  # a number: the engine takes a 0-d array
+                arrays[name], zero_copy = _convert_number(name, value, feature["kind"]), False
             else:
                 raise Error(f"input '{name}' is a {feature['kind']} feature, which this build cannot take yet")
             in_place += zero_copy
