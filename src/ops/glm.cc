@@ -39,6 +39,7 @@ std::unique_ptr<Kernel> make_glm(KernelBuilder& b) {
     b.fail("unknown encoding '", encoding, "'");
   }
   FeatureVector features(b, width);
+  const bool logit = transform == "logit", probit = transform == "probit", regression = encoding == "regression";
   return make_kernel([=](KernelContext& ctx) {
     const double* w = weights.ptr<double>();
     const double* offset = offsets.ptr<double>();
@@ -47,11 +48,11 @@ std::unique_ptr<Kernel> make_glm(KernelBuilder& b) {
     for (int64_t r = 0; r < rows; ++r) {
       double z = offset[r];
       for (int64_t i = 0; i < width; ++i) z += w[r * width + i] * x[i];
-      if (transform == "logit") z = 1.0 / (1.0 + std::exp(-z));
-      else if (transform == "probit") z = 0.5 * std::erfc(-z / std::sqrt(2.0));
+      if (logit) z = 1.0 / (1.0 + std::exp(-z));
+      else if (probit) z = 0.5 * std::erfc(-z / std::sqrt(2.0));
       score[r] = z;
     }
-    if (encoding == "regression") {
+    if (regression) {
       double* out = ctx.allocate_output(0, DType::Float64, shape).ptr<double>();
       for (int64_t r = 0; r < rows; ++r) out[r] = score[r];
       return;

@@ -367,3 +367,21 @@ def test_tree_child_missing_is_refused_at_load(tmp_path):
     ct.models.MLModel(builder.spec).save(path)
     with pytest.raises(coremlrt.Error, match="false child 7, which the tree does not have"):
         coremlrt.MLModel(path)
+
+
+@pytest.mark.parametrize("encoding", ["ReferenceClass", "OneVsRest"])
+def test_glm_probit_link_matches_the_normal_cdf(tmp_path, data, encoding):
+    from scipy.stats import norm
+
+    x, _, _, classes2 = data
+    sk = LogisticRegression(multi_class="ovr").fit(x, classes2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = ct.converters.sklearn.convert(sk).get_spec()
+    glm = spec.glmClassifier
+    glm.postEvaluationTransform = glm.Probit
+    glm.classEncoding = getattr(glm, encoding)
+    model = _load(tmp_path, ct.models.MLModel(spec), "probit")
+    for out, z in zip(_predict(model, x), sk.decision_function(x)):
+        p = norm.cdf(z)
+        np.testing.assert_allclose([out["classProbability"][c] for c in sk.classes_], [1 - p, p], rtol=1e-6, atol=1e-7)
