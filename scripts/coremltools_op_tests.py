@@ -5,6 +5,14 @@
     python3 scripts/coremltools_op_tests.py --sample 10 --check   # CI: every 10th case, no regressions
     python3 scripts/coremltools_op_tests.py --suite runtime --report docs/coremltools-runtime-tests.md
 
+``--suite ops_neuralnetwork`` runs the op tests' neuralnetwork-backend cases (the op suite
+leaves them out). ``--suite neural_network``, ``sklearn``, ``xgboost`` and ``pipeline`` run
+``coremltools/test/neural_network``, ``test/sklearn_tests``, ``test/xgboost_tests`` and
+``test/pipeline``. In these five suites a model coremlrt refuses fails its case, the cause
+naming the refused layer kind or model type; each has its recorded results
+(tests/conformance/recorded_<suite>_results.json) and its section of docs/conformance.md
+(``--report docs/conformance.md``).
+
 ``--suite runtime`` runs coremltools' runtime API tests instead (``coremltools/test/api``,
 ``test/modelpackage``, ``test/ml_program``, ``test/blob``: compiled models, compute plans,
 model structure, assets, weights), a few minutes, with its own recorded results
@@ -40,6 +48,35 @@ KNOWN_DIFFERENCES = PLUGIN_DIR / "known_differences.json"
 KNOWN_RUNTIME_DIFFERENCES = PLUGIN_DIR / "known_runtime_differences.json"
 FILE_TIMEOUT_S = 1800  # one test file; a hang past this is recorded like a crash
 NOT_PASSING = ("failed", "crash")
+# Suites of models of every type: suite -> (folders inside the installed coremltools, or None
+# for the op tests' folder; the plugin's --coremlrt-mode).
+MODEL_SUITES = {
+    "ops_neuralnetwork": (None, "neuralnetwork"),
+    "neural_network": (("test/neural_network",), "models"),
+    "sklearn": (("test/sklearn_tests",), "models"),
+    "xgboost": (("test/xgboost_tests",), "models"),
+    "pipeline": (("test/pipeline",), "models"),
+}
+
+
+def recorded_path(suite):
+    if suite == "ops":
+        return RECORDED
+    if suite == "runtime":
+        return RECORDED_RUNTIME
+    return PLUGIN_DIR / f"recorded_{suite}_results.json"
+
+
+def known_differences_path(suite):
+    if suite == "ops":
+        return KNOWN_DIFFERENCES
+    if suite == "runtime":
+        return KNOWN_RUNTIME_DIFFERENCES
+    return PLUGIN_DIR / f"known_{suite}_differences.json"
+
+
+def plugin_mode(suite):
+    return MODEL_SUITES[suite][1] if suite in MODEL_SUITES else "mlprogram"
 
 
 def coremltools_dir():
@@ -52,7 +89,7 @@ def coremltools_dir():
 
 def suite_dir(suite="ops"):
     """The folder node ids are relative to: the op tests' folder, or coremltools' package."""
-    if suite == "runtime":
+    if suite == "runtime" or MODEL_SUITES.get(suite, (None,))[0]:
         return coremltools_dir()
     return coremltools_dir() / "converters" / "mil" / "mil" / "ops" / "tests"
 
@@ -60,12 +97,14 @@ def suite_dir(suite="ops"):
 def test_files(root, only, suite="ops"):
     if suite == "runtime":
         files = sorted(p for folder in RUNTIME_FOLDERS for p in (root / folder).rglob("test_*.py"))
+    elif MODEL_SUITES.get(suite, (None,))[0]:
+        files = sorted(p for folder in MODEL_SUITES[suite][0] for p in (root / folder).rglob("test_*.py"))
     else:
         files = sorted(root.rglob("test_*.py"))
     return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
 
 
-def run_group(paths, name, root, out_dir, sample):
+def run_group(paths, name, root, out_dir, sample, mode="mlprogram"):
     """Runs test files in one pytest process to the end, restarting it after each crash.
     Returns their records."""
     results = out_dir / (name + ".jsonl")
@@ -79,7 +118,7 @@ def run_group(paths, name, root, out_dir, sample):
     env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + caller_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
                "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
-               "--coremlrt-sample", str(sample)] + [str(p) for p in paths]
+               "--coremlrt-sample", str(sample), "--coremlrt-mode", mode] + [str(p) for p in paths]
     resume = []
     while True:
         current.unlink(missing_ok=True)
@@ -163,8 +202,10 @@ def main():
     parser.add_argument("--sample", type=int, default=1, help="run every N-th case of each file")
     parser.add_argument("--jobs", type=int, default=2, help="test files run at once")
     parser.add_argument("--only", action="append", help="run test files whose path contains this")
-    parser.add_argument("--suite", choices=("ops", "runtime"), default="ops",
-                        help="ops: the MIL op tests; runtime: coremltools' runtime API tests")
+    parser.add_argument("--suite", choices=("ops", "runtime") + tuple(MODEL_SUITES), default="ops",
+                        help="ops: the MIL op tests; runtime: coremltools' runtime API tests; "
+                             "ops_neuralnetwork, neural_network, sklearn, xgboost, pipeline: models of "
+                             "every type (see the module text)")
     parser.add_argument("--out", help="folder for per-file results (default build/coremltools-<suite>-suite)")
     parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
     parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
@@ -176,8 +217,9 @@ def main():
 
     import coremltools
     root = suite_dir(args.suite)
-    args.out = args.out or str(REPO / "build" / ("coremltools-op-suite" if args.suite == "ops"
-                                                 else "coremltools-runtime-suite"))
+    args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite",
+                                                 "runtime": "coremltools-runtime-suite"}.get(
+                                                     args.suite, f"coremltools-{args.suite}-suite"))
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pytest.ini").write_text("[pytest]\n")
@@ -196,7 +238,8 @@ def main():
         groups = {f"sample-{i}": files[i::args.jobs] for i in range(args.jobs)}
     records = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample): name
+        futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample,
+                               plugin_mode(args.suite)): name
                    for name, paths in groups.items() if paths}
         for future in concurrent.futures.as_completed(futures):
             file_records = future.result()
@@ -218,19 +261,23 @@ def finish(args, records, version, seconds, file_count):
         json.dump(records, f)
 
     from coremltools_op_report import write_report, write_runtime_report
-    recorded_path = RECORDED_RUNTIME if args.suite == "runtime" else RECORDED
+    from coremltools_suite_report import write_suite_section
+    recorded = recorded_path(args.suite)
     if args.report:
-        if args.suite == "runtime":
+        if args.suite in MODEL_SUITES:
+            write_suite_section(args.suite, records, pathlib.Path(args.report), version, args.sample, seconds,
+                                _known_differences(known_differences_path(args.suite)))
+        elif args.suite == "runtime":
             write_runtime_report(records, pathlib.Path(args.report), version, seconds,
                                  _known_differences(KNOWN_RUNTIME_DIFFERENCES))
         else:
             write_report(records, pathlib.Path(args.report), version, args.sample, seconds, _known_differences())
         print(f"report: {args.report}")
     if args.record:
-        record(records, version, recorded_path)
-        print(f"recorded: {recorded_path}")
+        record(records, version, recorded)
+        print(f"recorded: {recorded}")
     if args.check:
-        problems = check_against_recorded(records, args.sample, recorded_path)
+        problems = check_against_recorded(records, args.sample, recorded)
         for p in problems:
             print(p)
         if problems:

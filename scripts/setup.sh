@@ -27,4 +27,12 @@ python3 -m pip install -q --disable-pip-version-check numpy pytest mypy pytest-a
 # test_dask.py and test_ray.py.
 python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4.70.1" \
   "dask[array,bag,dataframe]==2026.8.0" "distributed==2026.8.0" "ray[data]==2.60.0"
+# The libraries coremltools' classic-model tests convert from (scripts/coremltools_op_tests.py
+# --suite sklearn, xgboost, pipeline): scikit-learn 1.5.1 is the newest coremltools 9 supports
+# (coremltools/_deps/__init__.py, _SKLEARN_MAX_VERSION); libsvm-official 3.35.0 is the newest
+# whose libsvm.svm still exports the C_SVC constants coremltools' converter and tests read
+# (3.36 dropped them). xgboost: coremltools 9 names 1.4.2 as the newest it tested, which
+# predates numpy 2; 2.1.4 (the CPU build) loads with a warning and is what the suite runs.
+python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
+  "xgboost-cpu==2.1.4"
 python3 -m pip install -q --disable-pip-version-check .

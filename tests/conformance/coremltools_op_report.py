@@ -111,7 +111,10 @@ def write_report(records, path, coremltools_version, sample, seconds, known):
     lines += _table(["file"] + header[1:], _tally(records, "file"))
     lines += ["", "## Per op", "", "Each test class covers one op (`TestSliceByIndex` is `slice_by_index`).", ""]
     lines += _table(["test class"] + header[1:], _tally(records, "op"))
-    path.write_text("\n".join(lines) + "\n")
+    # The other suites' sections (tests/conformance/coremltools_suite_report.py) stay.
+    from coremltools_suite_report import ORDER, sections_of
+    kept = sections_of(path.read_text()) if path.exists() else {}
+    path.write_text("\n".join(lines) + "\n" + "".join("\n" + kept[s] for s in ORDER if s in kept))
 
 
 # -- coremltools' runtime API tests (--suite runtime) ---------------------------------------

@@ -15,6 +15,20 @@ Nothing else of coremltools is touched; its test files are run as installed.
 
 Loaded by scripts/coremltools_op_tests.py as ``-p coremltools_op_suite``; it writes one JSON
 line per case to ``--coremlrt-results``.
+
+``--coremlrt-mode`` says which cases run and how a model coremlrt refuses is counted:
+
+* ``mlprogram`` (the op suite): neuralnetwork-backend cases are not run, and a case whose model
+  coremlrt refuses by type or layer is "not applicable".
+* ``neuralnetwork`` (the op suite's neuralnetwork-backend cases): only those cases run.
+* ``models`` (coremltools/test/neural_network, sklearn_tests, xgboost_tests, pipeline): every
+  case runs, and coremltools' own ``_is_macos()`` gate opens as well (these files ask it
+  directly, e.g. ``if _is_macos() and _macos_version() >= (10, 13):`` before predicting in
+  test/sklearn_tests/test_SVC.py).
+
+In the last two modes a refused model fails its case, with the refusal as the cause
+("refused layer: <kind>", "refused model type: <type>"), so that the report counts what is
+missing.
 """
 
 import json
@@ -55,6 +69,30 @@ def _is_other_model_cause(cause):
     return cause is not None and cause.endswith(" model")
 
 
+_LAYER_REFUSAL = re.compile(r"neuralNetwork layer '[^']*' \((\w+)\): (.*)")
+_NETWORK_REFUSAL = re.compile(r"\(neuralNetwork\): (.*)")
+
+
+def refusal(text):
+    """(cause, detail) for coremlrt's refusal of a model, or None: the refused layer kind, the
+    refused model type, or the neuralNetwork framing problem (src/runtime/model.cc)."""
+    match = _MODEL_TYPE.search(text)
+    if match:
+        return f"refused model type: {match.group(1)}", _last_line(text)
+    match = _LAYER_REFUSAL.search(text)
+    if match:
+        return f"refused layer: {match.group(1)}", _last_line(match.group(2))
+    match = _NETWORK_REFUSAL.search(text)
+    if match:
+        return "refused neuralNetwork framing", _last_line(match.group(1))
+    return None
+
+
+_mode = "mlprogram"
+# refusal() of each model the current case loaded that coremlrt refused (modes other than mlprogram)
+_refusals_in_current_case = []
+
+
 _predictions_in_current_case = 0
 # neuralnetwork models a case made (through assert_model_is_valid's default backend, say):
 # coremltools keeps such a model without a proxy, so the case is about a format we do not run.
@@ -72,14 +110,21 @@ def pytest_addoption(parser):
                     help="JSON-lines file that receives one record per case")
     group.addoption("--coremlrt-sample", type=int, default=1,
                     help="run every N-th applicable case of each file (sorted by node id)")
+    group.addoption("--coremlrt-mode", choices=("mlprogram", "neuralnetwork", "models"), default="mlprogram",
+                    help="which cases run and how refused models count (see the module text)")
     group.addoption("--coremlrt-resume", action="store_true",
                     help="skip cases the results file already records (rerun after a crash)")
 
 
-def _open_prediction_gates():
+def _open_prediction_gates(mode):
     import coremltools.converters.mil.testing_utils as testing_utils
     import coremltools.models.utils as model_utils
 
+    if mode == "models":
+        # The model test files bind `_is_macos` by name at import (after this runs) and ask it
+        # before predicting and in class-level skips; coremltools' own modules imported it
+        # earlier and keep the real one (so nothing runs `sw_vers`).
+        model_utils._is_macos = lambda: True
     # _is_macos stays False: coremltools' own modules bound the real _macos_version at import,
     # and it runs `sw_vers` when _is_macos() says macOS. Only the test utilities' view changes.
     model_utils._macos_version = lambda: PRETENDED_MACOS_VERSION
@@ -96,7 +141,9 @@ def _watch_the_proxy():
         try:
             original_init(self, *args, **kwargs)
         except Exception as exc:
-            if _is_neuralnetwork_load_error(str(exc)):
+            if _mode != "mlprogram" and refusal(str(exc)):
+                _refusals_in_current_case.append(refusal(str(exc)))
+            elif _is_neuralnetwork_load_error(str(exc)):
                 _neuralnetwork_loads_in_current_case += 1
                 _other_model_causes_in_current_case.append(_other_model_cause(str(exc)))
             else:
@@ -116,7 +163,9 @@ def pytest_configure(config):
     import coremlrt.coremltools_backend
 
     coremlrt.coremltools_backend.enable()
-    _open_prediction_gates()
+    global _mode
+    _mode = config.getoption("--coremlrt-mode")
+    _open_prediction_gates(_mode)
     _watch_the_proxy()
     config._coremlrt_log = _ResultLog(config.getoption("--coremlrt-results"))
 
@@ -136,8 +185,12 @@ def pytest_collection_modifyitems(session, config, items):
     log = config._coremlrt_log
     done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
     applicable, drop = [], []
+    mode = config.getoption("--coremlrt-mode")
     for item in items:
-        if _is_neuralnetwork_case(item):
+        if mode == "neuralnetwork":
+            # The mlprogram cases of these files are counted by the op suite (mode mlprogram).
+            (applicable if _is_neuralnetwork_case(item) else drop).append(item)
+        elif mode == "mlprogram" and _is_neuralnetwork_case(item):
             # Not run at all: the whole case is about a model format coremlrt does not load.
             if item.nodeid not in done:
                 log.write(_record(item, "not_applicable", cause="neuralnetwork backend"))
@@ -165,6 +218,7 @@ def pytest_runtest_logstart(nodeid, location):
     _predictions_in_current_case = _neuralnetwork_loads_in_current_case = 0
     _other_model_causes_in_current_case.clear()
     _load_errors_in_current_case.clear()
+    _refusals_in_current_case.clear()
     # A crash kills the process before any report: the runner reads this to name the case.
     with open(os.environ.get("COREMLRT_SUITE_CURRENT", os.devnull), "w") as f:
         f.write(nodeid)
@@ -222,7 +276,7 @@ class _ResultLog:
         else:
             default = ("error", _last_line(report.longreprtext), {})
             cause, detail, errors = getattr(report, "_coremlrt_cause", default)
-            outcome = "not_applicable" if _is_other_model_cause(cause) else "failed"
+            outcome = "not_applicable" if _mode == "mlprogram" and _is_other_model_cause(cause) else "failed"
             self.write(_record(report, outcome, cause=cause, detail=detail, **errors))
 
 
@@ -255,7 +309,14 @@ def classify_failure(excinfo):
     text = str(excinfo.value)
     frames = [(entry.frame.code.raw.co_filename, entry.frame.code.raw.co_name) for entry in excinfo.traceback]
     in_proxy = [name for path, name in frames if path.endswith("coremltools_backend.py")]
-    if _is_neuralnetwork_load_error(text):
+    if _mode != "mlprogram":
+        # A refusal reaches the test directly, or (coremltools catches it at load and keeps
+        # the model without a proxy) as "prediction is only supported on macOS" later.
+        if refusal(text):
+            return refusal(text) + ({},)
+        if _refusals_in_current_case:
+            return _refusals_in_current_case[0] + ({},)
+    elif _is_neuralnetwork_load_error(text):
         return _other_model_cause(text), None, {}
     # A load error usually reaches the test only as coremltools' "prediction is only supported
     # on macOS" (it keeps the model without a proxy), so the load errors seen count too.
