@@ -10,6 +10,10 @@ const LayerTable& layer_table() {
     register_activation_layers(out);
     register_linear_layers(out);
     register_softmax_layers(out);
+    register_conv_layers(out);
+    register_pooling_layers(out);
+    register_normalization_layers(out);
+    register_resize_layers(out);
     return out;
   }();
   return table;

@@ -111,5 +111,9 @@ const LayerTable& layer_table();
 void register_activation_layers(LayerTable& table);
 void register_linear_layers(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
+void register_conv_layers(LayerTable& table);
+void register_pooling_layers(LayerTable& table);
+void register_normalization_layers(LayerTable& table);
+void register_resize_layers(LayerTable& table);
 
 }  // namespace coremlrt::format::neural_network

@@ -79,8 +79,22 @@ class Translator final : public LayerContext {
       return;
     }
     function_.inputs.push_back({name, *type});
+    Value blob{name, nullptr, *type};
+    // The layer graph computes in fp32; a double input is narrowed on entry, as Core ML does.
+    if (type->dtype == DType::Float64) {
+      ir::ValueType narrow = *type;
+      narrow.dtype = DType::Float32;
+      ir::Operation op;
+      op.type = "cast";
+      op.inputs["x"].push_back({name, nullptr});
+      op.inputs["dtype"].push_back({"", string_scalar("fp32").constant});
+      op.outputs.push_back({name + "#fp32", narrow});
+      function_.block.operations.push_back(std::move(op));
+      reserved_.insert(name + "#fp32");
+      blob = Value{name + "#fp32", nullptr, narrow};
+    }
     if (!rank5_) {
-      blobs_[name] = Value{name, nullptr, *type};
+      blobs_[name] = blob;
       return;
     }
     require(type->rank == 1 || type->rank == 3, "input '", name, "' has rank ", type->rank,
@@ -88,7 +102,7 @@ class Translator final : public LayerContext {
     const std::vector<int64_t> axes = type->rank == 1 ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
     std::vector<int64_t> dims = type->rank == 1 ? std::vector<int64_t>{1, 1, type->dims[0], 1, 1}
                                                 : std::vector<int64_t>{1, 1, type->dims[0], type->dims[1], type->dims[2]};
-    blobs_[name] = framing_op("expand_dims", Value{name, nullptr, *type}, axes, tensor_type(type->dtype, dims),
+    blobs_[name] = framing_op("expand_dims", blob, axes, tensor_type(DType::Float32, dims),
                               name + "#rank5");
   }
 
@@ -253,7 +267,8 @@ class Translator final : public LayerContext {
 // The program input type of a float32 multi-array feature; flexible dims are unknown (-1).
 ir::ValueType input_type(const FeatureDescription& feature) {
   if (feature.kind != FeatureKind::MultiArray) refuse("input '", feature.name, "' is not a multi-array; this build runs neuralNetwork models on multi-array inputs only");
-  if (feature.dtype != DType::Float32) refuse("input '", feature.name, "' is ", dtype_name(feature.dtype), "; this build runs neuralNetwork models on float32 inputs only");
+  if (feature.dtype != DType::Float32 && feature.dtype != DType::Float64)
+    refuse("input '", feature.name, "' is ", dtype_name(feature.dtype), "; this build runs neuralNetwork models on float32 and double inputs only");
   if (feature.shape.empty()) refuse("input '", feature.name, "' declares no shape");
   std::vector<int64_t> dims(feature.shape.begin(), feature.shape.end());
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -261,7 +276,7 @@ ir::ValueType input_type(const FeatureDescription& feature) {
     for (const Shape& shape : feature.enumerated_shapes)
       if (shape.size() != dims.size() || shape[i] != feature.shape[i]) dims[i] = -1;
   }
-  return tensor_type(DType::Float32, std::move(dims));
+  return tensor_type(feature.dtype, std::move(dims));
 }
 
 }  // namespace
