@@ -118,27 +118,33 @@ def test_info_lists_layers(tmp_path):
     assert function["unsupported"] == []
 
 
-def conv_model(tmp_path):
+def custom_layer_model(tmp_path):
+    """A conv + ReLU network whose convolution is swapped for a custom layer, a kind no build
+    runs (its code lives in the app that ships the model)."""
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
-    path, mlmodel = convert(net, torch.randn(1, 3, 8, 8), tmp_path, "conv")
-    (conv_layer,) = [layer for layer in mlmodel.get_spec().neuralNetwork.layers if layer.HasField("convolution")]
-    return path, conv_layer.name
+    _, mlmodel = convert(net, torch.randn(1, 3, 8, 8), tmp_path, "conv")
+    spec = mlmodel.get_spec()
+    (layer,) = [layer for layer in spec.neuralNetwork.layers if layer.HasField("convolution")]
+    layer.custom.className = "AppConvolution"
+    path = str(tmp_path / "custom.mlmodel")
+    ct.utils.save_spec(spec, path)
+    return path, layer.name
 
 
 def test_unsupported_layer_is_refused_at_load_by_type_and_name(tmp_path):
-    path, conv_name = conv_model(tmp_path)
+    path, layer_name = custom_layer_model(tmp_path)
     with pytest.raises(coremlrt.Error) as error:
         coremlrt.MLModel(path)
     message = str(error.value)
-    assert "convolution" in message and f"'{conv_name}'" in message and path in message
+    assert "custom" in message and f"'{layer_name}'" in message and path in message
 
 
 def test_info_reports_unsupported_layer(tmp_path):
-    path, conv_name = conv_model(tmp_path)
+    path, layer_name = custom_layer_model(tmp_path)
     report = _core.inspect(path)
     (function,) = report["functions"]
-    assert function["op_counts"]["convolution"] == 1
-    assert [(u["op_type"], u["op_name"]) for u in function["unsupported"]] == [("convolution", conv_name)]
+    assert function["op_counts"]["custom"] == 1
+    assert [(u["op_type"], u["op_name"]) for u in function["unsupported"]] == [("custom", layer_name)]
     # The ReLU after it is a layer kind this build runs, so it is not listed.
     assert function["op_counts"]["activation"] == 1
 
