@@ -45,7 +45,7 @@ class Message {
 
 constexpr int kLayers = 1, kArrayMapping = 5, kExactMapping = 1;
 constexpr int kName = 1, kInput = 2, kOutput = 3;
-constexpr int kConvolution = 100, kActivation = 130, kInnerProduct = 140, kReLU = 10;
+constexpr int kCustom = 500, kActivation = 130, kInnerProduct = 140, kReLU = 10;
 
 Message weights(std::initializer_list<float> values) {
   Message out;
@@ -103,13 +103,13 @@ TEST(NeuralNetworkReader, TranslatesInnerProductAndReluIntoLinearAndRelu) {
 
 TEST(NeuralNetworkReader, NamesALayerKindOutsideItsSchemaSubset) {
   Message network;
-  network.message(kLayers, layer("conv1", "x", "y").message(kConvolution, Message().varint(1, 3)))
+  network.message(kLayers, layer("conv1", "x", "y").message(kCustom, Message().text(10, "AppConvolution")))
       .varint(kArrayMapping, kExactMapping);
   NeuralNetworkReading reading = read_neural_network(network.bytes(), description({1, 3, 8, 8}));
   ASSERT_EQ(reading.layers.size(), 1u);
-  EXPECT_EQ(reading.layers[0].type, "convolution");
+  EXPECT_EQ(reading.layers[0].type, "custom");
   EXPECT_EQ(reading.layers[0].name, "conv1");
-  EXPECT_NE(reading.layers[0].problem.find("'convolution'"), std::string::npos) << reading.layers[0].problem;
+  EXPECT_NE(reading.layers[0].problem.find("'custom'"), std::string::npos) << reading.layers[0].problem;
   EXPECT_TRUE(reading.program.functions.empty());
 }
 
