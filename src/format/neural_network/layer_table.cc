@@ -9,6 +9,7 @@ const LayerTable& layer_table() {
     LayerTable out;
     register_activation_layers(out);
     register_linear_layers(out);
+    register_recurrent_layers(out);
     register_softmax_layers(out);
     return out;
   }();

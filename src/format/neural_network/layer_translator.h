@@ -110,6 +110,7 @@ const LayerTable& layer_table();
 // One registration function per family file.
 void register_activation_layers(LayerTable& table);
 void register_linear_layers(LayerTable& table);
+void register_recurrent_layers(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
 
 }  // namespace coremlrt::format::neural_network
