@@ -16,4 +16,13 @@ const LayerTable& layer_table() {
   return table;
 }
 
+const LayerTable& refusal_table() {
+  static const LayerTable table = [] {
+    LayerTable out;
+    register_control_flow_refusals(out);
+    return out;
+  }();
+  return table;
+}
+
 }  // namespace coremlrt::format::neural_network
