@@ -9,11 +9,21 @@ const LayerTable& layer_table() {
     LayerTable out;
     register_activation_layers(out);
     register_linear_layers(out);
+    register_recurrent_layers(out);
     register_softmax_layers(out);
     register_conv_layers(out);
     register_pooling_layers(out);
     register_normalization_layers(out);
     register_resize_layers(out);
+    return out;
+  }();
+  return table;
+}
+
+const LayerTable& refusal_table() {
+  static const LayerTable table = [] {
+    LayerTable out;
+    register_control_flow_refusals(out);
     return out;
   }();
   return table;

@@ -106,10 +106,15 @@ using LayerTranslateFn = void (*)(LayerContext&);
 // family files (layer_table.cc lists them).
 using LayerTable = std::map<int, LayerTranslateFn>;
 const LayerTable& layer_table();
+// Kinds refused with a reason of their own (a custom layer's class, say); the reader consults
+// these for kinds layer_table() lacks, and does not list them among the kinds it runs.
+const LayerTable& refusal_table();
 
 // One registration function per family file.
 void register_activation_layers(LayerTable& table);
 void register_linear_layers(LayerTable& table);
+void register_recurrent_layers(LayerTable& table);
+void register_control_flow_refusals(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
 void register_conv_layers(LayerTable& table);
 void register_pooling_layers(LayerTable& table);

@@ -142,7 +142,11 @@ class Translator final : public LayerContext {
     outputs_set_.assign(layer.output_size(), false);
     try {
       auto entry = layer_table().find(kind.field);
-      if (entry == layer_table().end()) refuse_kind(kind.field);
+      if (entry == layer_table().end()) {
+        auto refusal = refusal_table().find(kind.field);
+        if (refusal != refusal_table().end()) refusal->second(*this);  // throws its own reason
+        refuse_kind(kind.field);
+      }
       bool inputs_known = true;
       for (const auto& name : layer.input()) {
         auto blob = blobs_.find(name);
