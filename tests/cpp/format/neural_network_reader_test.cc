@@ -101,7 +101,7 @@ TEST(NeuralNetworkReader, TranslatesInnerProductAndReluIntoLinearAndRelu) {
   EXPECT_EQ(main.block.outputs, (std::vector<std::string>{"y"}));
 }
 
-TEST(NeuralNetworkReader, NamesALayerKindOutsideItsSchemaSubset) {
+TEST(NeuralNetworkReader, RefusesACustomLayerNamingItsClass) {
   Message network;
   network.message(kLayers, layer("conv1", "x", "y").message(kCustom, Message().text(10, "AppConvolution")))
       .varint(kArrayMapping, kExactMapping);
@@ -109,7 +109,8 @@ TEST(NeuralNetworkReader, NamesALayerKindOutsideItsSchemaSubset) {
   ASSERT_EQ(reading.layers.size(), 1u);
   EXPECT_EQ(reading.layers[0].type, "custom");
   EXPECT_EQ(reading.layers[0].name, "conv1");
-  EXPECT_NE(reading.layers[0].problem.find("'custom'"), std::string::npos) << reading.layers[0].problem;
+  EXPECT_NE(reading.layers[0].problem.find("custom layer of class 'AppConvolution'"), std::string::npos)
+      << reading.layers[0].problem;
   EXPECT_TRUE(reading.program.functions.empty());
 }
 
