@@ -5,13 +5,16 @@ Each worker process loads the generated test models (tests/python/fixtures.py; p
 runnable single-step case of ../shared/corpus when present) and runs threads that loop over:
 single predictions, batch predictions, a stateful decode loop (one state per thread, 5 steps,
 then reset), and rejected inputs on purpose (a wrong shape, an unknown input name). Every 10 s
-each process prints its RSS; at the end the first and last figures after warm-up (the first
-minute, or the first 20% of a shorter run) are compared.
+each process prints its RSS and the bytes glibc's malloc has handed out and not had back (heap
+in use: what a leak grows, while RSS also holds what the allocator keeps); at the end the first
+and last figures after warm-up (the first minute, or the first 20% of a shorter run) are
+compared.
 
     python3 benchmarks/soak.py --minutes 30 [--processes 2] [--threads 4]
 """
 
 import argparse
+import ctypes
 import multiprocessing
 import os
 import sys
@@ -26,6 +29,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 def rss_mib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_in_use_mib():
+    """Bytes glibc's malloc has handed out and not had back (all arenas, mmapped chunks
+    included): what a leak in C++ code grows. RSS can grow without it (freed memory kept by
+    the allocator, fragmentation across the threads' arenas); a leak grows both."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return float("nan")
+    mallinfo2.restype = _Mallinfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20
 
 
 def workload():
@@ -97,10 +118,10 @@ def process_main(index, seconds, threads, queue):
         w.start()
     start = time.monotonic()
     while any(w.is_alive() for w in workers):
-        queue.put((index, time.monotonic() - start, rss_mib()))
+        queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib())))
         for w in workers:
             w.join(timeout=10 / len(workers))
-    queue.put((index, time.monotonic() - start, rss_mib()))
+    queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib())))
     queue.put((index, "done", counts))
 
 
@@ -123,23 +144,25 @@ def main():
         p.start()
     series = {i: [] for i in range(args.processes)}
     totals = {}
-    print(f"{'process':>7} {'seconds':>8} {'RSS MiB':>8}")
+    print(f"{'process':>7} {'seconds':>8} {'RSS MiB':>8} {'heap in use MiB':>16}")
     while len(totals) < args.processes:
         index, when, value = queue.get()
         if when == "done":
             totals[index] = value
             continue
         series[index].append((when, value))
-        print(f"{index:>7} {when:>8.0f} {value:>8.1f}", flush=True)
+        print(f"{index:>7} {when:>8.0f} {value[0]:>8.1f} {value[1]:>16.1f}", flush=True)
     for p in procs:
         p.join()
     print()
     for index, points in series.items():
-        after = [rss for when, rss in points if when >= warmup] or [points[-1][1]]
+        after = [value for when, value in points if when >= warmup] or [points[-1][1]]
+        rss = [r for r, _ in after]
+        heap = [h for _, h in after]
         print(f"process {index}: {totals[index]['predictions']} predictions, "
-              f"{totals[index]['errors_on_purpose']} errors on purpose; RSS after warm-up "
-              f"{after[0]:.1f} -> {after[-1]:.1f} MiB (min {min(after):.1f}, max {max(after):.1f})")
-
+              f"{totals[index]['errors_on_purpose']} errors on purpose; after warm-up: RSS "
+              f"{rss[0]:.1f} -> {rss[-1]:.1f} MiB (min {min(rss):.1f}, max {max(rss):.1f}), heap in use "
+              f"{heap[0]:.1f} -> {heap[-1]:.1f} MiB (min {min(heap):.1f}, max {max(heap):.1f})")
 
 if __name__ == "__main__":
     main()
