@@ -10,7 +10,12 @@ in use: what a leak grows, while RSS also holds what the allocator keeps); at th
 and last figures after warm-up (the first minute, or the first 20% of a shorter run) are
 compared.
 
-    python3 benchmarks/soak.py --minutes 30 [--processes 2] [--threads 4]
+    python3 benchmarks/soak.py --minutes 30 [--processes 2] [--threads 4] [--trim]
+
+RSS may step up under heavier contention (more threads holding their scratch at once: each
+thread's malloc arena keeps its high-water mark) while the heap in use stays flat; --trim
+hands that free memory back before each reading, so that a flat trimmed RSS shows nothing is
+held.
 """
 
 import argparse
@@ -76,7 +81,15 @@ def workload():
     return models, stateful, steps
 
 
-def process_main(index, seconds, threads, queue):
+def trim_heap():
+    """Hands the free memory glibc's malloc keeps in its arenas back to the system."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
+
+
+def process_main(index, seconds, threads, queue, trim=False):
     import coremlrt
 
     models, stateful, steps = workload()
@@ -113,15 +126,23 @@ def process_main(index, seconds, threads, queue):
             counts["predictions"] += done
             counts["errors_on_purpose"] += errors
 
+    def pooled_mib():
+        # Buffers the models' execution contexts hold for reuse (a context per concurrent
+        # caller, freed once idle past its linger time): buffers from 256 KiB up are mapped
+        # outside malloc (src/base/tensor.cc), so they show in RSS but not in the heap figure.
+        return sum(m.statistics()["pooled_bytes"] for _, m, _ in models + [(None, stateful, None)]) / 2**20
+
     workers = [threading.Thread(target=thread_main, args=(index * 100 + t,)) for t in range(threads)]
     for w in workers:
         w.start()
     start = time.monotonic()
     while any(w.is_alive() for w in workers):
-        queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib())))
+        if trim:
+            trim_heap()
+        queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib(), pooled_mib())))
         for w in workers:
             w.join(timeout=10 / len(workers))
-    queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib())))
+    queue.put((index, time.monotonic() - start, (rss_mib(), heap_in_use_mib(), pooled_mib())))
     queue.put((index, "done", counts))
 
 
@@ -130,6 +151,9 @@ def main():
     parser.add_argument("--minutes", type=float, required=True)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--trim", action="store_true",
+                        help="hand free heap memory back (malloc_trim) before each RSS reading, so that RSS "
+                             "shows what is held rather than what the allocator keeps")
     args = parser.parse_args()
     import fixtures
 
@@ -138,31 +162,33 @@ def main():
     seconds = args.minutes * 60
     warmup = min(60.0, seconds * 0.2)
     queue = multiprocessing.get_context("spawn").Queue()
-    procs = [multiprocessing.get_context("spawn").Process(target=process_main, args=(i, seconds, args.threads, queue))
+    procs = [multiprocessing.get_context("spawn").Process(target=process_main, args=(i, seconds, args.threads, queue, args.trim))
              for i in range(args.processes)]
     for p in procs:
         p.start()
     series = {i: [] for i in range(args.processes)}
     totals = {}
-    print(f"{'process':>7} {'seconds':>8} {'RSS MiB':>8} {'heap in use MiB':>16}")
+    print(f"{'process':>7} {'seconds':>8} {'RSS MiB':>8} {'heap in use MiB':>16} {'pooled MiB':>11}")
     while len(totals) < args.processes:
         index, when, value = queue.get()
         if when == "done":
             totals[index] = value
             continue
         series[index].append((when, value))
-        print(f"{index:>7} {when:>8.0f} {value[0]:>8.1f} {value[1]:>16.1f}", flush=True)
+        print(f"{index:>7} {when:>8.0f} {value[0]:>8.1f} {value[1]:>16.1f} {value[2]:>11.1f}", flush=True)
     for p in procs:
         p.join()
     print()
     for index, points in series.items():
         after = [value for when, value in points if when >= warmup] or [points[-1][1]]
-        rss = [r for r, _ in after]
-        heap = [h for _, h in after]
+        rss = [r for r, _, _ in after]
+        heap = [h for _, h, _ in after]
+        pooled = [p for _, _, p in after]
         print(f"process {index}: {totals[index]['predictions']} predictions, "
               f"{totals[index]['errors_on_purpose']} errors on purpose; after warm-up: RSS "
               f"{rss[0]:.1f} -> {rss[-1]:.1f} MiB (min {min(rss):.1f}, max {max(rss):.1f}), heap in use "
-              f"{heap[0]:.1f} -> {heap[-1]:.1f} MiB (min {min(heap):.1f}, max {max(heap):.1f})")
+              f"{heap[0]:.1f} -> {heap[-1]:.1f} MiB (min {min(heap):.1f}, max {max(heap):.1f}), pooled by contexts "
+              f"{pooled[0]:.1f} -> {pooled[-1]:.1f} MiB (max {max(pooled):.1f})")
 
 if __name__ == "__main__":
     main()

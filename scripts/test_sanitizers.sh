@@ -2,7 +2,8 @@
 # The sanitizer part of the test kit (run by scripts/test.sh; expects scripts/setup.sh done):
 #  * the C++ suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
 #  * the Python extension built with ASan + UBSan, running the lifetime, error and corpus
-#    tests (the interpreter itself is not instrumented; the ASan runtime is preloaded);
+#    tests with leak checking (scripts/lsan_python.sh: the interpreter itself is not
+#    instrumented; the ASan runtime is preloaded);
 #  * the C++ threading tests (context pool, concurrent predictions, the partitioner, the
 #    intra-op thread pool) and the portable fp16 conversions built with ThreadSanitizer.
 # Any sanitizer report fails the run. These builds leave the OpenVINO backend out
@@ -18,15 +19,12 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=address,undefined \
   -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_BUILD_PYTHON=ON -DCOREMLRT_WITH_OPENVINO=OFF >/dev/null
 cmake --build build/asan --parallel 2
-echo "== C++ suite under ASan+UBSan"
-build/asan/coremlrt_tests --gtest_brief=1
+echo "== C++ suite under ASan+UBSan, with LeakSanitizer"
+ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 build/asan/coremlrt_tests --gtest_brief=1
 
-echo "== Python lifetime, error and corpus tests under ASan+UBSan"
-# Python's own allocations are not tracked: leaks are checked by the C++ run above.
-# libstdc++ is preloaded too so that ASan can intercept C++ throws from the extension.
-LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 \
-  PYTHONPATH=build/asan/python python3 -m pytest -q -p no:cacheprovider \
-  tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
+echo "== Python lifetime, error and corpus tests under ASan+UBSan, with LeakSanitizer"
+# The whole Python suite runs the same way with `bash scripts/lsan_python.sh` (longer).
+bash scripts/lsan_python.sh tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
 
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=thread \
   -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_WITH_OPENVINO=OFF >/dev/null
