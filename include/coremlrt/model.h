@@ -39,6 +39,12 @@ struct LoadOptions {
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.
   int threads = 0;
+  // Predictions the caller will run at once (a batch run's worker threads). A backend that
+  // splits its threads between predictions running side by side (OpenVINO's streams) gives
+  // each of them threads / concurrent_predictions; 1 (the default) lets one prediction use
+  // every thread, the lowest latency, and predictions arriving together wait for each other
+  // on such a backend's regions.
+  int concurrent_predictions = 1;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
   // Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet

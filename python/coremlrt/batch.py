@@ -70,6 +70,29 @@ def as_model(model, function_name=None, compute_units=None):
     return cached_model(model, compute_units or ComputeUnit.ALL, function_name)
 
 
+def for_parallel_predictions(model, predictions_at_once, threads=None):
+    """``model`` (an :class:`MLModel`) loaded to run ``predictions_at_once`` predictions side by
+    side, on ``threads`` threads in all (None: as the model was loaded, by default every core).
+
+    A model loaded for one prediction at a time gives each prediction every thread, and the
+    OpenVINO backend queues predictions that arrive together (include/coremlrt/model.h,
+    LoadOptions::concurrent_predictions); a batch run's threads or a worker's task slots then
+    wait for each other. The same model is loaded again (once per process: model_cache.py)
+    with the concurrency the caller will use. A model given as bytes, or already loaded so,
+    is returned as it is."""
+    options = dict(model._load_options)
+    wanted = dict(options, concurrent_predictions=predictions_at_once if predictions_at_once > 1 else None)
+    if threads is not None and options.get("threads") is None:
+        wanted["threads"] = threads
+    if wanted == options or model.package_path.startswith("coremlrt-memory:") or options["backend"] == "reference":
+        return model
+    from .model_cache import cached_model
+
+    compute_units = wanted.pop("compute_units")
+    function_name = wanted.pop("function_name")
+    return cached_model(model.package_path, compute_units, function_name, **wanted)
+
+
 def _error_message(exc):
     return str(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
 
@@ -112,6 +135,7 @@ def predict_dataset(model, data, output=None, *, threads=None, fail_fast=False, 
     threads = int(threads or default_threads())
     if threads < 1:
         raise Error(f"threads must be at least 1, got {threads}")
+    model = for_parallel_predictions(model, threads)
     records, total = open_records(data, model._inputs)
     writer = None
     if output is not None:

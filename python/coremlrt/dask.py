@@ -19,9 +19,46 @@ import numpy as np
 
 from .batch import as_model, reject_states
 from .batch_records import fit_to_input
-from .model import Error
+from .model import ComputeUnit, Error
 
 _ON_ERROR = ("raise", "keep")
+
+
+class _WorkerModel:
+    """The model as the partition functions receive it: pickled as its path and load options,
+    and loaded on the worker (once per process: model_cache.py) for the worker's task slots.
+    A worker with N threads runs N partitions at once, so its model runs N predictions side by
+    side on N threads (batch.for_parallel_predictions); without that, every worker process
+    would give each prediction every core of the machine and the processes would contend."""
+
+    def __init__(self, model=None, path=None, options=None):
+        self._model, self._path, self._options = model, path, options
+        if model is not None:
+            self._path = model.package_path
+            self._options = dict(model._load_options, compute_units=model._load_options["compute_units"].name)
+
+    def __reduce__(self):
+        return (_WorkerModel, (None, self._path, self._options))
+
+    def resolve(self):
+        try:
+            from distributed import get_worker
+
+            slots = get_worker().state.nthreads
+        except (ImportError, ValueError, AttributeError):
+            slots = None  # not on a distributed worker (a local scheduler): as loaded
+        options = dict(self._options)
+        if slots is not None:
+            options["concurrent_predictions"] = slots if slots > 1 else None
+            if options.get("threads") is None:
+                options["threads"] = slots
+        elif self._model is not None:
+            return self._model
+        from .model_cache import cached_model
+
+        compute_units = ComputeUnit[options.pop("compute_units")]
+        function_name = options.pop("function_name")
+        return cached_model(self._path, compute_units, function_name, **options)
 
 
 def _predict_rows(model, rows, on_error, where):
@@ -40,6 +77,7 @@ def _predict_rows(model, rows, on_error, where):
 
 
 def _array_block(block, model, input_name, output_name, output_shape, dtype):
+    model = model.resolve()
     feature = model._inputs[input_name]
     rows = [{input_name: fit_to_input(np.ascontiguousarray(block[i]), feature)} for i in range(block.shape[0])]
     outputs = _predict_rows(model, rows, "raise", "array block")
@@ -50,6 +88,7 @@ def _array_block(block, model, input_name, output_name, output_shape, dtype):
 
 
 def _frame_partition(frame, model, output_names, on_error):
+    model = model.resolve()
     import pandas as pd
 
     inputs = [name for name in frame.columns if name in model._inputs]
@@ -67,6 +106,7 @@ def _frame_partition(frame, model, output_names, on_error):
 
 
 def _bag_partition(items, model, on_error):
+    model = model.resolve()
     return _predict_rows(model, list(items), on_error, "bag partition")
 
 
@@ -128,7 +168,7 @@ def predict(model, collection, *, output=None, output_shape=None, on_error="rais
         name, shape, dtype = _output_layout(model, collection, input_name, output, output_shape)
         records = collection.rechunk({axis: -1 for axis in range(1, collection.ndim)})
         return records.map_blocks(
-            _array_block, model, input_name, name, shape, dtype, dtype=dtype,
+            _array_block, _WorkerModel(model), input_name, name, shape, dtype, dtype=dtype,
             chunks=(records.chunks[0],) + tuple((d,) for d in shape),
             drop_axis=list(range(1, records.ndim)), new_axis=list(range(1, 1 + len(shape))),
             meta=np.empty((0,) * (1 + len(shape)), dtype))
@@ -141,7 +181,7 @@ def predict(model, collection, *, output=None, output_shape=None, on_error="rais
                         f"its columns are {list(collection.columns)}")
         columns = output_names + (["error"] if on_error == "keep" else [])
         meta = pd.DataFrame({name: pd.Series([], dtype=object) for name in columns})
-        return collection.map_partitions(_frame_partition, model, output_names, on_error, meta=meta)
+        return collection.map_partitions(_frame_partition, _WorkerModel(model), output_names, on_error, meta=meta)
     if isinstance(collection, db.Bag):
-        return collection.map_partitions(_bag_partition, model, on_error)
+        return collection.map_partitions(_bag_partition, _WorkerModel(model), on_error)
     raise Error(f"coremlrt.dask.predict takes a dask array, dataframe or bag, not {type(collection).__name__}")

@@ -236,6 +236,11 @@ class MLModel:
     fp16 programs in fp16 or fp32.
 
     ``threads`` caps the threads one prediction may use (default: every core).
+    ``concurrent_predictions`` (default 1) says how many predictions the caller will run at
+    once, from as many threads: the OpenVINO backend then runs that many side by side, each
+    on its share of ``threads``, instead of queueing them with every thread on each (best
+    throughput for batch runs; ``predict_dataset`` sets it to its thread count). With 1, one
+    prediction has every thread (lowest latency).
     ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
     model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
     ``None`` turns the cache off).
@@ -249,7 +254,7 @@ class MLModel:
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
                  backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
-                 max_loop_iterations=None):
+                 max_loop_iterations=None, concurrent_predictions=None):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage or .mlmodelc folder or an .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -268,19 +273,21 @@ class MLModel:
             backend = os.environ.get("COREMLRT_BACKEND") or "auto"
         if not isinstance(backend, str):
             raise TypeError('"backend" must be a string: "auto", "reference" or a backend name')
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError('"threads" must be a positive integer or None')
+        for name, value in (("threads", threads), ("concurrent_predictions", concurrent_predictions)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f'"{name}" must be a positive integer or None')
         if cache_dir is _DEFAULT_CACHE_DIR:
             cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
         self.backend = backend
         self._model = _core.Model(self.package_path, function_name or "", float(context_linger),
                                   memory_limit_bytes or 0, max_loop_iterations or 0, backend,
                                   compute_units.name == "CPU_AND_NE", threads or 0,
-                                  os.fspath(cache_dir) if cache_dir else "")
+                                  os.fspath(cache_dir) if cache_dir else "", concurrent_predictions or 1)
         self._load_options = dict(compute_units=compute_units, function_name=function_name,
                                   context_linger=float(context_linger), backend=backend, threads=threads,
                                   cache_dir=os.fspath(cache_dir) if cache_dir else None,
-                                  memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations)
+                                  memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations,
+                                  concurrent_predictions=concurrent_predictions)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0

@@ -15,7 +15,7 @@ import concurrent.futures
 
 import numpy as np
 
-from .batch import as_model, reject_states
+from .batch import as_model, for_parallel_predictions, reject_states
 from .batch_records import fit_to_input
 from .model import ComputeUnit, Error
 
@@ -36,8 +36,12 @@ class Predictor:
     def __init__(self, model_path, *, function_name=None, compute_units=None, on_error="raise", threads=1):
         if on_error not in _ON_ERROR:
             raise Error(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
-        self.model = as_model(model_path, function_name, compute_units)
-        reject_states(self.model)
+        model = as_model(model_path, function_name, compute_units)
+        reject_states(model)
+        # The actor's share of the machine: Ray reserves CPUs per actor (num_cpus, 1 by
+        # default), so the model runs `threads` rows side by side on the actor's CPUs rather
+        # than giving each prediction every core while the other actors do the same.
+        self.model = for_parallel_predictions(model, threads, threads=_actor_cpus())
         self.on_error = on_error
         self._pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
 
@@ -92,6 +96,17 @@ class Predictor:
 
             return pd.DataFrame({name: list(v) if np.ndim(v) > 1 else v for name, v in out.items()})
         return out
+
+
+def _actor_cpus():
+    """Whole CPUs Ray assigned to this actor; None outside an actor (or a fraction below 1)."""
+    try:
+        import ray
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:  # noqa: BLE001 - not in a Ray worker: no share to respect
+        return None
+    return int(cpus) if cpus and cpus >= 1 else None
 
 
 def _as_array(value):

@@ -79,6 +79,8 @@ struct BackendOptions {
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.
   int threads = 0;
+  // Predictions that may run side by side (LoadOptions::concurrent_predictions).
+  int concurrent_predictions = 1;
   // Where compiled regions are cached across processes; empty = no cache.
   std::string cache_dir;
   // Claim every region the backend can run, however small (backend="openvino"); otherwise the

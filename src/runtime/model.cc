@@ -218,6 +218,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backends::BackendOptions backend_options;
   backend_options.low_precision = options.low_precision;
   backend_options.threads = options.threads;
+  COREMLRT_CHECK(options.concurrent_predictions >= 1, "model '", path,
+                 "': concurrent_predictions must be at least 1, got ", options.concurrent_predictions);
+  backend_options.concurrent_predictions = options.concurrent_predictions;
   backend_options.cache_dir = options.cache_dir;
   backend_options.force = options.backend != "auto";
   impl->backend = options.backend;

@@ -225,3 +225,27 @@ def test_core_package_imports_no_extras():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed', 'ray', 'pyarrow', 'tqdm'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_parallel_runs_get_a_model_loaded_for_them(model_path):
+    # A model loaded for one prediction at a time queues predictions on OpenVINO's single
+    # stream; batch runs reload it for their thread count (coremlrt.batch.for_parallel_predictions).
+    import concurrent.futures
+
+    from coremlrt.batch import for_parallel_predictions
+
+    model = coremlrt.MLModel(model_path, backend="openvino")
+    parallel = for_parallel_predictions(model, 2)
+    assert parallel is not model and parallel._load_options["concurrent_predictions"] == 2
+    assert for_parallel_predictions(parallel, 2) is parallel
+    assert any(p["backend"] == "openvino" for p in parallel.placements())
+    records = good_records(16)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(parallel.predict, records))
+    for record, out in zip(records, outputs):
+        np.testing.assert_allclose(out["y"], reference(**record), rtol=1e-5, atol=1e-6)
+    # Our own kernels have no streams to split: the model is used as it is.
+    ours = coremlrt.MLModel(model_path, backend="reference")
+    assert for_parallel_predictions(ours, 2) is ours
+    with pytest.raises(ValueError, match="concurrent_predictions"):
+        coremlrt.MLModel(model_path, concurrent_predictions=0)

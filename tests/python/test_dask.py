@@ -45,6 +45,12 @@ def _worker_loads():
     return model_cache.stats()["loads"]
 
 
+def _worker_model_threads():
+    from coremlrt import model_cache
+
+    return sorted({model._load_options["threads"] for model in model_cache._models.values()})
+
+
 def test_array_same_collection_type(client, models):
     rng = np.random.default_rng(0)
     data = rng.standard_normal((40, 2, 3)).astype(np.float32)  # records without the batch dimension
@@ -56,6 +62,10 @@ def test_array_same_collection_type(client, models):
     result.compute()
     loads = client.run(_worker_loads)
     assert len(loads) == 2 and all(n <= 1 for n in loads.values()) and sum(loads.values()) >= 1
+    # Each worker process has one task slot: its model predicts on one thread, not on every core
+    # of the machine beside the other worker (coremlrt/dask.py, _WorkerModel).
+    per_worker = list(client.run(_worker_model_threads).values())
+    assert any(per_worker) and all(threads == [1] for threads in per_worker if threads)
 
 
 def test_dataframe_from_parquet_keeps_bad_records(client, models, tmp_path):

@@ -256,13 +256,20 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     for (const ir::NamedValue& out : op->outputs) fp16_program = fp16_program || out.type.dtype == DType::Float16;
   try {
     model = RegionBuilder(region, options_.low_precision).build(kept);
+    // One stream runs one infer request at a time: requests from predictions running together
+    // queue on it. With concurrent_predictions > 1 the plugin makes that many streams and splits
+    // the threads between them, so side-by-side predictions run without waiting and without
+    // synchronising threads inside each op (include/coremlrt/model.h, LoadOptions).
+    const bool throughput = options_.concurrent_predictions > 1;
     ov::AnyMap config = {
-        ov::hint::performance_mode(ov::hint::PerformanceMode::LATENCY),
+        ov::hint::performance_mode(throughput ? ov::hint::PerformanceMode::THROUGHPUT
+                                              : ov::hint::PerformanceMode::LATENCY),
         // docs/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then
         // bf16 only for fp16 programs.
         ov::hint::inference_precision(options_.low_precision && fp16_program ? ov::element::bf16 : ov::element::f32),
     };
     if (options_.threads > 0) config.emplace(ov::inference_num_threads(options_.threads));
+    if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
     if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
     return make_region_kernel(std::move(compiled), region, std::move(kept));
