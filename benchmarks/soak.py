@@ -16,6 +16,16 @@ RSS may step up under heavier contention (more threads holding their scratch at 
 thread's malloc arena keeps its high-water mark) while the heap in use stays flat; --trim
 hands that free memory back before each reading, so that a flat trimmed RSS shows nothing is
 held.
+
+Open finding: with the OpenVINO backend, a model loaded for one prediction at a time
+(concurrent_predictions=1, one OpenVINO stream) and predicted from 4 threads grows RSS in
+steps outside both malloc's heap and Python's allocator: 30 minutes with --trim went from 176
+to 305 MiB while the heap in use stayed at 69 MiB. The growth is anonymous read-write memory
+mapped by neither glibc nor our tensors (src/base/tensor.cc); it remains with one malloc
+arena (MALLOC_ARENA_MAX=1), with every context kept (no infer request churn), with our calls
+into one compiled model serialised, and after TBB's allocator drops its buffers. The same
+threads stay flat with backend="reference" (136-138 MiB) or with concurrent_predictions=4
+(186-189 MiB, one stream per thread).
 """
 
 import argparse
