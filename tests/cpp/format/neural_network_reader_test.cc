@@ -114,16 +114,23 @@ TEST(NeuralNetworkReader, RefusesACustomLayerNamingItsClass) {
   EXPECT_TRUE(reading.program.functions.empty());
 }
 
-TEST(NeuralNetworkReader, RefusesInnerProductOnRank4Blobs) {
+// On rank 4 innerProduct folds [x1, C, H, W] into [x1, C*H*W] rows (NeuralNetwork.proto).
+TEST(NeuralNetworkReader, InnerProductOnRank4BlobsFoldsTheLastThreeAxes) {
   Message inner_product;
   inner_product.varint(1, 3).varint(2, 1).message(20, weights({1, 1, 1}));
   Message network;
   network.message(kLayers, layer("fc", "x", "y").message(kInnerProduct, inner_product))
       .varint(kArrayMapping, kExactMapping);
-  NeuralNetworkReading reading = read_neural_network(network.bytes(), description({2, 3, 1, 1}));
-  ASSERT_EQ(reading.layers.size(), 1u);
-  EXPECT_NE(reading.layers[0].problem.find("rank 4"), std::string::npos) << reading.layers[0].problem;
-  EXPECT_TRUE(reading.program.functions.empty());
+  NeuralNetworkReading folded = read_neural_network(network.bytes(), description({2, 3, 1, 1}));
+  ASSERT_EQ(folded.layers.size(), 1u);
+  EXPECT_EQ(folded.layers[0].problem, "");
+  EXPECT_FALSE(folded.program.functions.empty());
+
+  NeuralNetworkReading mismatched = read_neural_network(network.bytes(), description({2, 1, 2, 2}));
+  ASSERT_EQ(mismatched.layers.size(), 1u);
+  EXPECT_NE(mismatched.layers[0].problem.find("expected inputChannels = 3"), std::string::npos)
+      << mismatched.layers[0].problem;
+  EXPECT_TRUE(mismatched.program.functions.empty());
 }
 
 TEST(NeuralNetworkReader, NamesEveryLayerKindByFieldNumber) {
