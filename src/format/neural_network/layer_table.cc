@@ -15,6 +15,7 @@ const LayerTable& layer_table() {
     register_pooling_layers(out);
     register_normalization_layers(out);
     register_resize_layers(out);
+    register_shape_layers(out);
     return out;
   }();
   return table;
