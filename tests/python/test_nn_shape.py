@@ -176,3 +176,229 @@ def test_legacy_reshape_refuses_a_size_mismatch(tmp_path):
     b.add_reshape("r", "data", "out", target_shape=(5, 1, 1), mode=0)
     with pytest.raises(coremlrt.Error, match=r"reshape.*does not hold"):
         predict(tmp_path, b, {"data": np.zeros((4, 3, 2), np.float32)})
+
+
+# ---- rank-N layers (exact-rank layout) -------------------------------------------------------
+
+
+def run_nd(tmp_path, inputs, outputs, add_layers):
+    """Builds an exact-layout network over `inputs` ({name: array}) and returns `outputs`."""
+    b = make_builder({n: v.shape for n, v in inputs.items()}, outputs=outputs)
+    add_layers(b)
+    return predict(tmp_path, b, inputs)
+
+
+def test_reshape_static_like_dynamic_and_flatten_to_2d(tmp_path):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    like = np.zeros((4, 6), np.float32)
+    shape = np.array([6, 2, 2], np.float32)
+
+    def layers(b):
+        b.add_reshape_static("rs", "x", "static", output_shape=[4, -1])
+        b.add_reshape_like("rl", ["x", "like"], "like_out")
+        b.add_reshape_dynamic("rd", ["x", "shape"], "dynamic")
+        b.add_flatten_to_2d("f2", "x", "flat", axis=2)
+        b.add_flatten_to_2d("f0", "x", "flat0", axis=0)
+
+    got = run_nd(tmp_path, {"x": x, "like": like, "shape": shape}, ("static", "like_out", "dynamic", "flat", "flat0"), layers)
+    check(got["static"], x.reshape(4, 6))
+    check(got["like_out"], x.reshape(4, 6))
+    check(got["dynamic"], x.reshape(6, 2, 2))
+    check(got["flat"], x.reshape(6, 4))
+    check(got["flat0"], x.reshape(1, 24))
+
+
+def test_squeeze_expand_dims_transpose(tmp_path):
+    x = rng.standard_normal((1, 3, 1, 2)).astype(np.float32)
+    one = np.array([5.0], np.float32)
+
+    def layers(b):
+        b.add_squeeze("s", "x", "squeezed", axes=[0, -2])
+        b.add_squeeze("sa", "x", "squeezed_all", squeeze_all=True)
+        b.add_squeeze("s1", "one", "still_rank1", axes=[0])
+        b.add_expand_dims("e", "x", "expanded", axes=[0, -1])
+        b.add_transpose("t", [3, 1, 0, 2], "x", "transposed")
+
+    got = run_nd(tmp_path, {"x": x, "one": one},
+                 ("squeezed", "squeezed_all", "still_rank1", "expanded", "transposed"), layers)
+    check(got["squeezed"], x.reshape(3, 2))
+    check(got["squeezed_all"], x.reshape(3, 2))
+    check(got["still_rank1"], one)
+    check(got["expanded"], x.reshape(1, 1, 3, 1, 2, 1))
+    check(got["transposed"], x.transpose(3, 1, 0, 2))
+
+
+def test_concat_nd_and_split_nd(tmp_path):
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    c = rng.standard_normal((2, 3, 4)).astype(np.float32)
+
+    def layers(b):
+        b.add_concat_nd("cat", ["a", "c"], "cat", axis=-2)
+        b.add_concat_nd("mix", ["a", "c"], "mix", axis=1, interleave=True)
+        b.add_split_nd("sizes", "a", ["p0", "p1"], axis=-1, split_sizes=[1, 3])
+        b.add_split_nd("even", "a", ["q0", "q1"], axis=0, num_splits=2)
+
+    got = run_nd(tmp_path, {"a": a, "c": c}, ("cat", "mix", "p0", "p1", "q0", "q1"), layers)
+    check(got["cat"], np.concatenate([a, c], axis=1))
+    mixed = np.stack([a, c], axis=2).reshape(2, 6, 4)  # rows of a and c alternate
+    check(got["mix"], mixed)
+    check(got["p0"], a[:, :, :1])
+    check(got["p1"], a[:, :, 1:])
+    check(got["q0"], a[:1])
+    check(got["q1"], a[1:])
+
+
+def test_slice_static_and_dynamic(tmp_path):
+    x = rng.standard_normal((5, 5, 5)).astype(np.float32)
+    begin = np.array([1, 2, 3], np.float32)
+
+    def layers(b):
+        # The schema's own examples: x[:3:2, 2::2, ::2] and x[:3:2, 2, ::2].
+        b.add_slice_static("s", "x", "plain", begin_ids=[1, 2, 3], end_ids=[3, -3, 2], strides=[2, 2, 2],
+                           begin_masks=[True, False, True], end_masks=[False, True, True])
+        b.add_slice_static("sq", "x", "squeezed", begin_ids=[1, 2, 3], end_ids=[3, -3, 2], strides=[2, 2, 2],
+                           begin_masks=[True, False, True], end_masks=[False, True, True],
+                           squeeze_masks=[False, True, False])
+        b.add_slice_static("neg", "x", "backwards", begin_ids=[-1, 0, 4], end_ids=[0, 5, 0], strides=[-2, 1, -1],
+                           begin_masks=[False, False, False], end_masks=[True, False, False])
+        b.add_slice_dynamic("d", ["x", "begin"], "dynamic", end_ids=[5, 4, 5], strides=[1, 1, 2],
+                            begin_masks=[False, False, False], end_masks=[False, False, False])
+
+    got = run_nd(tmp_path, {"x": x, "begin": begin}, ("plain", "squeezed", "backwards", "dynamic"), layers)
+    check(got["plain"], x[:3:2, 2::2, ::2])
+    check(got["squeezed"], x[:3:2, 2, ::2])
+    check(got["backwards"], x[::-2, 0:5, 4:0:-1])
+    check(got["dynamic"], x[1:5, 2:4, 3:5:2])
+
+
+def test_sliding_windows_and_tile(tmp_path):
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    reps = np.array([2, 1, 3], np.float32)
+
+    def layers(b):
+        b.add_sliding_windows("w", "x", "windows", axis=1, window_size=3, step=2)
+        b.add_tile("t", "x", "tiled", reps=[2, 3])
+        b.add_tile("td", ["x", "reps"], "tiled_dynamic")
+
+    got = run_nd(tmp_path, {"x": x, "reps": reps}, ("windows", "tiled", "tiled_dynamic"), layers)
+    windows = np.stack([x[:, i:i + 3] for i in range(0, 5, 2)], axis=1)
+    check(got["windows"], windows)
+    check(got["tiled"], np.tile(x, (1, 2, 3)))
+    check(got["tiled_dynamic"], np.tile(x, (2, 1, 3)))
+
+
+def test_gathers(tmp_path):
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    idx = np.array([[3, 0], [-1, 2]], np.float32)
+    nd = np.array([[0, 4], [3, 1], [2, 2]], np.float32)
+    along = rng.integers(0, 5, size=(4, 2, 3)).astype(np.float32)
+
+    def layers(b):
+        b.add_gather("g", ["x", "idx"], "gathered", axis=1)
+        b.add_gather_nd("gnd", ["x", "nd"], "gathered_nd")
+        b.add_gather_along_axis("ga", ["x", "along"], "gathered_along", axis=1)
+
+    got = run_nd(tmp_path, {"x": x, "idx": idx, "nd": nd, "along": along},
+                 ("gathered", "gathered_nd", "gathered_along"), layers)
+    check(got["gathered"], np.take(x, idx.astype(int), axis=1))
+    check(got["gathered_nd"], x[nd[:, 0].astype(int), nd[:, 1].astype(int)])
+    check(got["gathered_along"], np.take_along_axis(x, along.astype(int), axis=1))
+
+
+@pytest.mark.parametrize("mode", ["UPDATE", "ADD", "SUB", "MUL", "DIV", "MAX", "MIN"])
+def test_scatters(tmp_path, mode):
+    data = rng.standard_normal((4, 3)).astype(np.float32)
+    idx = np.array([2, 0], np.float32)
+    updates = rng.standard_normal((2, 3)).astype(np.float32) + 2.0
+    nd_idx = np.array([[1, 2], [3, 0]], np.float32)
+    nd_updates = np.array([7.0, -3.0], np.float32)
+    along_idx = np.array([[1, 0, 2]], np.float32)
+    along_updates = np.array([[4.0, 5.0, 6.0]], np.float32)
+    op = {"UPDATE": lambda a, u: u, "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
+          "MAX": np.maximum, "MIN": np.minimum}[mode]
+
+    def layers(b):
+        b.add_scatter("s", ["data", "idx", "updates"], "scattered", axis=0, mode=mode)
+        b.add_scatter_nd("snd", ["data", "nd_idx", "nd_updates"], "scattered_nd", mode=mode)
+        b.add_scatter_along_axis("sa", ["data", "along_idx", "along_updates"], "scattered_along", axis=0, mode=mode)
+
+    got = run_nd(tmp_path, {"data": data, "idx": idx, "updates": updates, "nd_idx": nd_idx, "nd_updates": nd_updates,
+                            "along_idx": along_idx, "along_updates": along_updates},
+                 ("scattered", "scattered_nd", "scattered_along"), layers)
+    expected = data.copy()
+    for i, row in enumerate(idx.astype(int)):
+        expected[row] = op(expected[row], updates[i])
+    np.testing.assert_allclose(got["scattered"], expected, rtol=1e-6)
+    expected = data.copy()
+    for (r, c), u in zip(nd_idx.astype(int), nd_updates):
+        expected[r, c] = op(expected[r, c], u)
+    np.testing.assert_allclose(got["scattered_nd"], expected, rtol=1e-6)
+    expected = data.copy()
+    for c, r in enumerate(along_idx[0].astype(int)):
+        expected[r, c] = op(expected[r, c], along_updates[0, c])
+    np.testing.assert_allclose(got["scattered_along"], expected, rtol=1e-6)
+
+
+def test_shape_range_fill_and_constants(tmp_path):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    end = np.array([7.0], np.float32)
+    start = np.array([1.5], np.float32)
+    shape = np.array([3, 2], np.float32)
+    constant = rng.standard_normal((2, 2)).astype(np.float32)
+
+    def layers(b):
+        b.add_get_shape("gs", "x", "shape_of_x")
+        b.add_range_static("rs", "range_static", end=5, start=-1, step=1.5)
+        b.add_range_dynamic("rd1", ["end"], "range_end", start=2, step=2)
+        b.add_range_dynamic("rd2", ["end", "start"], "range_end_start", step=0.5)
+        b.add_fill_like("fl", "x", "filled_like", value=2.5)
+        b.add_fill_static("fs", "filled_static", output_shape=[2, 1, 3], value=-1.0)
+        b.add_fill_dynamic("fd", "shape", "filled_dynamic", value=4.0)
+        b.add_load_constant_nd("k", "constant", constant, shape=[2, 2])
+        b.add_copy("c", "x", "copied")
+
+    got = run_nd(tmp_path, {"x": x, "end": end, "start": start, "shape": shape},
+                 ("shape_of_x", "range_static", "range_end", "range_end_start", "filled_like", "filled_static",
+                  "filled_dynamic", "constant", "copied"), layers)
+    check(got["shape_of_x"], np.array([2, 3, 4], np.float32))
+    np.testing.assert_allclose(got["range_static"], np.arange(-1, 5, 1.5, dtype=np.float32))
+    np.testing.assert_allclose(got["range_end"], np.arange(2, 7, 2, dtype=np.float32))
+    np.testing.assert_allclose(got["range_end_start"], np.arange(1.5, 7, 0.5, dtype=np.float32))
+    check(got["filled_like"], np.full((2, 3, 4), 2.5, np.float32))
+    check(got["filled_static"], np.full((2, 1, 3), -1.0, np.float32))
+    check(got["filled_dynamic"], np.full((3, 2), 4.0, np.float32))
+    check(got["constant"], constant)
+    check(got["copied"], x)
+
+
+def test_broadcasts(tmp_path):
+    x = np.array([[1.0], [-0.0], [np.inf]], np.float32)  # [3, 1]; values kept exactly
+    like = np.zeros((2, 3, 4), np.float32)
+    shape = np.array([3, 5], np.float32)
+
+    def layers(b):
+        b.add_broadcast_to_like("bl", ["x", "like"], "like_out")
+        b.add_broadcast_to_static("bs", "x", "static", output_shape=[2, 3, 2])
+        b.add_broadcast_to_dynamic("bd", ["x", "shape"], "dynamic")
+
+    got = run_nd(tmp_path, {"x": x, "like": like, "shape": shape}, ("like_out", "static", "dynamic"), layers)
+    for name, target in (("like_out", (2, 3, 4)), ("static", (2, 3, 2)), ("dynamic", (3, 5))):
+        expected = np.broadcast_to(x, target)
+        check(got[name], expected)
+        assert np.array_equal(np.signbit(got[name]), np.signbit(expected))
+
+
+def test_constant_pad_and_where(tmp_path):
+    x = np.array([[0.0, 2.0, 0.0], [-1.0, 0.0, 3.0]], np.float32)
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    c = rng.standard_normal((1, 3)).astype(np.float32)
+
+    def layers(b):
+        b.add_constant_pad("p", ["x"], "padded", value=9.0, pad_amounts=[1, 0, 2, 3])
+        b.add_where_nonzero("nz", "x", "nonzero")
+        b.add_where_broadcastable("w", ["x", "a", "c"], "chosen")
+
+    got = run_nd(tmp_path, {"x": x, "a": a, "c": c}, ("padded", "nonzero", "chosen"), layers)
+    check(got["padded"], np.pad(x, ((1, 0), (2, 3)), constant_values=9.0))
+    check(got["nonzero"], np.argwhere(x != 0).astype(np.float32))
+    check(got["chosen"], np.where(x != 0, a, c))

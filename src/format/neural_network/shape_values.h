@@ -55,4 +55,40 @@ inline const Value& ranked_input(LayerContext& layer, int index, int64_t min_ran
   return x;
 }
 
+// Numpy's broadcast of two static shapes (-1: unknown); refuses sizes that cannot broadcast.
+inline std::vector<int64_t> broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t x = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t y = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (x == 1) out[i] = y;
+    else if (y == 1) out[i] = x;
+    else if (x < 0 || y < 0) out[i] = x < 0 ? y : x;  // an unknown size must match the other
+    else {
+      require(x == y, "shapes ", tensor_type(DType::Float32, a).str(), " and ", tensor_type(DType::Float32, b).str(),
+              " do not broadcast");
+      out[i] = x;
+    }
+  }
+  return out;
+}
+
+// The layer graph carries every blob as fp32; shapes and indices read from a blob are cast to
+// int32 for the ops that take them, and int32 results are cast back.
+inline Value cast_to(LayerContext& layer, const Value& x, DType dtype) {
+  if (x.type.dtype == dtype) return x;
+  ir::ValueType type = x.type;
+  type.dtype = dtype;
+  const char* name = dtype == DType::Int32 ? "int32" : dtype == DType::Bool ? "bool" : "fp32";
+  return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar(name)}}}, type);
+}
+
+// The shape a rank-1 shape blob describes: its length must be known at load.
+inline std::vector<int64_t> dims_of_shape_blob(const Value& shape) {
+  require(shape.type.rank == 1 && shape.type.dims[0] >= 0, "its shape input is ", shape.type.str(),
+          "; expected a vector of known length");
+  return std::vector<int64_t>(shape.type.dims[0], -1);
+}
+
 }  // namespace coremlrt::format::neural_network
