@@ -395,10 +395,29 @@ def test_constant_pad_and_where(tmp_path):
 
     def layers(b):
         b.add_constant_pad("p", ["x"], "padded", value=9.0, pad_amounts=[1, 0, 2, 3])
+        # Output sizes: axis 0 padded at its end to 4, axis 1 at its start to 5.
+        b.add_constant_pad("ps", ["x"], "padded_to", value=-2.0, pad_to_given_output_size_mode=True,
+                           pad_amounts=[0, 4, 5, 0])
         b.add_where_nonzero("nz", "x", "nonzero")
         b.add_where_broadcastable("w", ["x", "a", "c"], "chosen")
 
-    got = run_nd(tmp_path, {"x": x, "a": a, "c": c}, ("padded", "nonzero", "chosen"), layers)
+    got = run_nd(tmp_path, {"x": x, "a": a, "c": c}, ("padded", "padded_to", "nonzero", "chosen"), layers)
     check(got["padded"], np.pad(x, ((1, 0), (2, 3)), constant_values=9.0))
+    check(got["padded_to"], np.pad(x, ((0, 2), (2, 0)), constant_values=-2.0))
     check(got["nonzero"], np.argwhere(x != 0).astype(np.float32))
     check(got["chosen"], np.where(x != 0, a, c))
+
+
+def test_rank_n_layer_with_the_rank5_mapping_is_refused(tmp_path):
+    b = make_builder({"data": (2, 3, 4)}, exact=False)
+    b.add_transpose("t", [0, 2, 1], "data", "out")
+    with pytest.raises(coremlrt.Error, match=r"transpose.*exact-rank array mapping"):
+        predict(tmp_path, b, {"data": np.zeros((2, 3, 4), np.float32)})
+
+
+def test_slice_dynamic_with_a_strides_input_is_refused(tmp_path):
+    b = make_builder({"x": (4, 4), "begin": (2,), "end": (2,), "strides": (2,)})
+    b.add_slice_dynamic("d", ["x", "begin", "end", "strides"], "out")
+    zeros = {n: np.zeros(s, np.float32) for n, s in (("x", (4, 4)), ("begin", (2,)), ("end", (2,)), ("strides", (2,)))}
+    with pytest.raises(coremlrt.Error, match=r"sliceDynamic.*has 4 inputs"):
+        predict(tmp_path, b, zeros)

@@ -32,6 +32,7 @@ Value range(LayerContext& layer, const Value& end, const Value& start, const Val
 
 // [start, end) by step; the count is ceil((end - start) / step), as range_1d computes it.
 void range_static(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(0, 0, 1);
   const auto params = layer.parse_params<nn::RangeStaticLayerParams>();
   const double start = params.startvalue(), end = params.endvalue(), step = params.stepsizevalue();
@@ -44,6 +45,7 @@ void range_static(LayerContext& layer) {
 
 // Inputs: end, and optionally start and step (else the parameters').
 void range_dynamic(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 3, 1);
   const auto params = layer.parse_params<nn::RangeDynamicLayerParams>();
   const Value end = scalar_of(layer, 0);
@@ -53,6 +55,7 @@ void range_dynamic(LayerContext& layer) {
 }
 
 void load_constant_nd(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(0, 0, 1);
   const auto params = layer.parse_params<nn::LoadConstantNDLayerParams>();
   const std::vector<int64_t> dims = static_shape(params.shape(), "shape");
@@ -68,12 +71,14 @@ Value shape_of(LayerContext& layer, const Value& x) {
 }
 
 void fill_like(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const Value& x = ranked_input(layer, 0, 0);
   layer.set_output(0, fill(layer, shape_of(layer, x), layer.parse_params<nn::FillLikeLayerParams>().value(), x.type.dims));
 }
 
 void fill_static(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(0, 0, 1);
   const auto params = layer.parse_params<nn::FillStaticLayerParams>();
   const std::vector<int64_t> dims = static_shape(params.targetshape(), "targetShape");
@@ -81,6 +86,7 @@ void fill_static(LayerContext& layer) {
 }
 
 void fill_dynamic(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const Value& shape = ranked_input(layer, 0, 1, 1);
   layer.set_output(0, fill(layer, cast_to(layer, shape, DType::Int32), layer.parse_params<nn::FillDynamicLayerParams>().value(),
@@ -104,6 +110,7 @@ void broadcast_to(LayerContext& layer, const Value& x, const Value& shape, const
 }
 
 void broadcast_to_like(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::BroadcastToLikeLayerParams>();
   const Value& like = ranked_input(layer, 1, 0);
@@ -111,6 +118,7 @@ void broadcast_to_like(LayerContext& layer) {
 }
 
 void broadcast_to_static(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const std::vector<int64_t> dims =
       static_shape(layer.parse_params<nn::BroadcastToStaticLayerParams>().targetshape(), "targetShape");
@@ -118,6 +126,7 @@ void broadcast_to_static(LayerContext& layer) {
 }
 
 void broadcast_to_dynamic(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::BroadcastToDynamicLayerParams>();
   const Value& shape = ranked_input(layer, 1, 1, 1);

@@ -13,6 +13,7 @@ Value indices_input(LayerContext& layer, int index) {
 
 // x[:axis] + indices + x[axis+1:]
 void gather(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t axis = positive_axis(layer.parse_params<nn::GatherLayerParams>().axis(), x.type.rank);
@@ -26,6 +27,7 @@ void gather(LayerContext& layer) {
 
 // indices [..., K] pick slices x[i0, ..., iK-1]: indices[:-1] + x[K:].
 void gather_nd(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::GatherNDLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -39,6 +41,7 @@ void gather_nd(LayerContext& layer) {
 }
 
 void gather_along_axis(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t axis = positive_axis(layer.parse_params<nn::GatherAlongAxisLayerParams>().axis(), x.type.rank);
@@ -64,6 +67,7 @@ Value scatter_mode(nn::ScatterMode mode) {
 // Inputs: data, indices, updates; the output is data with the updates applied.
 template <class Params>
 void scatter_op(LayerContext& layer, const char* op, bool has_axis) {
+  require_exact_layout(layer);
   layer.expect_io(3, 3, 1);
   const auto params = layer.parse_params<Params>();
   const Value& data = ranked_input(layer, 0, 1);
@@ -85,6 +89,7 @@ void scatter_along_axis(LayerContext& layer) {
 
 // [N, rank] coordinates of the non-zero elements, as fp32.
 void where_non_zero(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   layer.parse_params<nn::WhereNonZeroLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -94,6 +99,7 @@ void where_non_zero(LayerContext& layer) {
 
 // cond ? a : b elementwise, all three broadcast; a non-zero cond is true.
 void where_broadcastable(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(3, 3, 1);
   layer.parse_params<nn::WhereBroadcastableLayerParams>();
   const Value& cond = ranked_input(layer, 0, 0);

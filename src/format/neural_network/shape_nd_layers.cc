@@ -11,12 +11,14 @@ namespace {
 constexpr int kManyInputs = 1 << 16;
 
 void copy(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   layer.set_output(0, layer.input(0));
 }
 
 // targetShape may hold one -1, inferred from the input's size.
 void reshape_static(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::ReshapeStaticLayerParams>();
   const Value& x = ranked_input(layer, 0, 0);
@@ -40,6 +42,7 @@ void reshape_static(LayerContext& layer) {
 }
 
 void reshape_like(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::ReshapeLikeLayerParams>();
   const Value& x = ranked_input(layer, 0, 0);
@@ -49,6 +52,7 @@ void reshape_like(LayerContext& layer) {
 }
 
 void reshape_dynamic(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::ReshapeDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 0);
@@ -60,6 +64,7 @@ void reshape_dynamic(LayerContext& layer) {
 
 // [d0 ... d(axis-1) | d(axis) ...] -> [product of the first, product of the rest].
 void flatten_to_2d(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t rank = x.type.rank;
@@ -76,6 +81,7 @@ void flatten_to_2d(LayerContext& layer) {
 // Listed axes must have size 1; squeezeAll drops every axis of size 1, which needs the sizes
 // at load. Dropping every axis gives [1] (NeuralNetwork.proto: rank 1 stays rank 1).
 void squeeze(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::SqueezeLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -113,6 +119,7 @@ void squeeze(LayerContext& layer) {
 
 // Axes count in the output's rank (negative ones from its end).
 void expand_dims(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::ExpandDimsLayerParams>();
   const Value& x = ranked_input(layer, 0, 0);
@@ -132,6 +139,7 @@ void expand_dims(LayerContext& layer) {
 }
 
 void transpose_nd(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::TransposeLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -147,6 +155,7 @@ void transpose_nd(LayerContext& layer) {
 }
 
 void concat_nd(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, kManyInputs, 1);
   const auto params = layer.parse_params<nn::ConcatNDLayerParams>();
   const Value& first = ranked_input(layer, 0, 1);
@@ -166,6 +175,7 @@ void concat_nd(LayerContext& layer) {
 
 // splitSizes, when given, set the parts; else numSplits (the output count) equal parts.
 void split_nd(LayerContext& layer) {
+  require_exact_layout(layer);
   const int outputs = layer.output_count();
   layer.expect_io(1, 1, outputs);
   const auto params = layer.parse_params<nn::SplitNDLayerParams>();
@@ -255,6 +265,7 @@ void emit_slice(LayerContext& layer, const Params& params, const Value& x, const
 }
 
 void slice_static(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::SliceStaticLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -268,6 +279,7 @@ void slice_static(LayerContext& layer) {
 // Begins from input 1, ends from input 2 or endIds; a strides input is refused (the strides
 // decide the output's layout at load).
 void slice_dynamic(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(2, 3, 1);
   const auto params = layer.parse_params<nn::SliceDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -287,6 +299,7 @@ void slice_dynamic(LayerContext& layer) {
 
 // Windows of windowSize every step along axis: that axis becomes [windows, windowSize].
 void sliding_windows(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::SlidingWindowsLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -308,6 +321,7 @@ void sliding_windows(LayerContext& layer) {
 
 // reps from the parameter (padded with leading 1s to the input's rank) or the second input.
 void tile(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::TileLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
@@ -332,29 +346,44 @@ void tile(LayerContext& layer) {
 }
 
 void get_shape(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const Value& x = ranked_input(layer, 0, 0);
   const Value shape = layer.emit1("shape", {{"x", {x}}}, tensor_type(DType::Int32, {x.type.rank}));
   layer.set_output(0, cast_to(layer, shape, DType::Float32));
 }
 
-// padAmounts holds (before, after) for every axis; the output-size mode is refused.
+// padAmounts holds (before, after) for every axis. In padToGivenOutputSizeMode the nonzero
+// one of each pair is the size the axis is padded to, at its start or its end
+// (NeuralNetwork.proto: output size max(input size, amount)), which needs the axis's size at
+// load.
 void constant_pad(LayerContext& layer) {
+  require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::ConstantPaddingLayerParams>();
-  require(!params.padtogivenoutputsizemode(), "padToGivenOutputSizeMode is not supported by this build");
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t rank = x.type.rank, n = params.padamounts_size();
   require(n == 2 * rank, "padAmounts has ", n, " entries; expected 2 per axis (", 2 * rank, ")");
-  std::vector<int64_t> pads, dims = x.type.dims;
+  std::vector<int64_t> pads;
   for (int64_t i = 0; i < n; ++i) {
     require(params.padamounts(i) < (uint64_t{1} << 31), "pad amount ", params.padamounts(i), " is out of range");
     pads.push_back(static_cast<int64_t>(params.padamounts(i)));
   }
-  for (int64_t i = 0; i < n / 2; ++i) {
-    int64_t& d = dims[rank - n / 2 + i];
-    if (d >= 0) d += pads[2 * i] + pads[2 * i + 1];
+  if (params.padtogivenoutputsizemode()) {
+    for (int64_t i = 0; i < rank; ++i) {
+      int64_t& before = pads[2 * i];
+      int64_t& after = pads[2 * i + 1];
+      require(before == 0 || after == 0, "padToGivenOutputSizeMode needs one of the amounts of axis ", i, " to be 0");
+      if (before == 0 && after == 0) continue;
+      const int64_t size = x.type.dims[i];
+      require(size >= 0, "axis ", i, " of ", x.type.str(), " has a size unknown at load");
+      before = before ? std::max<int64_t>(before - size, 0) : 0;
+      after = after ? std::max<int64_t>(after - size, 0) : 0;
+    }
   }
+  std::vector<int64_t> dims = x.type.dims;
+  for (int64_t i = 0; i < rank; ++i)
+    if (dims[i] >= 0) dims[i] += pads[2 * i] + pads[2 * i + 1];
   layer.set_output(0, layer.emit1("pad", {{"x", {x}}, {"pad", {int_vector(pads)}}, {"mode", {string_scalar("constant")}},
                                           {"constant_val", {float_scalar(params.value())}}},
                                   tensor_type(x.type.dtype, dims)));

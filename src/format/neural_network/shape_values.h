@@ -46,6 +46,13 @@ inline Value transpose(LayerContext& layer, const Value& x, const std::vector<in
   return layer.emit1("transpose", {{"x", {x}}, {"perm", {int_vector(perm)}}}, tensor_type(x.type.dtype, dims));
 }
 
+// The rank-N layers came with the exact-rank layout (Core ML 3); Core ML refuses a model that
+// uses them with the legacy rank-5 mapping, and so does this build.
+inline void require_exact_layout(const LayerContext& layer) {
+  require(!layer.rank5_layout(), "is a rank-N layer, which needs the exact-rank array mapping "
+          "(arrayInputShapeMapping = EXACT_ARRAY_MAPPING); this model uses the legacy rank-5 mapping");
+}
+
 // Refuses an input whose rank is not known at load.
 inline const Value& ranked_input(LayerContext& layer, int index, int64_t min_rank, int64_t max_rank = 1 << 20) {
   const Value& x = layer.input(index);
