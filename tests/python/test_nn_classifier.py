@@ -73,6 +73,7 @@ def test_classifier_label_and_probabilities(tmp_path, layout, labels):
         assert sorted(probabilities) == sorted(labels)
         for k, p in zip(labels, expected):
             assert type(next(iter(probabilities))) is type(k)
+            assert type(probabilities[k]) is float
             np.testing.assert_allclose(probabilities[k], p, rtol=RTOL, atol=ATOL)
 
 
@@ -130,3 +131,27 @@ def test_regressor_output_is_the_network_output(tmp_path, layout):
     out = model.predict({"data": x})
     assert set(out) == {"prediction"}
     np.testing.assert_allclose(np.asarray(out["prediction"]).reshape(-1), w @ x + bias, rtol=1e-5, atol=1e-5)
+
+
+def test_converted_torch_classifier(tmp_path):
+    """ct.convert(..., convert_to="neuralnetwork", classifier_config=...) of a torch model."""
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.Softmax(dim=-1)).eval()
+    example = torch.randn(1, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.convert(torch.jit.trace(net, example), inputs=[ct.TensorType(name="x", shape=example.shape)],
+                             convert_to="neuralnetwork", classifier_config=ct.ClassifierConfig(["a", "b", "c"]),
+                             skip_model_load=True)
+    assert mlmodel.get_spec().WhichOneof("Type") == "neuralNetworkClassifier"
+    path = os.path.join(str(tmp_path), "torch.mlmodel")
+    mlmodel.save(path)
+    model = coremlrt.MLModel(path)
+    probabilities_name = mlmodel.get_spec().description.predictedProbabilitiesName
+    for _ in range(3):
+        x = rng.standard_normal((1, 6)).astype(np.float32)
+        with torch.no_grad():
+            expected = net(torch.from_numpy(x)).numpy()[0]
+        out = model.predict({"x": x})
+        assert out["classLabel"] == "abc"[int(np.argmax(expected))]
+        np.testing.assert_allclose([out[probabilities_name][k] for k in "abc"], expected, rtol=RTOL, atol=ATOL)
