@@ -421,3 +421,33 @@ def test_slice_dynamic_with_a_strides_input_is_refused(tmp_path):
     zeros = {n: np.zeros(s, np.float32) for n, s in (("x", (4, 4)), ("begin", (2,)), ("end", (2,)), ("strides", (2,)))}
     with pytest.raises(coremlrt.Error, match=r"sliceDynamic.*has 4 inputs"):
         predict(tmp_path, b, zeros)
+
+
+def test_converted_torch_data_movement(tmp_path):
+    """ct.convert(..., convert_to="neuralnetwork") of torch's view, permute, cat, slicing, chunk,
+    index_select, expand, repeat, pad, unsqueeze/squeeze and transpose, compared with torch."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def forward(self, x):  # [2, 3, 4]
+            return (x.view(2, 12).reshape(4, 6), x.permute(2, 0, 1).flatten(1), torch.cat([x, x], dim=1)[:, 1:5:2],
+                    *torch.chunk(x, 2, dim=2), torch.index_select(x, 2, torch.tensor([3, 0])),
+                    x[:, :1].expand(2, 3, 4).repeat(1, 2, 1), torch.nn.functional.pad(x, (1, 2), value=3.0),
+                    x.unsqueeze(0).squeeze(0).transpose(0, 1))
+
+    net = Net().eval()
+    example = torch.randn(2, 3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.convert(torch.jit.trace(net, example), inputs=[ct.TensorType(name="x", shape=example.shape)],
+                             convert_to="neuralnetwork", skip_model_load=True)
+    path = os.path.join(str(tmp_path), "torch.mlmodel")
+    mlmodel.save(path)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got = coremlrt.MLModel(path).predict({"x": x})
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x))
+    names = [o.name for o in mlmodel.get_spec().description.output]
+    assert len(names) == len(expected)
+    for name, value in zip(names, expected):
+        check(got[name], value.numpy())
