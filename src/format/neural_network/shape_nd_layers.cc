@@ -30,15 +30,12 @@ void reshape_static(LayerContext& layer) {
     if (dims[i] == -1) inferred = static_cast<int64_t>(i);
     else known *= dims[i];
   }
-  const int64_t total = product(x.type.dims);
-  if (total >= 0) {
+  std::vector<int64_t> out = dims;
+  if (const int64_t total = product(x.type.dims); total >= 0) {
     require(inferred >= 0 ? total % known == 0 : total == known, "input ", x.type.str(), " cannot take targetShape");
-    Value out = reshape_to(layer, x, dims);
-    if (inferred >= 0) out.type.dims[inferred] = total / known;
-    layer.set_output(0, out);
-    return;
+    if (inferred >= 0) out[inferred] = total / known;
   }
-  layer.set_output(0, reshape_to(layer, x, dims));
+  layer.set_output(0, layer.emit1("reshape", {{"x", {x}}, {"shape", {int_vector(dims)}}}, tensor_type(x.type.dtype, out)));
 }
 
 void reshape_like(LayerContext& layer) {
