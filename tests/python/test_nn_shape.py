@@ -392,16 +392,20 @@ def test_constant_pad_and_where(tmp_path):
     x = np.array([[0.0, 2.0, 0.0], [-1.0, 0.0, 3.0]], np.float32)
     a = rng.standard_normal((2, 3)).astype(np.float32)
     c = rng.standard_normal((1, 3)).astype(np.float32)
+    amounts = np.array([0, 2, 1, 1], np.float32)
 
     def layers(b):
         b.add_constant_pad("p", ["x"], "padded", value=9.0, pad_amounts=[1, 0, 2, 3])
         # Output sizes: axis 0 padded at its end to 4, axis 1 at its start to 5.
         b.add_constant_pad("ps", ["x"], "padded_to", value=-2.0, pad_to_given_output_size_mode=True,
                            pad_amounts=[0, 4, 5, 0])
+        b.add_constant_pad("pd", ["x", "amounts"], "padded_dynamic", value=0.5)
         b.add_where_nonzero("nz", "x", "nonzero")
         b.add_where_broadcastable("w", ["x", "a", "c"], "chosen")
 
-    got = run_nd(tmp_path, {"x": x, "a": a, "c": c}, ("padded", "padded_to", "nonzero", "chosen"), layers)
+    got = run_nd(tmp_path, {"x": x, "a": a, "c": c, "amounts": amounts},
+                 ("padded", "padded_to", "padded_dynamic", "nonzero", "chosen"), layers)
+    check(got["padded_dynamic"], np.pad(x, ((0, 2), (1, 1)), constant_values=0.5))
     check(got["padded"], np.pad(x, ((1, 0), (2, 3)), constant_values=9.0))
     check(got["padded_to"], np.pad(x, ((0, 2), (2, 0)), constant_values=-2.0))
     check(got["nonzero"], np.argwhere(x != 0).astype(np.float32))

@@ -356,9 +356,21 @@ void get_shape(LayerContext& layer) {
 // load.
 void constant_pad(LayerContext& layer) {
   require_exact_layout(layer);
-  layer.expect_io(1, 1, 1);
+  layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::ConstantPaddingLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
+  if (layer.input_count() == 2) {  // the amounts come from the second input
+    require(!params.padtogivenoutputsizemode(), "padToGivenOutputSizeMode with amounts from an input is not supported "
+            "by this build");
+    const Value& amounts = ranked_input(layer, 1, 1, 1);
+    require(amounts.type.dims[0] < 0 || amounts.type.dims[0] == 2 * x.type.rank, "its pad amounts input ",
+            amounts.type.str(), " needs 2 entries per axis of ", x.type.str());
+    layer.set_output(0, layer.emit1("pad", {{"x", {x}}, {"pad", {cast_to(layer, amounts, DType::Int32)}},
+                                            {"mode", {string_scalar("constant")}},
+                                            {"constant_val", {float_scalar(params.value())}}},
+                                    tensor_type(x.type.dtype, std::vector<int64_t>(x.type.rank, -1))));
+    return;
+  }
   const int64_t rank = x.type.rank, n = params.padamounts_size();
   require(n == 2 * rank, "padAmounts has ", n, " entries; expected 2 per axis (", 2 * rank, ")");
   std::vector<int64_t> pads;
