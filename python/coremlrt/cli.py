@@ -46,7 +46,7 @@ def cmd_info(args, out=None):
     print(f"  functions ({len(desc['functions'])}):", file=out)
     unsupported_total = 0
     # A neuralNetwork model is described by its layers, in the file's own vocabulary.
-    unit = "layer" if desc["model_type"] == "neuralNetwork" else "op"
+    unit = "layer" if desc["model_type"] in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor") else "op"
     for function in desc["functions"]:
         default = " (default)" if function["name"] == desc["default_function"] else ""
         program = opsets.get(function["name"], {})

@@ -270,6 +270,16 @@ LoadedModel read_model(const ModelFiles& files) {
     out.weight_bytes = model.neuralnetwork().size();  // weights are stored in the message itself; count all of it
     out.network = read_neural_network(model.neuralnetwork(), out.description.functions.front());
     out.program = std::move(out.network.program);
+  } else if (model.Type_case() == spec::Model::kNeuralNetworkClassifier) {
+    out.weight_bytes = model.neuralnetworkclassifier().size();
+    out.network = read_neural_network(model.neuralnetworkclassifier(), out.description.functions.front(),
+                                      NetworkRole::Classifier);
+    out.program = std::move(out.network.program);
+  } else if (model.Type_case() == spec::Model::kNeuralNetworkRegressor) {
+    out.weight_bytes = model.neuralnetworkregressor().size();
+    out.network = read_neural_network(model.neuralnetworkregressor(), out.description.functions.front(),
+                                      NetworkRole::Regressor);
+    out.program = std::move(out.network.program);
   } else if (model.Type_case() == spec::Model::kGlmRegressor) {
     out.program = classic::read_glm_regressor(model.glmregressor(), out.description.functions.front());
   } else if (model.Type_case() == spec::Model::kGlmClassifier) {

@@ -182,7 +182,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
-  COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork" ||
+  COREMLRT_CHECK(description.model_type == "mlProgram" || format::is_neural_network_type(description.model_type) ||
                      is_classic_predictor(description.model_type),
                  "model '", path, "' is of type '", description.model_type,
                  "'; this build runs ML programs (mlProgram), neuralNetwork models and classic predictors only");
@@ -335,7 +335,7 @@ ModelReport inspect_model(const std::string& path) {
   report.description = loaded.description;
   report.weight_bytes = loaded.weight_bytes;
   const std::string& type = loaded.description.model_type;
-  if (type == "neuralNetwork") {
+  if (format::is_neural_network_type(type)) {
     // Reported by layer kind, the vocabulary of the file, rather than by translated op.
     FunctionReport f;
     f.name = loaded.description.default_function;

@@ -56,7 +56,7 @@ ModelStructure read_model_structure(const std::string& path) {
   format::LoadedModel loaded = format::read_model(format::locate_model(path));
   ModelStructure out;
   out.model_type = loaded.description.model_type;
-  if (out.model_type == "neuralNetwork") {
+  if (format::is_neural_network_type(out.model_type)) {
     for (const auto& layer : loaded.network.layers) out.layers.push_back({layer.type, layer.name, {layer.output}});
     return out;
   }

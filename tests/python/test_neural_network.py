@@ -149,17 +149,22 @@ def test_info_reports_unsupported_layer(tmp_path):
     assert function["op_counts"]["activation"] == 1
 
 
-def test_rank4_inner_product_is_refused(tmp_path):
-    # On rank 4 innerProduct folds [x1, C, H, W] into [x1, C*H*W] and returns [x1, out, 1, 1]:
-    # a layout this build does not translate, so it must refuse rather than run linear.
-    path, mlmodel = convert(torch.nn.Sequential(torch.nn.Linear(16, 4)), torch.randn(3, 16), tmp_path, "linear")
+def test_rank4_inner_product_folds_trailing_axes(tmp_path):
+    # On rank 4 innerProduct folds [x1, C, H, W] into [x1, C*H*W] and returns [x1, out, 1, 1]
+    # (NeuralNetwork.proto's InnerProductLayerParams).
+    net = torch.nn.Sequential(torch.nn.Linear(16, 4))
+    path, mlmodel = convert(net, torch.randn(3, 16), tmp_path, "linear")
     spec = mlmodel.get_spec()
     del spec.description.input[0].type.multiArrayType.shape[:]
-    spec.description.input[0].type.multiArrayType.shape.extend([3, 16, 1, 1])
+    spec.description.input[0].type.multiArrayType.shape.extend([3, 4, 2, 2])
     rank4_path = str(tmp_path / "rank4.mlmodel")
     ct.utils.save_spec(spec, rank4_path)
-    with pytest.raises(coremlrt.Error, match=r"innerProduct.*rank 4"):
-        coremlrt.MLModel(rank4_path)
+    x = np.random.default_rng(1).standard_normal((3, 4, 2, 2)).astype(np.float32)
+    (actual,) = coremlrt.MLModel(rank4_path).predict({"x": x}).values()
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x.reshape(3, 16))).numpy().reshape(3, 4, 1, 1)
+    assert actual.shape == expected.shape
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
 
 
 def test_legacy_rank5_array_mapping_refuses_arrays_of_rank_2(tmp_path):

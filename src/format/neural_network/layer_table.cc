@@ -15,6 +15,10 @@ const LayerTable& layer_table() {
     register_pooling_layers(out);
     register_normalization_layers(out);
     register_resize_layers(out);
+    register_shape_layers(out);
+    register_shape_nd_layers(out);
+    register_gather_layers(out);
+    register_fill_layers(out);
     return out;
   }();
   return table;

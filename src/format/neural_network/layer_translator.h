@@ -120,5 +120,9 @@ void register_conv_layers(LayerTable& table);
 void register_pooling_layers(LayerTable& table);
 void register_normalization_layers(LayerTable& table);
 void register_resize_layers(LayerTable& table);
+void register_shape_layers(LayerTable& table);
+void register_shape_nd_layers(LayerTable& table);
+void register_gather_layers(LayerTable& table);
+void register_fill_layers(LayerTable& table);
 
 }  // namespace coremlrt::format::neural_network

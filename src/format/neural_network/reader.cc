@@ -11,6 +11,7 @@
 
 #include "coremlrt/error.h"
 #include "format/neural_network/layer_translator.h"
+#include "nn_classifier.pb.h"
 
 namespace coremlrt::format {
 
@@ -112,23 +113,62 @@ class Translator final : public LayerContext {
   std::optional<std::string> output_value(const std::string& blob, const FeatureDescription& feature) {
     auto it = blobs_.find(blob);
     if (it == blobs_.end() || !it->second) return std::nullopt;
-    const Value& value = *it->second;
+    const Value value = *it->second;
     if (!rank5_ || value.type.rank != 5) return value.name;
     const auto& d = value.type.dims;
     const bool vector = feature.shape.size() == 1 && d[3] == 1 && d[4] == 1;
     const std::vector<int64_t> axes = vector ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
     const std::vector<int64_t> dims = vector ? std::vector<int64_t>{d[2]} : std::vector<int64_t>{d[2], d[3], d[4]};
     // The block's output keeps the feature's name; the blob's own value is renamed aside.
-    for (auto& op : function_.block.operations)
-      for (auto& output : op.outputs)
-        if (output.name == value.name) output.name = value.name + "#rank5";
-    for (auto& op : function_.block.operations)
-      for (auto& [param, bindings] : op.inputs)
-        for (auto& binding : bindings)
-          if (binding.name == value.name) binding.name = value.name + "#rank5";
+    rename_aside(value.name, value.name + "#rank5");
     framing_op("squeeze", Value{value.name + "#rank5", nullptr, value.type}, axes, tensor_type(value.type.dtype, dims),
                value.name);
     return value.name;
+  }
+
+  // The current value of a blob; nullopt when no input or layer made it, or its layer
+  // could not run.
+  std::optional<Value> blob_value(const std::string& blob) const {
+    auto it = blobs_.find(blob);
+    return it == blobs_.end() ? std::nullopt : it->second;
+  }
+
+  // The blobs some layer writes and no layer reads (the network's dangling outputs).
+  std::vector<std::string> unread_blobs(const nn::NeuralNetwork& network) const {
+    std::set<std::string> read;
+    for (const auto& layer : network.layers()) read.insert(layer.input().begin(), layer.input().end());
+    std::vector<std::string> out;
+    for (const auto& [blob, count] : definitions_left_)
+      if (!read.count(blob)) out.push_back(blob);
+    return out;
+  }
+
+  // Ends a classifier: classify(`probabilities`) defines the label output `label_name` and the
+  // dictionary `probabilities_name`. A blob value already holding either name is renamed aside.
+  void add_classify(const Value& probabilities, std::shared_ptr<const ir::ConstValue> classes, DType label_dtype,
+                    const std::string& label_name, const std::string& probabilities_name) {
+    std::string input = probabilities.name;
+    for (const std::string* name : {&label_name, &probabilities_name}) {
+      if (!reserved_.count(*name)) continue;
+      std::string aside;
+      do aside = *name + "#" + std::to_string(fresh_++);
+      while (reserved_.count(aside));
+      reserved_.insert(aside);
+      rename_aside(*name, aside);
+      if (input == *name) input = aside;
+    }
+    ir::Operation op;
+    op.type = "classify";
+    op.name = "classify";
+    op.inputs["probabilities"].push_back({input, nullptr});
+    op.inputs["classes"].push_back({"", std::move(classes)});
+    op.outputs.push_back({label_name, tensor_type(label_dtype, {})});
+    ir::ValueType dictionary;
+    dictionary.kind = ir::TypeKind::Dictionary;
+    op.outputs.push_back({probabilities_name, dictionary});
+    function_.block.operations.push_back(std::move(op));
+    reserved_.insert(label_name);
+    reserved_.insert(probabilities_name);
   }
 
   // Adds the layer's ops and returns true, or throws LayerRefused. A layer that reads the
@@ -248,6 +288,19 @@ class Translator final : public LayerContext {
     return Value{name, nullptr, out};
   }
 
+  // Renames a value of the function already built, where it is made and wherever it is read.
+  void rename_aside(const std::string& name, const std::string& aside) {
+    for (auto& op : function_.block.operations)
+      for (auto& output : op.outputs)
+        if (output.name == name) output.name = aside;
+    for (auto& op : function_.block.operations)
+      for (auto& [param, bindings] : op.inputs)
+        for (auto& binding : bindings)
+          if (binding.name == name) binding.name = aside;
+    for (auto& [blob, value] : blobs_)
+      if (value && value->name == name) value->name = aside;
+  }
+
   void define_unknown(const std::string& blob) {
     --definitions_left_[blob];
     blobs_[blob] = std::nullopt;
@@ -283,9 +336,92 @@ ir::ValueType input_type(const FeatureDescription& feature) {
   return tensor_type(feature.dtype, std::move(dims));
 }
 
+// The outputs a classifier's `classify` op defines (its label and probabilities features).
+struct ClassifierOutputs {
+  std::string label, probabilities;
+};
+
+// Reads the classifier's labels and probabilities blob and adds its `classify` op. The label
+// and dictionary outputs are the description's predicted feature and probabilities names, or
+// else its outputs of kind int64/string and dictionary (as for the classic classifiers,
+// src/format/classic/predictor.cc).
+ClassifierOutputs classifier_outputs(const std::string& serialized, const nn::NeuralNetwork& network,
+                                     const FunctionDescription& description, Translator& translator) {
+  nn::NeuralNetworkClassifierHead head;
+  require(head.ParseFromString(serialized), "the neuralNetworkClassifier message does not parse");
+  std::shared_ptr<ir::ConstValue> classes = std::make_shared<ir::ConstValue>();
+  DType label_dtype = DType::String;
+  int64_t count = 0;
+  if (head.has_int64classlabels()) {
+    const auto& labels = head.int64classlabels().vector();
+    count = labels.size();
+    label_dtype = DType::Int64;
+    classes->type = tensor_type(DType::Int64, {count});
+    classes->tensor = Tensor::empty(DType::Int64, {count});
+    std::copy(labels.begin(), labels.end(), classes->tensor.ptr<int64_t>());
+  } else if (head.has_stringclasslabels()) {
+    const auto& labels = head.stringclasslabels().vector();
+    count = labels.size();
+    classes->type = tensor_type(DType::String, {count});
+    classes->tensor = Tensor::empty(DType::String, {count});
+    classes->strings.assign(labels.begin(), labels.end());
+  }
+  require(count > 0, "the classifier has no class labels");
+
+  ClassifierOutputs out{description.predicted_feature_name, description.predicted_probabilities_name};
+  for (const auto& feature : description.outputs) {
+    if (out.label.empty() && (feature.kind == FeatureKind::Int64 || feature.kind == FeatureKind::String))
+      out.label = feature.name;
+    if (out.probabilities.empty() && feature.kind == FeatureKind::Dictionary) out.probabilities = feature.name;
+  }
+  require(!out.label.empty(), "the description names no predicted label output");
+  bool label_declared = false;
+  for (const auto& feature : description.outputs) {
+    if (feature.name == out.label) {
+      label_declared = true;
+      require(feature.kind == (label_dtype == DType::Int64 ? FeatureKind::Int64 : FeatureKind::String), "output '",
+              feature.name, "' is a ", feature_kind_name(feature.kind), " feature but the class labels are ",
+              label_dtype == DType::Int64 ? "int64" : "strings");
+    } else if (feature.name == out.probabilities) {
+      require(feature.kind == FeatureKind::Dictionary, "output '", feature.name, "' is a ",
+              feature_kind_name(feature.kind), " feature; class probabilities are a dictionary");
+    }
+  }
+  require(label_declared, "the description has no output '", out.label, "'");
+  // With no probabilities output declared, the dictionary is still made, under a name of its own.
+  if (out.probabilities.empty()) out.probabilities = out.label + "#probabilities";
+
+  // An empty labelProbabilityLayerName means the network's one dangling output blob, as Core
+  // ML reads models written before the field existed.
+  std::string blob = head.labelprobabilitylayername();
+  if (blob.empty()) {
+    const std::vector<std::string> unread = translator.unread_blobs(network);
+    require(unread.size() == 1, "labelProbabilityLayerName is empty and the network has ", unread.size(),
+            " output blobs, so which holds the class probabilities is not known");
+    blob = unread.front();
+  }
+  std::optional<Value> probabilities = translator.blob_value(blob);
+  require(probabilities.has_value(), "labelProbabilityLayerName names blob '", blob, "', which no layer produces");
+  const ir::ValueType& type = probabilities->type;
+  if (type.is_static()) {
+    int64_t values = 1;
+    for (int64_t d : type.dims) values *= d;
+    require(values == count, "the probabilities blob '", blob, "' ", type.str(), " holds ", values, " values for ",
+            count, " class labels");
+  }
+  translator.add_classify(*probabilities, classes, label_dtype, out.label, out.probabilities);
+  return out;
+}
+
 }  // namespace
 
-NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& description) {
+bool is_neural_network_type(const std::string& model_type) {
+  return model_type == "neuralNetwork" || model_type == "neuralNetworkClassifier" ||
+         model_type == "neuralNetworkRegressor";
+}
+
+NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& description,
+                                         NetworkRole role) {
   NeuralNetworkReading out;
   nn::NeuralNetwork network;
   COREMLRT_CHECK(network.ParseFromString(serialized), "the neuralNetwork message does not parse");
@@ -323,7 +459,20 @@ NeuralNetworkReading read_neural_network(const std::string& serialized, const Fu
     }
   }
   if (!translated) return out;
+  std::optional<ClassifierOutputs> classifier;
+  if (role == NetworkRole::Classifier) {
+    try {
+      classifier = classifier_outputs(serialized, network, description, translator);
+    } catch (const LayerRefused& refused) {
+      out.problem = refused.reason;
+      return out;
+    }
+  }
   for (const FeatureDescription& feature : description.outputs) {
+    if (classifier && (feature.name == classifier->label || feature.name == classifier->probabilities)) {
+      function.block.outputs.push_back(feature.name);
+      continue;
+    }
     std::optional<std::string> value = translator.output_value(feature.name, feature);
     if (!value) {
       out.problem = "output '" + feature.name + "' is not produced by any layer";

@@ -26,8 +26,15 @@ struct NeuralNetworkReading {
   ir::Program program;  // function "main"; filled only when nothing above reports a problem
 };
 
-// `serialized` is the NeuralNetwork message; `function` the model's (single) description.
-NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& function);
+// The model types whose message is a layer graph: neuralNetwork, neuralNetworkRegressor (the
+// network's outputs are the prediction) and neuralNetworkClassifier (a probabilities blob
+// feeds the `classify` op, src/ops/classify.h, which gives the label and the dictionary).
+enum class NetworkRole { Plain, Regressor, Classifier };
+bool is_neural_network_type(const std::string& model_type);
+
+// `serialized` is the model type's message; `function` the model's (single) description.
+NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& function,
+                                         NetworkRole role = NetworkRole::Plain);
 
 // The schema's name for the layer kind stored under this field number ("layer #N" if unknown).
 std::string network_layer_type_name(int field_number);

@@ -114,16 +114,64 @@ TEST(NeuralNetworkReader, RefusesACustomLayerNamingItsClass) {
   EXPECT_TRUE(reading.program.functions.empty());
 }
 
-TEST(NeuralNetworkReader, RefusesInnerProductOnRank4Blobs) {
+// On rank 4 innerProduct folds [x1, C, H, W] into [x1, C*H*W] rows (NeuralNetwork.proto).
+TEST(NeuralNetworkReader, InnerProductOnRank4BlobsFoldsTheLastThreeAxes) {
   Message inner_product;
   inner_product.varint(1, 3).varint(2, 1).message(20, weights({1, 1, 1}));
   Message network;
   network.message(kLayers, layer("fc", "x", "y").message(kInnerProduct, inner_product))
       .varint(kArrayMapping, kExactMapping);
-  NeuralNetworkReading reading = read_neural_network(network.bytes(), description({2, 3, 1, 1}));
-  ASSERT_EQ(reading.layers.size(), 1u);
-  EXPECT_NE(reading.layers[0].problem.find("rank 4"), std::string::npos) << reading.layers[0].problem;
-  EXPECT_TRUE(reading.program.functions.empty());
+  NeuralNetworkReading folded = read_neural_network(network.bytes(), description({2, 3, 1, 1}));
+  ASSERT_EQ(folded.layers.size(), 1u);
+  EXPECT_EQ(folded.layers[0].problem, "");
+  EXPECT_FALSE(folded.program.functions.empty());
+
+  NeuralNetworkReading mismatched = read_neural_network(network.bytes(), description({2, 1, 2, 2}));
+  ASSERT_EQ(mismatched.layers.size(), 1u);
+  EXPECT_NE(mismatched.layers[0].problem.find("expected inputChannels = 3"), std::string::npos)
+      << mismatched.layers[0].problem;
+  EXPECT_TRUE(mismatched.program.functions.empty());
+}
+
+// A neuralNetworkClassifier adds class labels (100 strings / 101 int64) and the probabilities
+// blob (200); its program ends in classify, defining the label and dictionary outputs.
+TEST(NeuralNetworkReader, ClassifierEndsInClassifyOverTheProbabilitiesBlob) {
+  Message network;
+  network.message(kLayers, layer("act", "x", "probs").message(kActivation, Message().message(kReLU, Message())))
+      .varint(kArrayMapping, kExactMapping)
+      .message(100, Message().text(1, "a").text(1, "b").text(1, "c"))
+      .text(200, "probs");
+  FunctionDescription function = description({3});
+  function.outputs.clear();
+  FeatureDescription label, probabilities;
+  label.name = "classLabel";
+  label.kind = FeatureKind::String;
+  probabilities.name = "probs";
+  probabilities.kind = FeatureKind::Dictionary;
+  function.outputs = {probabilities, label};
+  function.predicted_feature_name = "classLabel";
+  function.predicted_probabilities_name = "probs";
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), function, NetworkRole::Classifier);
+  ASSERT_EQ(reading.problem, "");
+  const ir::Function& main = reading.program.functions.at("main");
+  const ir::Operation& last = main.block.operations.back();
+  EXPECT_EQ(last.type, "classify");
+  ASSERT_EQ(last.outputs.size(), 2u);
+  EXPECT_EQ(last.outputs[0].name, "classLabel");
+  EXPECT_EQ(last.outputs[1].name, "probs");
+  // The blob 'probs' was renamed aside, so the dictionary output alone carries the name.
+  EXPECT_NE(last.inputs.at("probabilities")[0].name, "probs");
+  EXPECT_EQ(main.block.outputs, (std::vector<std::string>{"probs", "classLabel"}));
+
+  // Four labels for three probabilities are refused at load.
+  Message mismatched;
+  mismatched.message(kLayers, layer("act", "x", "probs").message(kActivation, Message().message(kReLU, Message())))
+      .varint(kArrayMapping, kExactMapping)
+      .message(100, Message().text(1, "a").text(1, "b").text(1, "c").text(1, "d"))
+      .text(200, "probs");
+  NeuralNetworkReading refused = read_neural_network(mismatched.bytes(), function, NetworkRole::Classifier);
+  EXPECT_NE(refused.problem.find("holds 3 values for 4 class labels"), std::string::npos) << refused.problem;
+  EXPECT_TRUE(refused.program.functions.empty());
 }
 
 TEST(NeuralNetworkReader, NamesEveryLayerKindByFieldNumber) {
