@@ -158,6 +158,22 @@ def test_grayscale_float16_image(tmp_path):
     np.testing.assert_allclose(out[0, 0], expected, rtol=RTOL, atol=ATOL)
 
 
+def test_rank4_image_blob_takes_the_declared_output_rank(tmp_path):
+    # RANK4_IMAGE_MAPPING makes the image the blob [1, C, H, W]; an output declared [C, H, W]
+    # comes back with that rank, as Core ML returns it (ranks of outputs come from the
+    # description in the rank-generic layout).
+    b = NeuralNetworkBuilder([("image", datatypes.Array(3, H, W))], [("out", datatypes.Array(3, H, W))],
+                             disable_rank5_shape_mapping=True)
+    b.add_activation("identity", "LINEAR", "image", "out", params=[1.0, 0.0])
+    b.set_pre_processing_parameters(image_input_names=["image"], image_scale=3.0, green_bias=-1.0)
+    path = save(tmp_path, b.spec)
+    image = rgb_image()
+    out = coremlrt.MLModel(path).predict({"image": image})["out"]
+    assert out.shape == (3, H, W)
+    np.testing.assert_allclose(out, 3.0 * pixels(image, "RGB") + np.array([0.0, -1.0, 0.0])[:, None, None],
+                               rtol=RTOL, atol=ATOL)
+
+
 def test_wrong_image_mode_is_rejected(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"])
