@@ -86,7 +86,7 @@ class Translator final : public LayerContext {
     function_.inputs.push_back({name, *type});
     Value blob{name, nullptr, *type};
     // The layer graph computes in fp32; a double input is narrowed on entry, as Core ML does.
-    if (type->dtype == DType::Float64) blob = widen_or_narrow_to_fp32(blob);
+    if (type->dtype == DType::Float64) blob = cast_to_fp32(blob);
     if (!rank5_) {
       blobs_[name] = blob;
       return;
@@ -108,7 +108,7 @@ class Translator final : public LayerContext {
     reserved_.insert(name);
     function_.inputs.push_back({name, type});
     Value blob{name, nullptr, type};
-    if (type.dtype != DType::Float32) blob = widen_or_narrow_to_fp32(blob);
+    if (type.dtype != DType::Float32) blob = cast_to_fp32(blob);
     if (pre && pre->scale) blob = entry_op("mul", {{"x", {blob}}, {"y", {float_scalar(*pre->scale)}}}, blob.type, name + "#scaled");
     if (pre && pre->bias) blob = entry_op("add", {{"x", {blob}}, {"y", {*pre->bias}}}, blob.type, name + "#biased");
     if (pre && pre->mean) blob = entry_op("sub", {{"x", {blob}}, {"y", {*pre->mean}}}, blob.type, name + "#centered");
@@ -281,7 +281,7 @@ class Translator final : public LayerContext {
 
   // The layer graph computes in fp32: a double input is narrowed on entry, as Core ML does,
   // and a GRAYSCALE_FLOAT16 image widened.
-  Value widen_or_narrow_to_fp32(const Value& x) {
+  Value cast_to_fp32(const Value& x) {
     ir::ValueType fp32 = x.type;
     fp32.dtype = DType::Float32;
     return entry_op("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, fp32, x.name + "#fp32");
