@@ -174,6 +174,47 @@ def test_rank4_image_blob_takes_the_declared_output_rank(tmp_path):
                                rtol=RTOL, atol=ATOL)
 
 
+def test_image_size_range(tmp_path):
+    b = identity_network("exact", 3)
+    b.set_pre_processing_parameters(image_input_names=["image"], image_scale=0.5, blue_bias=4.0)
+    size_range = b.spec.description.input[0].type.imageType.imageSizeRange
+    size_range.heightRange.lowerBound, size_range.heightRange.upperBound = 2, 6
+    size_range.widthRange.lowerBound, size_range.widthRange.upperBound = 3, -1  # unbounded
+    model = coremlrt.MLModel(save(tmp_path, b.spec))
+    for height, width in [(H, W), (2, 11), (6, 3)]:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), mode="RGB")
+        out = model.predict({"image": image})["out"]
+        expected = 0.5 * pixels(image, "RGB") + np.array([0.0, 0.0, 4.0])[:, None, None]
+        np.testing.assert_allclose(out[0], expected, rtol=RTOL, atol=ATOL)
+    with pytest.raises(coremlrt.Error, match="has shape"):
+        model.predict({"image": Image.fromarray(np.zeros((7, 4, 3), dtype=np.uint8), mode="RGB")})
+
+
+def test_converted_torch_cnn_with_enumerated_image_sizes(tmp_path):
+    torch.manual_seed(0)
+    net = SmallCnn(3).eval()
+    sizes = [(8, 10), (12, 6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(net, torch.rand(1, 3, *sizes[0]))
+        shapes = ct.EnumeratedShapes(shapes=[(1, 3, h, w) for h, w in sizes])
+        mlmodel = ct.convert(traced, inputs=[ct.ImageType(name="img", shape=shapes, scale=1 / 255, bias=[0.1, 0.2, 0.3])],
+                             convert_to="neuralnetwork")
+    path = os.path.join(str(tmp_path), "cnn.mlmodel")
+    mlmodel.save(path)
+    output_name = mlmodel.get_spec().description.output[0].name
+    model = coremlrt.MLModel(path)
+    for height, width in sizes:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), mode="RGB")
+        normalized = pixels(image, "RGB") / 255 + np.array([0.1, 0.2, 0.3])[:, None, None]
+        with torch.no_grad():
+            expected = net(torch.from_numpy(normalized[None].astype(np.float32))).numpy()
+        out = model.predict({"img": image})[output_name]
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(coremlrt.Error, match="has shape"):
+        model.predict({"img": Image.fromarray(np.zeros((8, 6, 3), dtype=np.uint8), mode="RGB")})
+
+
 def test_wrong_image_mode_is_rejected(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"])

@@ -43,8 +43,15 @@ ir::ValueType image_input_type(const FeatureDescription& feature) {
           feature.name, "' has the color space ", space, ", which this build cannot take");
   require(feature.image_width > 0 && feature.image_height > 0, "image input '", feature.name, "' declares the size ",
           feature.image_width, "x", feature.image_height);
-  return tensor_type(space == "GRAYSCALE_FLOAT16" ? DType::Float16 : DType::Float32,
-                     {1, channels_of(feature), feature.image_height, feature.image_width});
+  std::vector<int64_t> dims{1, channels_of(feature), feature.image_height, feature.image_width};
+  // A flexible size leaves H or W unknown (-1); the runtime checks each image against the
+  // declared sizes (src/runtime/model.cc).
+  for (size_t i = 2; i < 4; ++i) {
+    if (i < feature.shape_range.size() && feature.shape_range[i].first != feature.shape_range[i].second) dims[i] = -1;
+    for (const Shape& shape : feature.enumerated_shapes)
+      if (shape.size() != dims.size() || shape[i] != dims[i]) dims[i] = -1;
+  }
+  return tensor_type(space == "GRAYSCALE_FLOAT16" ? DType::Float16 : DType::Float32, std::move(dims));
 }
 
 std::map<std::string, ImagePreprocessing> read_image_preprocessing(const nn::NeuralNetwork& network,
@@ -68,6 +75,8 @@ std::map<std::string, ImagePreprocessing> read_image_preprocessing(const nn::Neu
         break;
       }
       case nn::NeuralNetworkPreprocessing::kMeanImage: {
+        require(h > 0 && w > 0, "the mean image of input '", feature->name,
+                "' has one size, and the image's size is flexible");
         const auto& mean = entry.meanimage().meanimage();
         require(static_cast<int64_t>(mean.size()) == c * h * w, "the mean image of input '", feature->name, "' has ",
                 mean.size(), " values; the ", c, "x", h, "x", w, " image needs ", c * h * w);
