@@ -301,3 +301,27 @@ def test_converted_torch_cnn_with_image_input(tmp_path, color_layout):
     out = coremlrt.MLModel(path).predict({"img": image})[output_name]
     assert out.shape == expected.shape
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_ml_program_image_input_takes_its_enumerated_sizes(tmp_path):
+    # The image sizes an ML program declares are checked as they are for neuralNetworks.
+    torch.manual_seed(0)
+    net = SmallCnn(3).eval()
+    sizes = [(8, 10), (12, 6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(net, torch.rand(1, 3, *sizes[0]))
+        shapes = ct.EnumeratedShapes(shapes=[(1, 3, h, w) for h, w in sizes])
+        mlmodel = ct.convert(traced, inputs=[ct.ImageType(name="img", shape=shapes, scale=1 / 255)],
+                             convert_to="mlprogram", compute_precision=ct.precision.FLOAT32)
+    path = os.path.join(str(tmp_path), "cnn.mlpackage")
+    mlmodel.save(path)
+    output_name = mlmodel.get_spec().description.output[0].name
+    model = coremlrt.MLModel(path)
+    for height, width in sizes:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), mode="RGB")
+        with torch.no_grad():
+            expected = net(torch.from_numpy((pixels(image, "RGB") / 255)[None].astype(np.float32))).numpy()
+        np.testing.assert_allclose(model.predict({"img": image})[output_name], expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(coremlrt.Error, match="has shape"):
+        model.predict({"img": Image.fromarray(np.zeros((8, 6, 3), dtype=np.uint8), mode="RGB")})
