@@ -134,6 +134,17 @@ def test_mean_image(tmp_path, layout):
     np.testing.assert_allclose(out, pixels(image, "RGB") - mean, rtol=RTOL, atol=ATOL)
 
 
+def test_unnamed_preprocessing_applies_to_the_only_image_input(tmp_path):
+    b = identity_network("rank5", 3)
+    b.set_pre_processing_parameters(image_input_names=["image"], image_scale=0.25, red_bias=5.0)
+    b.nn_spec.preprocessing[0].featureName = ""
+    path = save(tmp_path, b.spec)
+    image = rgb_image()
+    out = coremlrt.MLModel(path).predict({"image": image})["out"]
+    np.testing.assert_allclose(out, 0.25 * pixels(image, "RGB") + np.array([5.0, 0.0, 0.0])[:, None, None],
+                               rtol=RTOL, atol=ATOL)
+
+
 def test_image_without_preprocessing_arrives_as_pixel_values(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"], is_bgr=True)
