@@ -22,7 +22,8 @@ struct FeatureDescription {
   DType dtype = DType::Float32;  // element type of a multi-array (or a state's array)
   Shape shape;                   // fixed or default shape; may be empty for outputs
   // Flexible shapes: one (lower, upper) range per dim, upper -1 = unbounded; or a list of
-  // allowed shapes. At most one of the two is set.
+  // allowed shapes. At most one of the two is set. For an image: the flexible sizes of the
+  // [1, C, H, W] array it arrives as (its imageSizeRange or enumeratedSizes).
   std::vector<std::pair<int64_t, int64_t>> shape_range;
   std::vector<Shape> enumerated_shapes;
   bool optional = false;

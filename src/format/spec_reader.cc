@@ -70,6 +70,33 @@ void read_array(const spec::ArrayFeatureType& array, FeatureDescription& out) {
   }
 }
 
+// An image's flexible sizes, as the flexibility of the [1, C, H, W] array it arrives as
+// (include/coremlrt/description.h). Without a declared width and height the default size is
+// the first enumerated size, or the lower bounds of the ranges.
+void read_image_size_flexibility(const spec::ImageFeatureType& image, FeatureDescription& out) {
+  const int64_t channels = out.color_space == "RGB" || out.color_space == "BGR" ? 3 : 1;
+  if (image.has_enumeratedsizes() && image.enumeratedsizes().sizes_size() > 0) {
+    for (const auto& size : image.enumeratedsizes().sizes())
+      out.enumerated_shapes.push_back(
+          {1, channels, static_cast<int64_t>(size.height()), static_cast<int64_t>(size.width())});
+    if (out.image_width == 0 && out.image_height == 0) {
+      out.image_height = out.enumerated_shapes[0][2];
+      out.image_width = out.enumerated_shapes[0][3];
+    }
+  } else if (image.has_imagesizerange()) {
+    const auto& height = image.imagesizerange().heightrange();
+    const auto& width = image.imagesizerange().widthrange();
+    out.shape_range = {{1, 1},
+                       {channels, channels},
+                       {static_cast<int64_t>(height.lowerbound()), height.upperbound()},
+                       {static_cast<int64_t>(width.lowerbound()), width.upperbound()}};
+    if (out.image_width == 0 && out.image_height == 0) {
+      out.image_height = static_cast<int64_t>(height.lowerbound());
+      out.image_width = static_cast<int64_t>(width.lowerbound());
+    }
+  }
+}
+
 FeatureDescription read_feature(const spec::FeatureDescription& feature) {
   FeatureDescription out;
   out.name = feature.name();
@@ -97,6 +124,7 @@ FeatureDescription read_feature(const spec::FeatureDescription& feature) {
         case spec::ImageFeatureType::GRAYSCALE_FLOAT16: out.color_space = "GRAYSCALE_FLOAT16"; break;
         default: out.color_space = "INVALID"; break;
       }
+      read_image_size_flexibility(image, out);
       break;
     }
     case spec::FeatureType::kInt64Type: out.kind = FeatureKind::Int64; out.dtype = DType::Int64; break;

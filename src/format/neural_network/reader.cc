@@ -10,6 +10,7 @@
 #include <set>
 
 #include "coremlrt/error.h"
+#include "format/neural_network/image_inputs.h"
 #include "format/neural_network/layer_translator.h"
 #include "nn_classifier.pb.h"
 
@@ -61,8 +62,12 @@ std::string runnable_kinds() {
 
 class Translator final : public LayerContext {
  public:
-  Translator(const nn::NeuralNetwork& network, ir::Function& function) : function_(function) {
-    rank5_ = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING;
+  Translator(const nn::NeuralNetwork& network, bool has_image_inputs, ir::Function& function) : function_(function) {
+    // RANK4_IMAGE_MAPPING puts a network with image inputs in Core ML's rank-generic mode even
+    // when the array mapping is left at RANK5 (allowed only without multi-array inputs, which
+    // read_neural_network checks).
+    image_rank5_ = network.imageinputshapemapping() != nn::RANK4_IMAGE_MAPPING;
+    rank5_ = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING && (image_rank5_ || !has_image_inputs);
     for (const auto& layer : network.layers())
       for (const auto& blob : layer.output()) {
         ++definitions_left_[blob];
@@ -82,18 +87,7 @@ class Translator final : public LayerContext {
     function_.inputs.push_back({name, *type});
     Value blob{name, nullptr, *type};
     // The layer graph computes in fp32; a double input is narrowed on entry, as Core ML does.
-    if (type->dtype == DType::Float64) {
-      ir::ValueType narrow = *type;
-      narrow.dtype = DType::Float32;
-      ir::Operation op;
-      op.type = "cast";
-      op.inputs["x"].push_back({name, nullptr});
-      op.inputs["dtype"].push_back({"", string_scalar("fp32").constant});
-      op.outputs.push_back({name + "#fp32", narrow});
-      function_.block.operations.push_back(std::move(op));
-      reserved_.insert(name + "#fp32");
-      blob = Value{name + "#fp32", nullptr, narrow};
-    }
+    if (type->dtype == DType::Float64) blob = cast_to_fp32(blob);
     if (!rank5_) {
       blobs_[name] = blob;
       return;
@@ -107,18 +101,51 @@ class Translator final : public LayerContext {
                               name + "#rank5");
   }
 
+  // An image input: the [1, C, H, W] array of image_inputs.h, in fp32, preprocessed
+  // (y = scale * x + bias, or y = x - mean), and framed as the image mapping says:
+  // RANK5_IMAGE_MAPPING adds the [Seq, Batch] axes ([1, 1, C, H, W]), RANK4_IMAGE_MAPPING
+  // keeps [1, C, H, W] (NeuralNetwork.proto's imageInputShapeMapping).
+  void declare_image_input(const std::string& name, const ir::ValueType& type, const ImagePreprocessing* pre) {
+    reserved_.insert(name);
+    function_.inputs.push_back({name, type});
+    Value blob{name, nullptr, type};
+    if (type.dtype != DType::Float32) blob = cast_to_fp32(blob);
+    if (pre && pre->scale) blob = entry_op("mul", {{"x", {blob}}, {"y", {float_scalar(*pre->scale)}}}, blob.type, name + "#scaled");
+    if (pre && pre->bias) blob = entry_op("add", {{"x", {blob}}, {"y", {*pre->bias}}}, blob.type, name + "#biased");
+    if (pre && pre->mean) blob = entry_op("sub", {{"x", {blob}}, {"y", {*pre->mean}}}, blob.type, name + "#centered");
+    if (image_rank5_) {
+      const auto& d = blob.type.dims;
+      blob = framing_op("expand_dims", blob, {0}, tensor_type(DType::Float32, {1, d[0], d[1], d[2], d[3]}), name + "#rank5");
+    }
+    blobs_[name] = blob;
+  }
+
   // The value a model output takes from its blob: in the rank-5 layout the blob's [Seq,
   // Batch] axes (and, for an output declared as [C], the H and W axes) are dropped, which
-  // needs them to be 1.
+  // needs them to be 1; in the rank-generic layout, leading axes beyond the declared rank.
   std::optional<std::string> output_value(const std::string& blob, const FeatureDescription& feature) {
     auto it = blobs_.find(blob);
     if (it == blobs_.end() || !it->second) return std::nullopt;
-    const Value value = *it->second;
-    if (!rank5_ || value.type.rank != 5) return value.name;
+    const Value value = *it->second;  // a copy: rename_aside below renames blobs_ entries
     const auto& d = value.type.dims;
-    const bool vector = feature.shape.size() == 1 && d[3] == 1 && d[4] == 1;
-    const std::vector<int64_t> axes = vector ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
-    const std::vector<int64_t> dims = vector ? std::vector<int64_t>{d[2]} : std::vector<int64_t>{d[2], d[3], d[4]};
+    std::vector<int64_t> axes, dims;
+    if (rank5_ && value.type.rank == 5) {
+      const bool vector = feature.shape.size() == 1 && d[3] == 1 && d[4] == 1;
+      axes = vector ? std::vector<int64_t>{0, 1, 3, 4} : std::vector<int64_t>{0, 1};
+      dims = vector ? std::vector<int64_t>{d[2]} : std::vector<int64_t>{d[2], d[3], d[4]};
+    } else if (!rank5_ && !feature.shape.empty() && value.type.rank > static_cast<int64_t>(feature.shape.size())) {
+      // In the rank-generic layout an output takes the rank its description declares (Core
+      // ML's validator reads output ranks from there): a blob with more axes, such as a
+      // [1, C, H, W] image blob declared [C, H, W], drops its leading axes when they are 1.
+      const int64_t extra = value.type.rank - static_cast<int64_t>(feature.shape.size());
+      for (int64_t i = 0; i < extra; ++i) {
+        if (d[i] != 1) return value.name;
+        axes.push_back(i);
+      }
+      dims.assign(d.begin() + extra, d.end());
+    } else {
+      return value.name;
+    }
     // The block's output keeps the feature's name; the blob's own value is renamed aside.
     rename_aside(value.name, value.name + "#rank5");
     framing_op("squeeze", Value{value.name + "#rank5", nullptr, value.type}, axes, tensor_type(value.type.dtype, dims),
@@ -275,17 +302,29 @@ class Translator final : public LayerContext {
   }
 
  private:
-  // An op outside any layer (the rank-5 layout's framing of inputs and outputs).
-  Value framing_op(const char* type, const Value& x, const std::vector<int64_t>& axes, const ir::ValueType& out,
-                   const std::string& name) {
+  // An op outside any layer: the framing of inputs and outputs, an input's preprocessing.
+  Value entry_op(const char* type, const OpInputs& inputs, const ir::ValueType& out, const std::string& name) {
     ir::Operation op;
     op.type = type;
-    op.inputs["x"].push_back({x.name, nullptr});
-    op.inputs["axes"].push_back({"", int_vector(axes).constant});
+    for (const auto& [param, values] : inputs)
+      for (const Value& value : values) op.inputs[param].push_back({value.name, value.constant});
     op.outputs.push_back({name, out});
     function_.block.operations.push_back(std::move(op));
     reserved_.insert(name);
     return Value{name, nullptr, out};
+  }
+
+  Value framing_op(const char* type, const Value& x, const std::vector<int64_t>& axes, const ir::ValueType& out,
+                   const std::string& name) {
+    return entry_op(type, {{"x", {x}}, {"axes", {int_vector(axes)}}}, out, name);
+  }
+
+  // The layer graph computes in fp32: a double input is narrowed on entry, as Core ML does,
+  // and a GRAYSCALE_FLOAT16 image widened.
+  Value cast_to_fp32(const Value& x) {
+    ir::ValueType fp32 = x.type;
+    fp32.dtype = DType::Float32;
+    return entry_op("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, fp32, x.name + "#fp32");
   }
 
   // Renames a value of the function already built, where it is made and wherever it is read.
@@ -308,6 +347,7 @@ class Translator final : public LayerContext {
 
   ir::Function& function_;
   bool rank5_ = false;
+  bool image_rank5_ = true;
   std::map<std::string, int> definitions_left_;
   std::set<std::string> reserved_;                        // every blob name, and fresh names given out
   std::map<std::string, std::optional<Value>> blobs_;     // nullopt: made by a layer that cannot run
@@ -323,7 +363,8 @@ class Translator final : public LayerContext {
 
 // The program input type of a float32 multi-array feature; flexible dims are unknown (-1).
 ir::ValueType input_type(const FeatureDescription& feature) {
-  if (feature.kind != FeatureKind::MultiArray) refuse("input '", feature.name, "' is not a multi-array; this build runs neuralNetwork models on multi-array inputs only");
+  if (feature.kind != FeatureKind::MultiArray) refuse("input '", feature.name, "' is a ", feature_kind_name(feature.kind),
+                                                  "; this build runs neuralNetwork models on multi-array and image inputs only");
   if (feature.dtype != DType::Float32 && feature.dtype != DType::Float64)
     refuse("input '", feature.name, "' is ", dtype_name(feature.dtype), "; this build runs neuralNetwork models on float32 and double inputs only");
   if (feature.shape.empty()) refuse("input '", feature.name, "' declares no shape");
@@ -432,17 +473,34 @@ NeuralNetworkReading read_neural_network(const std::string& serialized, const Fu
   function.name = "main";
   function.opset = "CoreML5";  // the translated ops mean the same in every opset; take the first
   function.ios_version = ir::ios_version_of_opset(function.opset);
-  Translator translator(network, function);
+  bool has_image_inputs = false;
+  for (const FeatureDescription& feature : description.inputs) has_image_inputs |= feature.kind == FeatureKind::Image;
+  Translator translator(network, has_image_inputs, function);
+  std::map<std::string, ImagePreprocessing> preprocessing;
   try {
-    if (network.preprocessing_size() > 0) refuse("image preprocessing is not supported by this build");
+    preprocessing = read_image_preprocessing(network, description);
+    for (const FeatureDescription& feature : description.outputs)
+      require(feature.kind != FeatureKind::Image, "output '", feature.name,
+              "' is an image; this build returns neuralNetwork outputs as multi-arrays only");
+    if (has_image_inputs && network.imageinputshapemapping() == nn::RANK4_IMAGE_MAPPING &&
+        network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING)
+      for (const FeatureDescription& feature : description.inputs)
+        require(feature.kind != FeatureKind::MultiArray, "multi-array input '", feature.name,
+                "' uses the rank-5 array mapping, which RANK4_IMAGE_MAPPING does not allow beside it");
   } catch (const LayerRefused& refused) {
     out.problem = refused.reason;
   }
   for (const FeatureDescription& feature : description.inputs) {
-    std::optional<ir::ValueType> type;
     try {
-      if (out.problem.empty()) type = input_type(feature);
-      translator.declare_input(feature.name, type);
+      if (!out.problem.empty()) {
+        translator.declare_input(feature.name, std::nullopt);
+      } else if (feature.kind == FeatureKind::Image) {
+        auto pre = preprocessing.find(feature.name);
+        translator.declare_image_input(feature.name, image_input_type(feature),
+                                       pre == preprocessing.end() ? nullptr : &pre->second);
+      } else {
+        translator.declare_input(feature.name, input_type(feature));
+      }
     } catch (const LayerRefused& refused) {
       out.problem = refused.reason;
       translator.declare_input(feature.name, std::nullopt);

@@ -174,6 +174,66 @@ TEST(NeuralNetworkReader, ClassifierEndsInClassifyOverTheProbabilitiesBlob) {
   EXPECT_TRUE(refused.program.functions.empty());
 }
 
+FunctionDescription image_description(const std::string& color_space) {
+  FunctionDescription out = description({});
+  FeatureDescription& image = out.inputs[0];
+  image.kind = FeatureKind::Image;
+  image.color_space = color_space;
+  image.image_width = 4;
+  image.image_height = 2;
+  return out;
+}
+
+constexpr int kPreprocessing = 2, kImageMapping = 6, kRank4ImageMapping = 1;
+
+TEST(NeuralNetworkReader, PreprocessesABgrImageBeforeTheFirstLayer) {
+  // NeuralNetworkPreprocessing {featureName = 1, scaler = 10 {channelScale = 10,
+  // blueBias = 20, greenBias = 21, redBias = 22}}; BGR images take the biases as B, G, R.
+  Message scaler;
+  scaler.float32(10, 0.5f).float32(20, 1.0f).float32(21, 2.0f).float32(22, 3.0f);
+  Message network;
+  network.message(kPreprocessing, Message().text(1, "x").message(10, scaler))
+      .message(kLayers, layer("act", "x", "y").message(kActivation, Message().message(kReLU, Message())));
+
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), image_description("BGR"));
+  ASSERT_EQ(reading.problem, "");
+  const ir::Function& main = reading.program.functions.at("main");
+  ASSERT_EQ(main.inputs.size(), 1u);
+  EXPECT_EQ(main.inputs[0].type.dims, (std::vector<int64_t>{1, 3, 2, 4}));
+  std::vector<std::string> types;
+  for (const ir::Operation& op : main.block.operations) types.push_back(op.type);
+  // Rank-5 image mapping: the preprocessed [1, C, H, W] array becomes the blob [1, 1, C, H, W];
+  // the output drops the [Seq, Batch] axes again.
+  EXPECT_EQ(types, (std::vector<std::string>{"mul", "add", "expand_dims", "relu", "squeeze"}));
+  EXPECT_EQ(main.block.operations[0].inputs.at("y")[0].value->tensor.ptr<float>()[0], 0.5f);
+  const Tensor& bias = main.block.operations[1].inputs.at("y")[0].value->tensor;
+  ASSERT_EQ(bias.shape, (Shape{1, 3, 1, 1}));
+  EXPECT_EQ(std::vector<float>(bias.ptr<float>(), bias.ptr<float>() + 3), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(main.block.operations[2].outputs[0].type.dims, (std::vector<int64_t>{1, 1, 3, 2, 4}));
+}
+
+TEST(NeuralNetworkReader, Rank4ImageMappingKeepsTheImageBlobRank4) {
+  Message network;
+  network.message(kLayers, layer("act", "x", "y").message(kActivation, Message().message(kReLU, Message())))
+      .varint(kArrayMapping, kExactMapping)
+      .varint(kImageMapping, kRank4ImageMapping);
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), image_description("GRAYSCALE"));
+  ASSERT_EQ(reading.problem, "");
+  const ir::Function& main = reading.program.functions.at("main");
+  ASSERT_EQ(main.block.operations.size(), 1u);
+  EXPECT_EQ(main.block.operations[0].type, "relu");
+  EXPECT_EQ(main.block.operations[0].outputs[0].type.dims, (std::vector<int64_t>{1, 1, 2, 4}));
+}
+
+TEST(NeuralNetworkReader, RefusesPreprocessingOfAnInputItDoesNotHave) {
+  Message network;
+  network.message(kPreprocessing, Message().text(1, "photo").message(10, Message().float32(10, 1.0f)))
+      .message(kLayers, layer("act", "x", "y").message(kActivation, Message().message(kReLU, Message())));
+  NeuralNetworkReading reading = read_neural_network(network.bytes(), image_description("RGB"));
+  EXPECT_NE(reading.problem.find("names the input 'photo'"), std::string::npos) << reading.problem;
+  EXPECT_TRUE(reading.program.functions.empty());
+}
+
 TEST(NeuralNetworkReader, NamesEveryLayerKindByFieldNumber) {
   EXPECT_EQ(network_layer_type_name(140), "innerProduct");
   EXPECT_EQ(network_layer_type_name(795), "gelu");
