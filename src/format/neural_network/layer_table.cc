@@ -15,6 +15,9 @@ const LayerTable& layer_table() {
     register_pooling_layers(out);
     register_normalization_layers(out);
     register_resize_layers(out);
+    register_elementwise_layers(out);
+    register_reduction_layers(out);
+    register_matrix_layers(out);
     return out;
   }();
   return table;
