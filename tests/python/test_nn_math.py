@@ -365,6 +365,17 @@ def test_batched_matmul_two_inputs(tmp_path, ta, tb):
     check(predict(tmp_path, b, {"a": a_in, "b": c_in})["out"], a @ c, atol=1e-4)
 
 
+@pytest.mark.parametrize("a_shape,b_shape", [((5,), (5,)), ((4, 5), (5,)), ((5,), (2, 5, 3))])
+def test_batched_matmul_vectors(tmp_path, a_shape, b_shape):
+    """A vector A is a row [1, K], a vector B a column [K, 1], and the product keeps both axes."""
+    a, c = randn(*a_shape), randn(*b_shape)
+    b = exact_builder([("a", a.shape), ("b", c.shape)])
+    b.add_batched_mat_mul("op", ["a", "b"], "out")
+    a2 = a[None] if a.ndim == 1 else a
+    c2 = c[:, None] if c.ndim == 1 else c
+    check(predict(tmp_path, b, {"a": a, "b": c})["out"], a2 @ c2, atol=1e-4)
+
+
 @pytest.mark.parametrize("has_bias", [False, True])
 def test_batched_matmul_weights(tmp_path, has_bias):
     x, w, bias = randn(2, 3, 4), randn(4, 6), randn(6)

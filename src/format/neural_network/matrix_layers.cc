@@ -33,11 +33,18 @@ void batched_matmul(LayerContext& layer) {
   layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::BatchedMatMulLayerParams>();
   require(!params.int8dynamicquantize(), "int8 dynamic quantization is not supported by this build");
-  const Value& a = layer.input(0);
   if (layer.input_count() == 2) {
-    const Value& b = layer.input(1);
+    // A vector A is a row [1, K] and a vector B a column [K, 1]; the product keeps those axes.
+    auto as_matrix = [&](const Value& v, int64_t axis) {
+      if (v.type.rank != 1) return v;
+      ir::ValueType t = v.type;
+      t.dims.insert(t.dims.begin() + axis, 1);
+      t.rank = 2;
+      return layer.emit1("expand_dims", {{"x", {v}}, {"axes", {int_vector({axis})}}}, t);
+    };
+    const Value a = as_matrix(layer.input(0), 0), b = as_matrix(layer.input(1), 1);
     require(a.type.rank >= 2 && b.type.rank >= 2, "inputs have ranks ", a.type.rank, " and ", b.type.rank,
-            "; this build multiplies inputs of rank 2 or more");
+            "; this build multiplies inputs of rank 1 or more");
     // The batch axes broadcast; the product is [.., M, K] x [.., K, N] after the transposes.
     ir::ValueType batch_a = a.type, batch_b = b.type;
     batch_a.dims.resize(batch_a.rank - 2), batch_a.rank -= 2;
@@ -52,6 +59,7 @@ void batched_matmul(LayerContext& layer) {
                                     y));
     return;
   }
+  const Value& a = layer.input(0);
   require(!params.transposea() && !params.transposeb(), "transposes apply to two inputs; with a weight matrix they are not supported by this build");
   const int64_t in = checked_size(params.weightmatrixfirstdimension(), "weightMatrixFirstDimension");
   const int64_t out = checked_size(params.weightmatrixseconddimension(), "weightMatrixSecondDimension");
