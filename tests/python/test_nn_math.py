@@ -418,6 +418,14 @@ def test_one_hot(tmp_path, axis):
     check(predict(tmp_path, b, {"x": idx})["out"], expected)
 
 
+def test_one_hot_size_from_input(tmp_path):
+    idx = np.array([2, 0, 1], np.float32)
+    b = exact_builder([("x", idx.shape), ("n", (1,))])
+    b.add_one_hot("op", ["x", "n"], "out", axis=-1, on_value=1.0, off_value=0.0)
+    out = predict(tmp_path, b, {"x": idx, "n": np.array([5], np.float32)})["out"]
+    check(out, np.eye(5, dtype=np.float32)[idx.astype(np.int64)])
+
+
 @pytest.mark.parametrize("k", [-2, -1, 0, 1, 2])
 def test_triangular(tmp_path, k):
     x = randn(2, 4, 5)

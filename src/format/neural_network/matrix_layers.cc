@@ -124,10 +124,13 @@ void embedding_nd(LayerContext& layer) {
   layer.set_output(0, lookup(layer, as_indices(layer, squeezed), table, vocab, size, params.hasbias() ? &params.bias() : nullptr));
 }
 
+// The size of the one-hot axis comes from the parameters or, with a second input, from that
+// input's value at run time.
 void one_hot(LayerContext& layer) {
-  layer.expect_io(1, 1, 1);
+  layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::OneHotLayerParams>();
-  const int64_t depth = checked_size(params.onehotvectorsize(), "oneHotVectorSize");
+  const bool dynamic = layer.input_count() == 2;
+  const int64_t depth = dynamic ? -1 : checked_size(params.onehotvectorsize(), "oneHotVectorSize");
   const Value& x = layer.input(0);
   const int64_t rank = x.type.rank + 1;
   require(params.axis() >= -rank && params.axis() < rank, "axis ", params.axis(), " is out of range for an output of rank ", rank);
@@ -135,8 +138,9 @@ void one_hot(LayerContext& layer) {
   ir::ValueType type = x.type;
   type.dims.insert(type.dims.begin() + axis, depth);
   type.rank = rank;
+  const Value size = dynamic ? as_indices(layer, layer.input(1)) : int_scalar(static_cast<int32_t>(depth));
   layer.set_output(0, layer.emit1("one_hot", {{"indices", {as_indices(layer, x)}},
-                                              {"one_hot_vector_size", {int_scalar(static_cast<int32_t>(depth))}},
+                                              {"one_hot_vector_size", {size}},
                                               {"axis", {int_scalar(static_cast<int32_t>(axis))}},
                                               {"on_value", {float_scalar(params.onvalue())}},
                                               {"off_value", {float_scalar(params.offvalue())}}},
