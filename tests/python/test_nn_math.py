@@ -331,6 +331,16 @@ def test_topk(tmp_path, bottom, axis):
     check(out["indices"], indices.numpy().astype(np.float32))
 
 
+def test_topk_k_from_input(tmp_path):
+    x = randn(3, 7)
+    b = exact_builder([("x", x.shape), ("k", (1,))], outputs=("values", "indices"))
+    b.add_topk("op", ["x", "k"], ["values", "indices"], axis=1)
+    out = predict(tmp_path, b, {"x": x, "k": np.array([4], np.float32)})
+    values, indices = torch.topk(torch.from_numpy(x), 4, dim=1, sorted=True)
+    check(out["values"], values.numpy())
+    check(out["indices"], indices.numpy().astype(np.float32))
+
+
 @pytest.mark.parametrize("descending", [False, True])
 def test_argsort(tmp_path, descending):
     x = randn(3, 5)

@@ -124,23 +124,33 @@ void arg_reduce(LayerContext& layer) {
 
 constexpr char kArgMax[] = "reduce_argmax", kArgMin[] = "reduce_argmin";
 
-// The K largest (or smallest) values along axis, sorted, and their indices.
+// The K largest (or smallest) values along axis, sorted, and their indices. K comes from the
+// parameters or, with a second input, from that input's value at run time.
 void top_k(LayerContext& layer) {
-  layer.expect_io(1, 1, 2);
+  layer.expect_io(1, 2, 2);
   const auto params = layer.parse_params<nn::TopKLayerParams>();
   const Value& x = layer.input(0);
   const int64_t axis = normalized_axis(params.axis(), x.type.rank);
-  const int64_t k = static_cast<int64_t>(params.k());
-  require(k >= 1, "K is ", k);
-  const int64_t size = x.type.dims[axis];
-  require(size < 0 || k <= size, "K = ", k, " exceeds the axis size ", size);
   ir::ValueType values = x.type;
-  values.dims[axis] = k;
+  Value k;
+  if (layer.input_count() == 2) {
+    ir::ValueType k_type = layer.input(1).type;
+    k_type.dtype = DType::Int32;
+    k = layer.emit1("cast", {{"x", {layer.input(1)}}, {"dtype", {string_scalar("int32")}}}, k_type);
+    values.dims[axis] = -1;
+  } else {
+    const int64_t count = static_cast<int64_t>(params.k());
+    require(count >= 1, "K is ", count);
+    const int64_t size = x.type.dims[axis];
+    require(size < 0 || count <= size, "K = ", count, " exceeds the axis size ", size);
+    k = int_scalar(static_cast<int32_t>(count));
+    values.dims[axis] = count;
+  }
   ir::ValueType indices = values;
   indices.dtype = DType::Int32;
   const auto out = layer.emit("topk",
                               {{"x", {x}},
-                               {"k", {int_scalar(static_cast<int32_t>(k))}},
+                               {"k", {k}},
                                {"axis", {int_scalar(static_cast<int32_t>(axis))}},
                                {"ascending", {bool_scalar(params.usebottomk())}}},
                               {values, indices});
