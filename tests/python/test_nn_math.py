@@ -159,6 +159,14 @@ def test_prelu_and_parametric_softplus(tmp_path, layout):
     check(run(tmp_path, b, {"x": x}, layout), expected)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_clamped_relu(tmp_path, layout):
+    x = randn(3, 4, 5) * 3
+    b = builder_for(layout, [("x", x.shape)])
+    b.add_clamped_relu("op", "x", "out", alpha=0.25, beta=2.0)
+    check(run(tmp_path, b, {"x": x}, layout), np.minimum(np.where(x >= 0, x, 0.25 * x), 2.0))
+
+
 # ---------------------------------------------------------------- broadcastable and functions
 
 BROADCASTABLE = {

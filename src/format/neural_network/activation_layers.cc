@@ -1,4 +1,5 @@
-// Element-wise nonlinearities: activation and gelu, each one op of the same meaning.
+// Element-wise nonlinearities: activation, gelu and clampedReLU, each one op of the same
+// meaning.
 #include <optional>
 
 #include "format/neural_network/layer_translator.h"
@@ -78,11 +79,21 @@ void gelu(LayerContext& layer) {
   layer.set_output(0, layer.emit1("gelu", {{"x", {x}}, {"mode", {string_scalar(mode)}}}, x.type));
 }
 
+void clamped_relu(LayerContext& layer) {
+  layer.expect_io(1, 1, 1);
+  const auto params = layer.parse_params<nn::ClampedReLULayerParams>();
+  const Value& x = layer.input(0);
+  layer.set_output(0, layer.emit1("clamped_relu", {{"x", {x}}, {"alpha", {float_scalar(params.alpha())}},
+                                                   {"beta", {float_scalar(params.beta())}}},
+                                  x.type));
+}
+
 }  // namespace
 
 void register_activation_layers(LayerTable& table) {
   table[130] = activation;
   table[795] = gelu;
+  table[1460] = clamped_relu;
 }
 
 }  // namespace coremlrt::format::neural_network
