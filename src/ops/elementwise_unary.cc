@@ -77,6 +77,9 @@ void register_elementwise_unary_kernels(KernelRegistry& registry) {
   add_plain<Types::F>(registry, "asin", [](auto v) { return std::asin(v); });
   add_plain<Types::F>(registry, "atan", [](auto v) { return std::atan(v); });
   add_plain<Types::F>(registry, "atanh", [](auto v) { return std::atanh(v); });
+  // asinh and acosh are not MIL ops; the neuralNetwork layers of those names lower onto them.
+  add_plain<Types::F>(registry, "asinh", [](auto v) { return std::asinh(v); });
+  add_plain<Types::F>(registry, "acosh", [](auto v) { return std::acosh(v); });
   add_plain<Types::F>(registry, "cos", [](auto v) { return std::cos(v); });
   add_plain<Types::F>(registry, "sin", [](auto v) { return std::sin(v); });
   add_plain<Types::F>(registry, "tan", [](auto v) { return std::tan(v); });

@@ -209,7 +209,12 @@ std::unique_ptr<Kernel> argsort(KernelBuilder& b) {
 
 std::unique_ptr<Kernel> topk(KernelBuilder& b) {
   const int x = b.input("x");
-  const int64_t k = b.const_int("k", 1), axis = b.const_int("axis", -1);
+  // k is known at load in MIL programs; the neuralNetwork topK layer may take it from a
+  // second input at run time (src/format/neural_network/reduction_layers.cc).
+  const bool k_at_load = !b.has("k") || b.is_constant("k");
+  const int64_t k_const = k_at_load ? b.const_int("k", 1) : 0;
+  const int k_input = k_at_load ? -1 : b.input("k");
+  const int64_t axis = b.const_int("axis", -1);
   const bool ascending = b.const_bool("ascending", false);
   const bool indices = b.const_bool("return_indices", true);
   const std::string index_dtype = b.const_string("output_indices_dtype", "int32");
@@ -220,6 +225,7 @@ std::unique_ptr<Kernel> topk(KernelBuilder& b) {
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& in = ctx.input(x);
     const int64_t a = normalize_axis(axis, in.rank());
+    const int64_t k = k_input >= 0 ? read_ints(ctx.input(k_input)).at(0) : k_const;
     const int64_t kk = k == -1 ? in.shape[a] : k;
     if (kk < 0 || kk > in.shape[a]) ctx.fail("k = ", k, " is out of range for an axis of size ", in.shape[a]);
     Shape shape = in.shape;

@@ -115,6 +115,10 @@ void convolution(LayerContext& layer) {
     const std::vector<int64_t> shape = deconv ? std::vector<int64_t>{kernel_channels, c_out / groups, kernel[0], kernel[1]}
                                               : std::vector<int64_t>{c_out, kernel_channels, kernel[0], kernel[1]};
     const uint64_t count = static_cast<uint64_t>(shape[0] * shape[1] * shape[2] * shape[3]);
+    // read_weights takes per-channel scales along the outermost axis; a deconvolution's
+    // output channels are its second axis.
+    require(!deconv || params.weights().quantization().linearquantization().scale_size() <= 1,
+            "a deconvolution with per-channel quantized weights is not supported by this build");
     weight = float_tensor(read_weights(params.weights(), count, "weights"), shape);
   }
   OpInputs inputs{{"x", {frame.folded()}},

@@ -19,6 +19,9 @@ const LayerTable& layer_table() {
     register_shape_nd_layers(out);
     register_gather_layers(out);
     register_fill_layers(out);
+    register_elementwise_layers(out);
+    register_reduction_layers(out);
+    register_matrix_layers(out);
     return out;
   }();
   return table;

@@ -58,9 +58,20 @@ Value int_vector(const std::vector<int64_t>& values);  // int32 [n]; refuses val
 Value bool_scalar(bool value);
 Value string_scalar(const std::string& value);
 
-// Weights as fp32 (the precision the layer graph computes in): fp32 values, or fp16 values
-// widened. `count` is how many the layer's parameters say there are; `what` names them in
-// errors ("weights", "bias values").
+// The type of a numpy-style broadcast of a and b (dtype of a); a size unknown on either side
+// stays unknown unless the other side's size decides it. Refuses shapes that cannot broadcast.
+ir::ValueType broadcast_type(const ir::ValueType& a, const ir::ValueType& b);
+
+class LayerContext;
+// x (bool or int32) as the fp32 blob the layer graph carries: true and false become 1 and 0.
+Value as_float_blob(LayerContext& layer, const Value& x);
+
+// Weights as fp32 (the precision the layer graph computes in): fp32 values, fp16 values
+// widened, or quantized values decoded (QuantizationParams in proto/NeuralNetwork.proto).
+// `count` is how many the layer's parameters say there are; `what` names them in errors
+// ("weights", "bias values"). Per-channel linear quantization gives one scale and bias per
+// slice of the outermost axis, the output channels of every layer that reads weights
+// through here.
 std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what);
 
 // The arguments of one op, by parameter name (a variadic parameter holds several values).
@@ -124,5 +135,8 @@ void register_shape_layers(LayerTable& table);
 void register_shape_nd_layers(LayerTable& table);
 void register_gather_layers(LayerTable& table);
 void register_fill_layers(LayerTable& table);
+void register_elementwise_layers(LayerTable& table);
+void register_reduction_layers(LayerTable& table);
+void register_matrix_layers(LayerTable& table);
 
 }  // namespace coremlrt::format::neural_network

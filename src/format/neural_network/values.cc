@@ -1,4 +1,5 @@
 // Inline constants and weight decoding shared by the layer translators (layer_translator.h).
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -62,9 +63,53 @@ Value string_scalar(const std::string& value) {
   return {"", out, out->type};
 }
 
+namespace {
+
+// Quantized weights: `count` codes of numberOfBits bits each, packed into rawValue as one
+// bit stream, each code most significant bit first and the stream filling each byte from its
+// most significant bit (the packing coremltools' quantization_utils writes).
+std::vector<float> read_quantized(const nn::WeightParams& weights, uint64_t count, const char* what) {
+  const nn::QuantizationParams& q = weights.quantization();
+  const uint64_t bits = q.numberofbits();
+  require(bits >= 1 && bits <= 8, what, " are quantized to ", bits, " bits; the schema allows 1 to 8");
+  const std::string& raw = weights.rawvalue();
+  require(static_cast<uint64_t>(raw.size()) == (count * bits + 7) / 8, what, " hold ", raw.size(),
+          " bytes of ", bits, "-bit codes; expected ", (count * bits + 7) / 8);
+  std::vector<uint32_t> codes(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint32_t code = 0;
+    for (uint64_t b = i * bits; b < (i + 1) * bits; ++b)
+      code = (code << 1) | ((static_cast<uint8_t>(raw[b / 8]) >> (7 - b % 8)) & 1u);
+    codes[i] = code;
+  }
+  std::vector<float> out(count);
+  if (q.has_lookuptablequantization()) {
+    const auto& table = q.lookuptablequantization().floatvalue();
+    require(static_cast<uint64_t>(table.size()) == (uint64_t{1} << bits), what, " have a lookup table of ",
+            table.size(), " entries; ", bits, "-bit codes need ", (uint64_t{1} << bits));
+    for (uint64_t i = 0; i < count; ++i) out[i] = table[static_cast<int>(codes[i])];
+    return out;
+  }
+  require(q.has_linearquantization(), what, " are quantized without a linear or lookup-table mapping");
+  const auto& scale = q.linearquantization().scale();
+  const auto& bias = q.linearquantization().bias();
+  const uint64_t channels = static_cast<uint64_t>(scale.size());
+  require(channels >= 1 && static_cast<uint64_t>(bias.size()) == channels && count % channels == 0, what,
+          " have ", scale.size(), " scales and ", bias.size(), " biases for ", count, " values");
+  const uint64_t per_channel = count / channels;
+  for (uint64_t i = 0; i < count; ++i) {
+    const int c = static_cast<int>(i / per_channel);
+    out[i] = scale[c] * static_cast<float>(codes[i]) + bias[c];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what) {
-  if (!weights.rawvalue().empty() || !weights.int8rawvalue().empty() || !weights.quantization().empty())
-    refuse(what, " are stored raw or quantized, which this build does not read");
+  if (weights.has_quantization()) return read_quantized(weights, count, what);
+  if (!weights.rawvalue().empty() || !weights.int8rawvalue().empty())
+    refuse(what, " are stored as raw bytes without quantization parameters, which this build does not read");
   if (weights.floatvalue_size() > 0) {
     require(static_cast<uint64_t>(weights.floatvalue_size()) == count, what, " hold ", weights.floatvalue_size(),
             " values; expected ", count);
@@ -80,6 +125,25 @@ std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count,
     out[i] = static_cast<float>(value);
   }
   return out;
+}
+
+ir::ValueType broadcast_type(const ir::ValueType& a, const ir::ValueType& b) {
+  const int64_t rank = std::max(a.rank, b.rank);
+  std::vector<int64_t> dims(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.rank ? 1 : a.dims[i - (rank - a.rank)];
+    const int64_t db = i < rank - b.rank ? 1 : b.dims[i - (rank - b.rank)];
+    require(da == db || da == 1 || db == 1 || da < 0 || db < 0, "inputs ", a.str(), " and ", b.str(),
+            " do not broadcast");
+    dims[i] = da == 1 ? db : db == 1 ? da : da < 0 ? db : da;
+  }
+  return tensor_type(a.dtype, std::move(dims));
+}
+
+Value as_float_blob(LayerContext& layer, const Value& x) {
+  ir::ValueType type = x.type;
+  type.dtype = DType::Float32;
+  return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, type);
 }
 
 void LayerContext::expect_io(int min_inputs, int max_inputs, int outputs) const {
