@@ -154,10 +154,13 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
-// The classic predictors that format/classic/ translates into a program.
+// The classic predictors, feature-engineering models and pipelines that format/ translates
+// into a program (format/classic/, format/pipeline_splicer.h).
 bool is_classic_predictor(const std::string& type) {
   for (const char* known : {"glmRegressor", "glmClassifier", "supportVectorRegressor", "supportVectorClassifier",
-                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier"})
+                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier",
+                            "pipeline", "pipelineClassifier", "pipelineRegressor", "scaler", "imputer",
+                            "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity"})
     if (type == known) return true;
   return false;
 }
@@ -185,7 +188,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork" ||
                      is_classic_predictor(description.model_type),
                  "model '", path, "' is of type '", description.model_type,
-                 "'; this build runs ML programs (mlProgram), neuralNetwork models and classic predictors only");
+                 "'; this build runs ML programs (mlProgram), neuralNetwork models, classic predictors, "
+                 "feature-engineering models and pipelines of these");
   const format::NeuralNetworkReading& network = impl->loaded.network;
   COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
   for (const format::NetworkLayer& layer : network.layers)

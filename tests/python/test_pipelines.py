@@ -1,0 +1,261 @@
+"""Core ML pipelines (pipeline, pipelineClassifier, pipelineRegressor) and the feature-engineering
+models in them (scaler, imputer, normalizer, featureVectorizer, arrayFeatureExtractor,
+oneHotEncoder, identity), as coremltools' scikit-learn converter writes them: predicted by
+coremlrt and compared with scikit-learn's own predict / predict_proba, or with numpy for
+pipelines built by hand. Core ML evaluates these models in double precision
+(src/format/classic/predictor.h), so regressions are compared at double-precision tolerances and
+class probabilities (classify's fp32 vector) at fp32 ones. Stages are spliced into one program
+at load (src/format/pipeline_splicer.h)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import coremlrt
+
+ct = pytest.importorskip("coremltools")
+pytest.importorskip("sklearn")
+
+from coremltools.models import datatypes  # noqa: E402
+from coremltools.models.pipeline import Pipeline, PipelineRegressor  # noqa: E402
+from coremltools.proto import Model_pb2  # noqa: E402
+from sklearn.ensemble import RandomForestClassifier  # noqa: E402
+from sklearn.impute import SimpleImputer  # noqa: E402
+from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import Normalizer, OneHotEncoder, StandardScaler  # noqa: E402
+from sklearn.svm import SVC  # noqa: E402
+from sklearn.tree import DecisionTreeClassifier  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.RandomState(0)
+    x = rng.randn(60, 4) * np.array([1.0, 10.0, 0.1, 3.0]) + np.array([0.0, 5.0, -1.0, 2.0])
+    y = x @ np.array([1.0, -0.2, 5.0, 0.3]) + 0.1 * rng.randn(60)
+    classes = (x[:, 0] + 0.1 * x[:, 1] > 0.5).astype(np.int64) + (x[:, 2] > -1.0)
+    return x, y, classes
+
+
+def _save(tmp_path, mlmodel, name):
+    path = str(tmp_path / f"{name}.mlmodel")
+    if isinstance(mlmodel, Model_pb2.Model):
+        mlmodel = ct.models.MLModel(mlmodel)
+    mlmodel.save(path)
+    return path
+
+
+def _convert(tmp_path, sk, name, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return coremlrt.MLModel(_save(tmp_path, ct.converters.sklearn.convert(sk, **kwargs), name))
+
+
+def _regress(model, x, name="input"):
+    return np.array([float(model.predict({name: row})["prediction"]) for row in x])
+
+
+def test_scaler_then_linear_regression_matches_sklearn(tmp_path, data):
+    x, y, _ = data
+    sk = make_pipeline(StandardScaler(), LinearRegression()).fit(x, y)
+    model = _convert(tmp_path, sk, "scaler_lr")
+    assert [p["op_type"] for p in model.placements()] == ["scaler", "glm"]
+    np.testing.assert_allclose(_regress(model, x), sk.predict(x), rtol=1e-10, atol=1e-10)
+
+
+def test_scaler_then_logistic_regression_matches_sklearn(tmp_path, data):
+    x, _, classes = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = make_pipeline(StandardScaler(), LogisticRegression(multi_class="ovr")).fit(x, classes)
+    model = _convert(tmp_path, sk, "scaler_logistic")
+    for row, probabilities, label in zip(x, sk.predict_proba(x), sk.predict(x)):
+        out = model.predict({"input": row})
+        assert out["classLabel"] == label
+        np.testing.assert_allclose([out["classProbability"][c] for c in sk.classes_], probabilities, rtol=1e-6,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "max"])
+def test_imputer_normalizer_regression_matches_sklearn(tmp_path, data, norm):
+    x, y, _ = data
+    x = x.copy()
+    x[::4, 1] = np.nan
+    x[1::5, 3] = np.nan
+    sk = make_pipeline(SimpleImputer(), Normalizer(norm=norm), LinearRegression()).fit(x, y)
+    model = _convert(tmp_path, sk, f"imputer_{norm}")
+    assert [p["op_type"] for p in model.placements()] == ["imputer", "normalizer", "glm"]
+    np.testing.assert_allclose(_regress(model, x), sk.predict(x), rtol=1e-10, atol=1e-10)
+
+
+def test_normalizer_leaves_a_zero_vector_zero(tmp_path, data):
+    x, y, _ = data
+    sk = make_pipeline(Normalizer(norm="l2"), LinearRegression()).fit(x, y)
+    model = _convert(tmp_path, sk, "normalizer_zero", input_features=[("input", datatypes.Array(4))])
+    zero = np.zeros((1, 4))
+    np.testing.assert_allclose(_regress(model, zero), sk.predict(zero), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("handle_unknown", ["error", "ignore"])
+def test_one_hot_encoder_regression_matches_sklearn(tmp_path, handle_unknown):
+    # The converter encodes the category *indices* 0..n-1, so the categories are those.
+    rng = np.random.RandomState(1)
+    x = np.stack([rng.randint(0, 3, 50), rng.randint(0, 4, 50)], axis=1).astype(np.float64)
+    y = rng.randn(50)
+    sk = make_pipeline(OneHotEncoder(handle_unknown=handle_unknown), LinearRegression()).fit(x, y)
+    model = _convert(tmp_path, sk, f"onehot_{handle_unknown}")
+    ops = [p["op_type"] for p in model.placements()]
+    assert ops.count("one_hot_encoder") == 2 and "feature_vectorizer" in ops
+    np.testing.assert_allclose(_regress(model, x), sk.predict(x), rtol=1e-10, atol=1e-10)
+    unknown = np.array([[5.0, 1.0]])
+    if handle_unknown == "ignore":
+        np.testing.assert_allclose(_regress(model, unknown), sk.predict(unknown), rtol=1e-10, atol=1e-10)
+    else:
+        with pytest.raises(coremlrt.Error, match="not one of the encoder's categories"):
+            _regress(model, unknown)
+
+
+def test_one_hot_encoder_refuses_a_fractional_category(tmp_path):
+    rng = np.random.RandomState(2)
+    x = rng.randint(0, 3, (30, 1)).astype(np.float64)
+    model = _convert(tmp_path, make_pipeline(OneHotEncoder(), LinearRegression()).fit(x, rng.randn(30)), "onehot_frac")
+    with pytest.raises(coremlrt.Error, match="not a whole number"):
+        model.predict({"input": np.array([1.5])})
+
+
+@pytest.mark.parametrize("kind", ["svc", "tree", "forest"])
+def test_scaled_classifiers_match_sklearn(tmp_path, data, kind):
+    x, _, classes = data
+    classifier = {
+        "svc": SVC(gamma=0.3, probability=True, random_state=0),
+        "tree": DecisionTreeClassifier(max_depth=4, random_state=0),
+        "forest": RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0),
+    }[kind]
+    # coremltools writes a multi-class forest's leaves unscaled (each tree's class fractions,
+    # summing to the tree count), so the forest is checked on two classes, where it scales them.
+    target = (classes > 0).astype(np.int64) if kind == "forest" else classes
+    sk = make_pipeline(StandardScaler(), classifier).fit(x, target)
+    model = _convert(tmp_path, sk, f"scaled_{kind}")
+    expected = sk.predict_proba(x)
+    for row, probabilities in zip(x, expected):
+        out = model.predict({"input": row})
+        np.testing.assert_allclose([out["classProbability"][c] for c in sk.classes_], probabilities, rtol=1e-5,
+                                   atol=1e-6)
+        if kind != "svc":  # LibSVM's label comes from its votes, not the probabilities
+            assert out["classLabel"] == sk.classes_[int(np.argmax(probabilities))]
+
+
+def test_named_input_features_are_vectorized_first(tmp_path, data):
+    # Several named features: the converter puts a featureVectorizer in front.
+    x, y, _ = data
+    sk = make_pipeline(StandardScaler(), LinearRegression()).fit(x, y)
+    model = _convert(tmp_path, sk, "named", input_features=["a", "b", "c", "d"])
+    assert [p["op_type"] for p in model.placements()] == ["feature_vectorizer", "scaler", "glm"]
+    got = np.array([float(model.predict({k: v for k, v in zip("abcd", row)})["prediction"]) for row in x])
+    np.testing.assert_allclose(got, sk.predict(x), rtol=1e-10, atol=1e-10)
+
+
+def _feature_model(inputs, outputs):
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 1
+    ct.models._interface_management.set_transform_interface_params(spec, inputs, outputs)
+    return spec
+
+
+def test_hand_built_nested_pipeline_matches_numpy(tmp_path):
+    # pipelineRegressor[ pipeline[scaler, normalizer(L1)], arrayFeatureExtractor, glmRegressor ]
+    shift, scale = np.array([1.0, -2.0, 0.5]), np.array([2.0, 0.5, 4.0])
+    weights, offset = np.array([3.0, -1.0]), 0.25
+    three = [("x", datatypes.Array(3))]
+    scaler = _feature_model(three, [("scaled", datatypes.Array(3))])
+    scaler.scaler.shiftValue.extend(shift)
+    scaler.scaler.scaleValue.extend(scale)
+    normalizer = _feature_model([("scaled", datatypes.Array(3))], [("unit", datatypes.Array(3))])
+    normalizer.normalizer.normType = normalizer.normalizer.L1
+    inner = Pipeline(three, [("unit", datatypes.Array(3))])
+    inner.add_model(scaler)
+    inner.add_model(normalizer)
+    extractor = _feature_model([("unit", datatypes.Array(3))], [("picked", datatypes.Array(2))])
+    extractor.arrayFeatureExtractor.extractIndex.extend([2, 0])
+    glm = _feature_model([("picked", datatypes.Array(2))], [("y", datatypes.Double())])
+    glm.description.predictedFeatureName = "y"
+    row = glm.glmRegressor.weights.add()
+    row.value.extend(weights)
+    glm.glmRegressor.offset.append(offset)
+    outer = PipelineRegressor(three, [("y", datatypes.Double())])
+    outer.add_model(inner.spec)
+    outer.add_model(extractor)
+    outer.add_model(glm)
+    model = coremlrt.MLModel(_save(tmp_path, outer.spec, "nested"))
+    assert [p["op_type"] for p in model.placements()] == ["scaler", "normalizer", "array_feature_extractor", "glm"]
+    for x in np.random.RandomState(3).randn(10, 3):
+        scaled = (x + shift) * scale
+        unit = scaled / np.abs(scaled).sum()
+        expected = unit[[2, 0]] @ weights + offset
+        np.testing.assert_allclose(float(model.predict({"x": x})["y"]), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_pipeline_may_return_a_stage_output_and_an_input(tmp_path):
+    # Outputs are whatever features the description names: an intermediate one and an input.
+    three = [("x", datatypes.Array(3))]
+    scaler = _feature_model(three, [("scaled", datatypes.Array(3))])
+    scaler.scaler.shiftValue.append(1.0)
+    scaler.scaler.scaleValue.append(3.0)
+    identity = _feature_model(three, three)
+    identity.identity.SetInParent()
+    pipe = Pipeline(three, [("scaled", datatypes.Array(3)), ("x", datatypes.Array(3))])
+    pipe.add_model(scaler)
+    pipe.add_model(identity)
+    model = coremlrt.MLModel(_save(tmp_path, pipe.spec, "passthrough"))
+    x = np.array([1.0, -2.0, 0.5])
+    out = model.predict({"x": x})
+    np.testing.assert_array_equal(out["scaled"], (x + 1.0) * 3.0)
+    np.testing.assert_array_equal(out["x"], x)
+
+
+def test_imputer_with_a_given_missing_value(tmp_path):
+    four = [("x", datatypes.Array(4))]
+    imputer = _feature_model(four, [("y", datatypes.Array(4))])
+    imputer.imputer.imputedDoubleArray.vector.extend([10.0, 20.0, 30.0, 40.0])
+    imputer.imputer.replaceDoubleValue = -1.0
+    model = coremlrt.MLModel(_save(tmp_path, imputer, "imputer_value"))
+    out = model.predict({"x": np.array([-1.0, 2.0, np.nan, -1.0])})["y"]
+    np.testing.assert_array_equal(out[[0, 1, 3]], [10.0, 2.0, 40.0])
+    assert np.isnan(out[2])  # only the given value is missing
+
+
+def test_string_and_dictionary_features_are_refused_with_their_reason(tmp_path):
+    vectorizer = _feature_model([("d", datatypes.Dictionary(datatypes.String()))], [("v", datatypes.Array(2))])
+    vectorizer.dictVectorizer.stringToIndex.vector.extend(["a", "b"])
+    with pytest.raises(coremlrt.Error, match="input 'd' is a dictionary feature"):
+        coremlrt.MLModel(_save(tmp_path, vectorizer, "dict_vectorizer"))
+    encoder = _feature_model([("c", datatypes.String())], [("v", datatypes.Array(2))])
+    encoder.oneHotEncoder.stringCategories.vector.extend(["p", "q"])
+    with pytest.raises(coremlrt.Error, match="input .c. is a string feature"):
+        coremlrt.MLModel(_save(tmp_path, encoder, "string_onehot"))
+    # Inside a pipeline the stage itself says why.
+    pipe = Pipeline([("v", datatypes.Double())], [("w", datatypes.Array(1))])
+    mapping = _feature_model([("v", datatypes.Double())], [("w", datatypes.Array(1))])
+    mapping.categoricalMapping.int64Value = 3
+    pipe.add_model(mapping)
+    with pytest.raises(coremlrt.Error, match="categoricalMapping.*string"):
+        coremlrt.MLModel(_save(tmp_path, pipe.spec, "categorical_mapping"))
+
+
+def test_sparse_one_hot_output_is_refused_outside_a_pipeline(tmp_path):
+    encoder = _feature_model([("c", datatypes.Int64())], [("v", datatypes.Dictionary(datatypes.Int64()))])
+    encoder.oneHotEncoder.int64Categories.vector.extend([0, 1])
+    encoder.oneHotEncoder.outputSparse = True
+    with pytest.raises(coremlrt.Error, match="dictionar"):
+        coremlrt.MLModel(_save(tmp_path, encoder, "sparse_onehot"))
+
+
+def test_stage_reading_an_unknown_feature_is_refused_naming_the_stage(tmp_path):
+    three = [("x", datatypes.Array(3))]
+    scaler = _feature_model([("nowhere", datatypes.Array(3))], [("y", datatypes.Array(3))])
+    scaler.scaler.scaleValue.append(2.0)
+    pipe = Pipeline(three, [("y", datatypes.Array(3))])
+    pipe.add_model(scaler)
+    with pytest.raises(coremlrt.Error, match="stage 0.*nowhere"):
+        coremlrt.MLModel(_save(tmp_path, pipe.spec, "unknown_feature"))
