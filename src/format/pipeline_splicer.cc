@@ -45,10 +45,10 @@ const char* cast_name(DType dtype) {
 
 class Splicer {
  public:
-  Splicer(const FunctionDescription& description, std::string model_type)
+  Splicer(const FunctionDescription& description, std::string model_type, const std::string& opset)
       : description_(description), model_type_(std::move(model_type)) {
     function_.name = "main";
-    function_.opset = "CoreML5";  // the stages' translated ops mean the same in every opset
+    function_.opset = opset;
     function_.ios_version = ir::ios_version_of_opset(function_.opset);
     for (const auto& f : description.inputs) used_.insert(f.name);
     for (const auto& f : description.outputs) used_.insert(f.name);
@@ -61,14 +61,21 @@ class Splicer {
     prefix_ = "stage" + std::to_string(index) + "_";
     std::map<std::string, std::string> renamed;
     for (const ir::NamedValue& input : f.inputs) renamed[input.name] = bind_input(input, stage.label);
+    const std::vector<std::string> own_outputs = f.block.outputs;
     rename_block(f.block, renamed);
     for (ir::Operation& op : f.block.operations) function_.block.operations.push_back(std::move(op));
     COREMLRT_CHECK(f.block.outputs.size() == stage.description.outputs.size(), model_type_, ", ", stage.label,
                    ": its program has ", f.block.outputs.size(), " outputs for ", stage.description.outputs.size(),
                    " described");
     for (size_t i = 0; i < f.block.outputs.size(); ++i) {
-      const std::string& value = f.block.outputs[i];  // renamed by rename_block
-      features_[stage.description.outputs[i].name] = {value, types_.at(value), class_index_.count(value) > 0};
+      // An output whose program name is the feature's own (ML programs) is matched by name,
+      // any other by place (the translators emit them in description order).
+      const std::string& feature = stage.description.outputs[i].name;
+      size_t at = i;
+      for (size_t j = 0; j < own_outputs.size(); ++j)
+        if (own_outputs[j] == feature) at = j;
+      const std::string& value = f.block.outputs[at];  // renamed by rename_block
+      features_[feature] = {value, types_.at(value), class_index_.count(value) > 0};
     }
   }
 
@@ -245,7 +252,17 @@ class Splicer {
 ir::Program splice_pipeline(std::vector<PipelineStage> stages, const FunctionDescription& description,
                             const std::string& model_type) {
   COREMLRT_CHECK(!stages.empty(), model_type, " has no stages");
-  Splicer splicer(description, model_type);
+  std::string opset = "CoreML5";
+  const PipelineStage* fixed = nullptr;
+  for (const PipelineStage& stage : stages) {
+    if (!stage.fixed_opset || stage.program.functions.empty()) continue;
+    const std::string& own = stage.program.functions.begin()->second.opset;
+    COREMLRT_CHECK(!fixed || own == opset, model_type, ": ", fixed->label, " and ", stage.label,
+                   " are ML programs of different opsets (", opset, ", ", own, "); this build runs a pipeline under one");
+    fixed = &stage;
+    opset = own;
+  }
+  Splicer splicer(description, model_type, opset);
   for (size_t i = 0; i < stages.size(); ++i) splicer.add_stage(stages[i], i);
   return splicer.finish();
 }

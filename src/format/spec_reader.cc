@@ -282,12 +282,12 @@ bool translated_type(const spec::Model& model) {
 }
 
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
-                            const std::string& type, bool stage);
+                            const std::string& type, bool stage, ValueReader* values);
 
 // A pipeline's stages, each translated on its own, spliced into one function
 // (format/pipeline_splicer.h).
 ir::Program translate_pipeline(const spec::Model& model, const FunctionDescription& description,
-                               const std::string& type, int depth) {
+                               const std::string& type, int depth, ValueReader* values) {
   spec::Pipeline pipeline;
   bool parsed = false;
   if (model.Type_case() == spec::Model::kPipeline) {
@@ -318,9 +318,15 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
     stage.description = stage_description.functions.front();
     try {
       if (is_pipeline(stage_model))
-        stage.program = translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1);
+        stage.program =
+            translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1, values);
       else
-        stage.program = translate_model(stage_model, stage.description, stage_description.model_type, true);
+        stage.program = translate_model(stage_model, stage.description, stage_description.model_type, true, values);
+      // An ML program's ops mean what its opset says; every other stage's translated ops mean
+      // the same in every opset (format/classic/predictor.h, format/neural_network/reader.h).
+      stage.fixed_opset = stage_model.Type_case() == spec::Model::kMlProgram;
+      if (is_pipeline(stage_model))
+        stage.fixed_opset = stage.program.functions.begin()->second.opset != "CoreML5";
     } catch (const Error& e) {
       fail(type, ", ", stage.label, ": ", e.what());
     }
@@ -332,9 +338,10 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
 // `stage`: the model is a stage of a pipeline, whose features may be dictionaries carried
 // densely between stages (ops/feature_engineering.cc); a model on its own takes and returns
 // none (a classifier's probabilities aside).
+// `values` reads an ML program stage's constants and weight files.
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
-                            const std::string& type, bool stage) {
-  if (is_pipeline(model)) return translate_pipeline(model, description, type, 0);
+                            const std::string& type, bool stage, ValueReader* values) {
+  if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values);
   const FunctionDescription& d = description;
   if (!stage && model.Type_case() != spec::Model::kNeuralNetwork) {
     for (const FeatureDescription& f : d.inputs)
@@ -353,8 +360,15 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
                        layer.problem);
       return std::move(network.program);
     }
-    case spec::Model::kMlProgram:
-      fail("an ML program as a pipeline stage is not supported by this build");
+    case spec::Model::kMlProgram: {
+      // Only as a stage: a model of its own is read by read_model. Its weights are the
+      // package's (coremltools writes each stage's to weights/<i>-weight.bin).
+      COREMLRT_CHECK(values, "an ML program stage needs the package it came in");
+      ir::Program program = read_program(model.mlprogram(), *values);
+      COREMLRT_CHECK(program.functions.size() == 1, "an ML program stage has one function; this one has ",
+                     program.functions.size());
+      return program;
+    }
     case spec::Model::kGlmRegressor: return classic::read_glm_regressor(model.glmregressor(), d);
     case spec::Model::kGlmClassifier: return classic::read_glm_classifier(model.glmclassifier(), d);
     case spec::Model::kSupportVectorRegressor: return classic::read_svm_regressor(model.supportvectorregressor(), d);
@@ -424,7 +438,10 @@ LoadedModel read_model(const ModelFiles& files) {
     out.network = read_neural_network(model.neuralnetwork(), out.description.functions.front());
     out.program = std::move(out.network.program);
   } else if (is_pipeline(model) || translated_type(model)) {
-    out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false);
+    ValueReader values(files.model_dir);
+    if (memory) values.use_memory_blobs(memory->blobs);
+    out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false, &values);
+    out.weight_bytes = values.weight_bytes();
   }
   return out;
 }

@@ -259,3 +259,78 @@ def test_stage_reading_an_unknown_feature_is_refused_naming_the_stage(tmp_path):
     pipe.add_model(scaler)
     with pytest.raises(coremlrt.Error, match="stage 0.*nowhere"):
         coremlrt.MLModel(_save(tmp_path, pipe.spec, "unknown_feature"))
+
+
+def test_neural_network_stage_reads_a_scaled_double_array(tmp_path):
+    # The scaler writes doubles; the neuralNetwork stage computes in fp32: a cast joins them.
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    three = [("x", datatypes.Array(3))]
+    scaler = _feature_model(three, [("scaled", datatypes.Array(3))])
+    scaler.scaler.shiftValue.append(1.0)
+    scaler.scaler.scaleValue.append(2.0)
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    bias = np.array([0.5, -1.0], np.float32)
+    builder = NeuralNetworkBuilder([("scaled", datatypes.Array(3))], [("out", datatypes.Array(2))],
+                                   disable_rank5_shape_mapping=True)
+    builder.add_inner_product("ip", weights, bias, 3, 2, True, "scaled", "out")
+    pipe = Pipeline(three, [("out", datatypes.Array(2))])
+    pipe.add_model(scaler)
+    pipe.add_model(builder.spec)
+    model = coremlrt.MLModel(_save(tmp_path, pipe.spec, "nn_stage"))
+    assert [p["op_type"] for p in model.placements()] == ["scaler", "cast", "linear"]
+    for x in np.random.RandomState(4).randn(5, 3):
+        expected = weights.astype(np.float64) @ ((x + 1.0) * 2.0) + bias
+        np.testing.assert_allclose(model.predict({"x": x})["out"], expected, rtol=1e-5, atol=1e-5)
+
+
+def _ml_program(program):
+    return ct.convert(program, convert_to="mlprogram", skip_model_load=True, compute_precision=ct.precision.FLOAT32,
+                      minimum_deployment_target=ct.target.iOS16)
+
+
+def test_ml_program_stages_run_with_their_weights(tmp_path):
+    # coremltools' make_pipeline: each stage's weights in weights/<i>-weight.bin of the package.
+    from coremltools.converters.mil import Builder as mb
+
+    weight = np.random.RandomState(0).randn(4, 3).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3))], opset_version=ct.target.iOS16)
+    def first(x):
+        return mb.relu(x=mb.linear(x=x, weight=weight), name="h")
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))], opset_version=ct.target.iOS16)
+    def second(h):
+        return mb.mul(x=h, y=np.float32(-2.0), name="y")
+
+    path = str(tmp_path / "programs.mlpackage")
+    ct.utils.make_pipeline(_ml_program(first), _ml_program(second)).save(path)
+    model = coremlrt.MLModel(path)
+    for x in np.random.RandomState(1).randn(4, 1, 3).astype(np.float32):
+        expected = np.maximum(x.astype(np.float64) @ weight.T, 0) * -2.0
+        np.testing.assert_allclose(model.predict({"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_scaler_feeds_an_ml_program_stage(tmp_path):
+    # double [3] -> fp32 [1, 3]: a cast and a reshape join the stages, under the program's opset.
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3))], opset_version=ct.target.iOS16)
+    def program(scaled):
+        return mb.add(x=scaled, y=np.array([[1.0, 2.0, 3.0]], np.float32), name="y")
+
+    three = [("x", datatypes.Array(3))]
+    scaler = _feature_model(three, [("scaled", datatypes.Array(3))])
+    scaler.scaler.shiftValue.append(0.5)
+    scaler.scaler.scaleValue.append(4.0)
+    stage = _ml_program(program).get_spec()
+    pipe = Pipeline(three, [("y", datatypes.Array(1, 3))])
+    pipe.add_model(scaler)
+    pipe.add_model(stage)
+    pipe.spec.specificationVersion = stage.specificationVersion
+    path = str(tmp_path / "mixed.mlpackage")
+    ct.models.MLModel(pipe.spec, weights_dir=str(tmp_path)).save(path)
+    model = coremlrt.MLModel(path)
+    assert [p["op_type"] for p in model.placements()][:3] == ["scaler", "cast", "reshape"]
+    x = np.array([1.0, -2.0, 0.25])
+    np.testing.assert_allclose(model.predict({"x": x})["y"], [(x + 0.5) * 4.0 + [1.0, 2.0, 3.0]], rtol=1e-6)
