@@ -440,8 +440,13 @@ LoadedModel read_model(const ModelFiles& files) {
   } else if (is_pipeline(model) || translated_type(model)) {
     ValueReader values(files.model_dir);
     if (memory) values.use_memory_blobs(memory->blobs);
-    out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false, &values);
-    out.weight_bytes = values.weight_bytes();
+    try {
+      out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
+                                    &values);
+      out.weight_bytes = values.weight_bytes();
+    } catch (const Error& e) {
+      out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
+    }
   }
   return out;
 }

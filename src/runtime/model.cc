@@ -185,6 +185,8 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
+  // A refused stage, feature kind or model says why, before the type check's general words.
+  COREMLRT_CHECK(impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
   COREMLRT_CHECK(description.model_type == "mlProgram" || description.model_type == "neuralNetwork" ||
                      is_classic_predictor(description.model_type),
                  "model '", path, "' is of type '", description.model_type,
@@ -348,8 +350,11 @@ ModelReport inspect_model(const std::string& path) {
     report.problem = loaded.network.problem;
     return report;
   }
-  if (type != "mlProgram" && !is_classic_predictor(type))
-    report.problem = "model type '" + type + "' (this build runs ML programs and neuralNetwork models)";
+  if (!loaded.problem.empty())
+    report.problem = loaded.problem;
+  else if (type != "mlProgram" && !is_classic_predictor(type))
+    report.problem = "model type '" + type + "' (this build runs ML programs, neuralNetwork models, classic "
+                     "predictors, feature-engineering models and pipelines of these)";
   for (const auto& [name, function] : loaded.program.functions) {
     FunctionReport f;
     f.name = name;
