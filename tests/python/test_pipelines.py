@@ -334,3 +334,19 @@ def test_scaler_feeds_an_ml_program_stage(tmp_path):
     assert [p["op_type"] for p in model.placements()][:3] == ["scaler", "cast", "reshape"]
     x = np.array([1.0, -2.0, 0.25])
     np.testing.assert_allclose(model.predict({"x": x})["y"], [(x + 0.5) * 4.0 + [1.0, 2.0, 3.0]], rtol=1e-6)
+
+
+def test_linear_svc_label_is_chosen_in_double_precision(tmp_path):
+    # Near-tied one-vs-rest scores round to equal fp32 probabilities; Core ML picks the label
+    # from the doubles it computes, as scikit-learn does from its decision function.
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.RandomState(0)
+    x = rng.rand(100, 2) * 10
+    y = rng.choice([1, 2, 3, 4], 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = LinearSVC(C=0.75, loss="hinge", random_state=0).fit(x, y)
+    model = _convert(tmp_path, sk, "linear_svc", input_features=["x1", "x2"], output_feature_names="target")
+    got = [model.predict({"x1": a, "x2": b})["target"] for a, b in x]
+    assert got == list(sk.predict(x))
