@@ -350,3 +350,31 @@ def test_linear_svc_label_is_chosen_in_double_precision(tmp_path):
     model = _convert(tmp_path, sk, "linear_svc", input_features=["x1", "x2"], output_feature_names="target")
     got = [model.predict({"x1": a, "x2": b})["target"] for a, b in x]
     assert got == list(sk.predict(x))
+
+
+def test_int64_features_through_imputer_and_dense_one_hot(tmp_path):
+    # int64 -1 is missing -> 7; then a dense one-hot over categories [3, 7, 9].
+    imputer = _feature_model([("c", datatypes.Int64())], [("filled", datatypes.Int64())])
+    imputer.imputer.imputedInt64Value = 7
+    imputer.imputer.replaceInt64Value = -1
+    encoder = _feature_model([("filled", datatypes.Int64())], [("hot", datatypes.Array(3))])
+    encoder.oneHotEncoder.int64Categories.vector.extend([3, 7, 9])
+    encoder.oneHotEncoder.handleUnknown = encoder.oneHotEncoder.IgnoreUnknown
+    pipe = Pipeline([("c", datatypes.Int64())], [("filled", datatypes.Int64()), ("hot", datatypes.Array(3))])
+    pipe.add_model(imputer)
+    pipe.add_model(encoder)
+    model = coremlrt.MLModel(_save(tmp_path, pipe.spec, "int64_features"))
+    for value, filled in [(-1, 7), (3, 3), (9, 9), (4, 4)]:
+        out = model.predict({"c": value})
+        assert int(out["filled"]) == filled
+        np.testing.assert_array_equal(out["hot"], [float(filled == k) for k in (3, 7, 9)])
+
+
+def test_array_feature_extractor_to_a_double(tmp_path):
+    extractor = _feature_model([("x", datatypes.Array(4))], [("third", datatypes.Double())])
+    extractor.arrayFeatureExtractor.extractIndex.append(2)
+    model = coremlrt.MLModel(_save(tmp_path, extractor, "extract_one"))
+    assert float(model.predict({"x": np.array([1.0, 2.0, -3.5, 4.0])})["third"]) == -3.5
+    extractor.arrayFeatureExtractor.extractIndex[0] = 4
+    with pytest.raises(coremlrt.Error, match="index 4 is outside"):
+        coremlrt.MLModel(_save(tmp_path, extractor, "extract_outside"))
