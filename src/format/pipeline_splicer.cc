@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "coremlrt/error.h"
@@ -40,6 +41,30 @@ const char* cast_name(DType dtype) {
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
     default: return nullptr;
+  }
+}
+
+// The program type of a double, int64 or multi-array feature as a description declares it
+// (dims of a flexible shape are -1), as the classic readers type their inputs.
+std::optional<ir::ValueType> declared_type(const FeatureDescription& feature) {
+  ir::ValueType type;
+  switch (feature.kind) {
+    case FeatureKind::Double: type.dtype = DType::Float64; return type;
+    case FeatureKind::Int64: type.dtype = DType::Int64; return type;
+    case FeatureKind::MultiArray: {
+      type.dtype = feature.dtype;
+      type.dims.assign(feature.shape.begin(), feature.shape.end());
+      for (size_t i = 0; i < type.dims.size(); ++i) {
+        if (i < feature.shape_range.size() && feature.shape_range[i].first != feature.shape_range[i].second)
+          type.dims[i] = -1;
+        for (const Shape& shape : feature.enumerated_shapes)
+          if (shape.size() != type.dims.size() || shape[i] != feature.shape[i]) type.dims[i] = -1;
+      }
+      if (type.dims.empty()) return std::nullopt;  // no declared shape: the reader's own type
+      type.rank = static_cast<int64_t>(type.dims.size());
+      return type;
+    }
+    default: return std::nullopt;
   }
 }
 
@@ -135,10 +160,12 @@ class Splicer {
                          declared->kind != FeatureKind::Sequence,
                      model_type_, ": input '", input.name, "' is a ", feature_kind_name(declared->kind),
                      " feature; this build takes no string, dictionary or sequence inputs");
-      // A pipeline input takes the type its first reader expects.
-      function_.inputs.push_back({input.name, input.type});
-      types_[input.name] = input.type;
-      it = features_.emplace(input.name, FeatureValue{input.name, input.type, false}).first;
+      // A number or multi-array input takes the type the pipeline declares (a stage expecting
+      // another gets a cast or reshape below); any other (an image) the type its first reader expects.
+      const ir::ValueType type = declared_type(*declared).value_or(input.type);
+      function_.inputs.push_back({input.name, type});
+      types_[input.name] = type;
+      it = features_.emplace(input.name, FeatureValue{input.name, type, false}).first;
     }
     const FeatureValue& feature = it->second;
     COREMLRT_CHECK(!feature.class_index, model_type_, ", ", stage, ": reads '", input.name,

@@ -378,3 +378,17 @@ def test_array_feature_extractor_to_a_double(tmp_path):
     extractor.arrayFeatureExtractor.extractIndex[0] = 4
     with pytest.raises(coremlrt.Error, match="index 4 is outside"):
         coremlrt.MLModel(_save(tmp_path, extractor, "extract_outside"))
+
+
+def test_pipeline_input_keeps_its_declared_type(tmp_path):
+    # The pipeline takes float32; its scaler stage declares double: a cast joins them.
+    scaler = _feature_model([("x", datatypes.Array(2))], [("y", datatypes.Array(2))])
+    scaler.scaler.shiftValue.append(0.5)
+    scaler.scaler.scaleValue.append(3.0)
+    pipe = Pipeline([("x", datatypes.Array(2))], [("y", datatypes.Array(2))])
+    pipe.add_model(scaler)
+    pipe.spec.description.input[0].type.multiArrayType.dataType = Model_pb2.FeatureTypes__pb2.ArrayFeatureType.FLOAT32
+    model = coremlrt.MLModel(_save(tmp_path, pipe.spec, "float_input"))
+    assert [p["op_type"] for p in model.placements()] == ["cast", "scaler"]
+    x = np.array([0.1, -2.0], np.float32)
+    np.testing.assert_allclose(model.predict({"x": x})["y"], (x.astype(np.float64) + 0.5) * 3.0, rtol=1e-15)
