@@ -9,9 +9,11 @@
 #include "coremlrt/error.h"
 #include "coremlrt/limits.h"
 #include "format/blob_file.h"
+#include "classic_pipeline.pb.h"
 #include "format/classic/predictor.h"
 #include "format/compiled_model.h"
 #include "format/memory_model.h"
+#include "format/pipeline_splicer.h"
 #include "format/value_reader.h"
 
 namespace coremlrt::format {
@@ -37,6 +39,16 @@ const char* model_type_name(const spec::Model& model) {
     case spec::Model::kTreeEnsembleRegressor: return "treeEnsembleRegressor";
     case spec::Model::kTreeEnsembleClassifier: return "treeEnsembleClassifier";
     case spec::Model::kKNearestNeighborsClassifier: return "kNearestNeighborsClassifier";
+    case spec::Model::kOneHotEncoder: return "oneHotEncoder";
+    case spec::Model::kImputer: return "imputer";
+    case spec::Model::kFeatureVectorizer: return "featureVectorizer";
+    case spec::Model::kDictVectorizer: return "dictVectorizer";
+    case spec::Model::kScaler: return "scaler";
+    case spec::Model::kCategoricalMapping: return "categoricalMapping";
+    case spec::Model::kNormalizer: return "normalizer";
+    case spec::Model::kArrayFeatureExtractor: return "arrayFeatureExtractor";
+    case spec::Model::kNonMaximumSuppression: return "nonMaximumSuppression";
+    case spec::Model::kIdentity: return "identity";
     case spec::Model::TYPE_NOT_SET: return "none";
     default: return "other";
   }
@@ -268,6 +280,168 @@ std::string read_file(const std::string& path) {
   return bytes.str();
 }
 
+
+bool is_pipeline(const spec::Model& model) {
+  return model.Type_case() == spec::Model::kPipeline || model.Type_case() == spec::Model::kPipelineClassifier ||
+         model.Type_case() == spec::Model::kPipelineRegressor;
+}
+
+// Model types format/classic/ translates (the feature models refused there say why).
+bool translated_type(const spec::Model& model) {
+  switch (model.Type_case()) {
+    case spec::Model::kGlmRegressor:
+    case spec::Model::kGlmClassifier:
+    case spec::Model::kSupportVectorRegressor:
+    case spec::Model::kSupportVectorClassifier:
+    case spec::Model::kTreeEnsembleRegressor:
+    case spec::Model::kTreeEnsembleClassifier:
+    case spec::Model::kKNearestNeighborsClassifier:
+    case spec::Model::kScaler:
+    case spec::Model::kImputer:
+    case spec::Model::kNormalizer:
+    case spec::Model::kFeatureVectorizer:
+    case spec::Model::kArrayFeatureExtractor:
+    case spec::Model::kOneHotEncoder:
+    case spec::Model::kIdentity:
+    case spec::Model::kDictVectorizer:
+    case spec::Model::kCategoricalMapping: return true;
+    default: return false;
+  }
+}
+
+ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
+                            const std::string& type, bool stage, ValueReader* values);
+
+// A pipeline's stages, each translated on its own, spliced into one function
+// (format/pipeline_splicer.h).
+ir::Program translate_pipeline(const spec::Model& model, const FunctionDescription& description,
+                               const std::string& type, int depth, ValueReader* values) {
+  spec::Pipeline pipeline;
+  bool parsed = false;
+  if (model.Type_case() == spec::Model::kPipeline) {
+    parsed = pipeline.ParseFromString(model.pipeline());
+  } else if (model.Type_case() == spec::Model::kPipelineClassifier) {
+    spec::PipelineClassifier outer;
+    parsed = outer.ParseFromString(model.pipelineclassifier());
+    pipeline = outer.pipeline();
+  } else {
+    spec::PipelineRegressor outer;
+    parsed = outer.ParseFromString(model.pipelineregressor());
+    pipeline = outer.pipeline();
+  }
+  COREMLRT_CHECK(parsed, type, ": the message does not parse");
+  COREMLRT_CHECK(depth < kMaxBlockNesting, type, ": pipelines nested more than ", kMaxBlockNesting,
+                 " deep (the nesting limit; coremlrt/limits.h)");
+  std::vector<PipelineStage> stages;
+  for (int i = 0; i < pipeline.models_size(); ++i) {
+    spec::Model stage_model;
+    PipelineStage stage;
+    const std::string name = i < pipeline.names_size() ? pipeline.names(i) : "model" + std::to_string(i);
+    COREMLRT_CHECK(stage_model.ParseFromString(pipeline.models(i)), type, ": stage ", i, " '", name,
+                   "' does not parse");
+    const ModelDescription stage_description = read_description(stage_model);
+    stage.label = "stage " + std::to_string(i) + " '" + name + "' (" + stage_description.model_type + ")";
+    COREMLRT_CHECK(stage_description.functions.size() == 1, type, ", ", stage.label, ": has ",
+                   stage_description.functions.size(), " functions; a stage has one");
+    stage.description = stage_description.functions.front();
+    try {
+      if (is_pipeline(stage_model))
+        stage.program =
+            translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1, values);
+      else
+        stage.program = translate_model(stage_model, stage.description, stage_description.model_type, true, values);
+      // An ML program's ops mean what its opset says; every other stage's translated ops mean
+      // the same in every opset (format/classic/predictor.h, format/neural_network/reader.h).
+      stage.fixed_opset = stage_model.Type_case() == spec::Model::kMlProgram;
+      if (is_pipeline(stage_model))
+        stage.fixed_opset = stage.program.functions.begin()->second.opset != "CoreML5";
+    } catch (const Error& e) {
+      fail(type, ", ", stage.label, ": ", e.what());
+    }
+    stages.push_back(std::move(stage));
+  }
+  return splice_pipeline(std::move(stages), description, type);
+}
+
+// `stage`: the model is a stage of a pipeline, whose features may be dictionaries carried
+// densely between stages (ops/feature_engineering.cc); a model on its own takes and returns
+// none (a classifier's probabilities aside).
+// `values` reads an ML program stage's constants and weight files.
+ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
+                            const std::string& type, bool stage, ValueReader* values) {
+  if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values);
+  const FunctionDescription& d = description;
+  if (!stage && model.Type_case() != spec::Model::kNeuralNetwork) {
+    for (const FeatureDescription& f : d.inputs)
+      COREMLRT_CHECK(f.kind != FeatureKind::String && f.kind != FeatureKind::Dictionary &&
+                         f.kind != FeatureKind::Sequence,
+                     type, ": input '", f.name, "' is a ", feature_kind_name(f.kind),
+                     " feature; this build takes no string, dictionary or sequence inputs");
+  }
+  ir::Program out;
+  switch (model.Type_case()) {
+    case spec::Model::kNeuralNetwork:
+    case spec::Model::kNeuralNetworkClassifier:
+    case spec::Model::kNeuralNetworkRegressor: {
+      NeuralNetworkReading network =
+          model.Type_case() == spec::Model::kNeuralNetwork
+              ? read_neural_network(model.neuralnetwork(), d)
+              : model.Type_case() == spec::Model::kNeuralNetworkClassifier
+                    ? read_neural_network(model.neuralnetworkclassifier(), d, NetworkRole::Classifier)
+                    : read_neural_network(model.neuralnetworkregressor(), d, NetworkRole::Regressor);
+      COREMLRT_CHECK(network.problem.empty(), network.problem);
+      for (const NetworkLayer& layer : network.layers)
+        COREMLRT_CHECK(layer.problem.empty(), "neuralNetwork layer '", layer.name, "' (", layer.type, "): ",
+                       layer.problem);
+      return std::move(network.program);
+    }
+    case spec::Model::kMlProgram: {
+      // Only as a stage: a model of its own is read by read_model. Its weights are the
+      // package's (coremltools writes each stage's to weights/<i>-weight.bin).
+      COREMLRT_CHECK(values, "an ML program stage needs the package it came in");
+      ir::Program program = read_program(model.mlprogram(), *values);
+      COREMLRT_CHECK(program.functions.size() == 1, "an ML program stage has one function; this one has ",
+                     program.functions.size());
+      return program;
+    }
+    case spec::Model::kGlmRegressor: return classic::read_glm_regressor(model.glmregressor(), d);
+    case spec::Model::kGlmClassifier: return classic::read_glm_classifier(model.glmclassifier(), d);
+    case spec::Model::kSupportVectorRegressor: return classic::read_svm_regressor(model.supportvectorregressor(), d);
+    case spec::Model::kSupportVectorClassifier: return classic::read_svm_classifier(model.supportvectorclassifier(), d);
+    case spec::Model::kTreeEnsembleRegressor:
+      return classic::read_tree_ensemble_regressor(model.treeensembleregressor(), d);
+    case spec::Model::kTreeEnsembleClassifier:
+      return classic::read_tree_ensemble_classifier(model.treeensembleclassifier(), d);
+    case spec::Model::kKNearestNeighborsClassifier:
+      return classic::read_knn_classifier(model.knearestneighborsclassifier(), d);
+    case spec::Model::kScaler: out = classic::read_scaler(model.scaler(), d); break;
+    case spec::Model::kImputer: out = classic::read_imputer(model.imputer(), d); break;
+    case spec::Model::kNormalizer: out = classic::read_normalizer(model.normalizer(), d); break;
+    case spec::Model::kFeatureVectorizer: out = classic::read_feature_vectorizer(model.featurevectorizer(), d); break;
+    case spec::Model::kArrayFeatureExtractor:
+      out = classic::read_array_feature_extractor(model.arrayfeatureextractor(), d);
+      break;
+    case spec::Model::kOneHotEncoder: out = classic::read_one_hot_encoder(model.onehotencoder(), d); break;
+    case spec::Model::kIdentity: out = classic::read_identity(d); break;
+    case spec::Model::kDictVectorizer:
+      fail("dictVectorizer: its input is a dictionary, and this build takes no dictionary features");
+    case spec::Model::kCategoricalMapping:
+      fail("categoricalMapping: it maps strings and integers, and this build takes no string features");
+    default: fail("model type '", type, "' is not supported by this build");
+  }
+  if (!stage) {
+    for (const FeatureDescription& f : d.outputs)
+      COREMLRT_CHECK(f.kind != FeatureKind::Dictionary, type, ": output '", f.name, "' is a dictionary; this build "
+                     "returns dictionaries only as a classifier's class probabilities (inside a pipeline such a "
+                     "stage may feed a featureVectorizer)");
+    const ir::Function& f = out.functions.begin()->second;
+    for (size_t i = 0; i < f.block.outputs.size() && i < d.outputs.size(); ++i)
+      COREMLRT_CHECK(f.block.outputs[i] == d.outputs[i].name || type == "identity", type, ": output '",
+                     d.outputs[i].name, "' has the name of an input; such a model runs only as a pipeline stage");
+  }
+  return out;
+}
+
 }  // namespace
 
 LoadedModel read_model(const ModelFiles& files) {
@@ -308,20 +482,16 @@ LoadedModel read_model(const ModelFiles& files) {
     out.network = read_neural_network(model.neuralnetworkregressor(), out.description.functions.front(),
                                       NetworkRole::Regressor);
     out.program = std::move(out.network.program);
-  } else if (model.Type_case() == spec::Model::kGlmRegressor) {
-    out.program = classic::read_glm_regressor(model.glmregressor(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kGlmClassifier) {
-    out.program = classic::read_glm_classifier(model.glmclassifier(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kSupportVectorRegressor) {
-    out.program = classic::read_svm_regressor(model.supportvectorregressor(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kSupportVectorClassifier) {
-    out.program = classic::read_svm_classifier(model.supportvectorclassifier(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kTreeEnsembleRegressor) {
-    out.program = classic::read_tree_ensemble_regressor(model.treeensembleregressor(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kTreeEnsembleClassifier) {
-    out.program = classic::read_tree_ensemble_classifier(model.treeensembleclassifier(), out.description.functions.front());
-  } else if (model.Type_case() == spec::Model::kKNearestNeighborsClassifier) {
-    out.program = classic::read_knn_classifier(model.knearestneighborsclassifier(), out.description.functions.front());
+  } else if (is_pipeline(model) || translated_type(model)) {
+    ValueReader values(files.model_dir);
+    if (memory) values.use_memory_blobs(memory->blobs);
+    try {
+      out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
+                                    &values);
+      out.weight_bytes = values.weight_bytes();
+    } catch (const Error& e) {
+      out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
+    }
   }
   return out;
 }

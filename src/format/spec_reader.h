@@ -18,6 +18,9 @@ struct LoadedModel {
   // ML programs, and neuralNetwork models whose every layer translated; empty otherwise.
   ir::Program program;
   NeuralNetworkReading network;  // neuralNetwork models: their layers and why any cannot run
+  // Classic, feature-engineering and pipeline models: why the model cannot run (a refused
+  // stage or feature kind, a malformed message); the program is empty then.
+  std::string problem;
   size_t weight_bytes = 0;    // bytes of all weight files the program references
 };
 

@@ -58,8 +58,11 @@ namespace {
 std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
   const int probabilities = b.input("probabilities");
   const DType dp = b.input_type("probabilities").dtype;
-  // fp32 per the op definition (coremltools casts to it); fp16 costs nothing to accept.
-  b.check(dp == DType::Float32 || dp == DType::Float16, "probabilities must be fp32, got ", dtype_name(dp));
+  // fp32 per the op definition (coremltools casts to it); fp16 costs nothing to accept. The
+  // classic classifiers (src/format/classic/) give fp64, as Core ML computes them in double:
+  // their label is the argmax of those doubles, which fp32 could tie.
+  b.check(dp == DType::Float32 || dp == DType::Float16 || dp == DType::Float64, "probabilities must be fp32, got ",
+          dtype_name(dp));
   const ir::ConstValue* classes = b.constant("classes");
   b.check(classes != nullptr, "missing required parameter 'classes'");
   std::string where = "function '" + b.function().name + "', " + b.op().describe();
@@ -78,11 +81,17 @@ std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
     float* p = probs.ptr<float>();
     if (t.dtype == DType::Float16) half_to_float(t.ptr<half>(), p, n);
     else if (t.dtype == DType::Float32) std::copy(t.ptr<float>(), t.ptr<float>() + n, p);
+    else if (t.dtype == DType::Float64) std::transform(t.ptr<double>(), t.ptr<double>() + n, p,
+                                                       [](double v) { return static_cast<float>(v); });
     else ctx.fail("probabilities must be fp32, got ", dtype_name(t.dtype));
     // The first highest probability wins; NaN never does (unless every value is NaN: class 0).
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i)
-      if (p[i] > p[best] || (std::isnan(p[best]) && !std::isnan(p[i]))) best = i;
+    auto argmax = [n](const auto* v) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i)
+        if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+      return best;
+    };
+    const int64_t best = t.dtype == DType::Float64 ? argmax(t.ptr<double>()) : argmax(p);
     ctx.allocate_output(0, DType::Int32, {}).ptr<int32_t>()[0] = static_cast<int32_t>(best);
   });
 }
@@ -90,7 +99,7 @@ std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
 }  // namespace
 
 void register_classify_kernels(KernelRegistry& registry) {
-  registry.add("classify", kFloat, make_classify).traits.class_index_label = true;
+  registry.add("classify", kFloat | DTypeSet{DType::Float64}, make_classify).traits.class_index_label = true;
 }
 
 }  // namespace coremlrt::ops

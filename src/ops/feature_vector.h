@@ -19,6 +19,8 @@ class FeatureVector {
  public:
   // Reads the inputs bound to `x`; `width` (-1: any) is how many values they must hold.
   FeatureVector(KernelBuilder& b, int64_t width);
+  // Reads the given inputs (indices from KernelBuilder::input / variadic_input).
+  FeatureVector(std::vector<int> inputs, int64_t width) : inputs_(std::move(inputs)), width_(width) {}
   // The features of one prediction; fails naming the op when their count is not `width`.
   std::vector<double> read(const KernelContext& ctx) const;
 

@@ -4,8 +4,8 @@
 //   or probit (the normal CDF).
 // `encoding` says what the output is:
 //   regression       fp64, z transformed (a scalar or one value per weight row);
-//   reference_class  fp32 [2]: one row scores the second class, p, against the first, 1 - p;
-//   one_vs_rest      fp32 [classes]: each class's own score, normalised to sum to 1 (as
+//   reference_class  fp64 (or fp32) [2]: one row scores the second class, p, against the first, 1 - p;
+//   one_vs_rest      fp64 (or fp32) [classes]: each class's own score, normalised to sum to 1 (as
 //                    scikit-learn's one-vs-rest LogisticRegression does); one row for two
 //                    classes is read as in reference_class.
 #include <cmath>
@@ -31,14 +31,15 @@ std::unique_ptr<Kernel> make_glm(KernelBuilder& b) {
     b.check(outputs == rows && b.output_type(0).dtype == DType::Float64, "a regression outputs fp64 with one value "
             "per weight row (", rows, "), declared ", b.output_type(0).str());
   } else if (encoding == "reference_class" || encoding == "one_vs_rest") {
-    b.check(b.output_type(0).dtype == DType::Float32 && shape.size() == 1, "class probabilities are an fp32 vector, "
-            "declared ", b.output_type(0).str());
+    b.check((b.output_type(0).dtype == DType::Float64 || b.output_type(0).dtype == DType::Float32) && shape.size() == 1,
+            "class probabilities are an fp64 or fp32 vector, declared ", b.output_type(0).str());
     b.check(outputs == rows || (rows == 1 && outputs == 2), rows, " weight rows cannot score ", outputs, " classes");
     b.check(encoding == "one_vs_rest" || rows == 1, "the reference-class encoding takes one weight row");
   } else {
     b.fail("unknown encoding '", encoding, "'");
   }
   FeatureVector features(b, width);
+  const DType probability_dtype = b.output_type(0).dtype;
   const bool logit = transform == "logit", probit = transform == "probit", regression = encoding == "regression";
   return make_kernel([=](KernelContext& ctx) {
     const double* w = weights.ptr<double>();
@@ -57,15 +58,19 @@ std::unique_ptr<Kernel> make_glm(KernelBuilder& b) {
       for (int64_t r = 0; r < rows; ++r) out[r] = score[r];
       return;
     }
-    float* out = ctx.allocate_output(0, DType::Float32, shape).ptr<float>();
+    std::vector<double> probabilities(static_cast<size_t>(outputs));
     if (rows == 1 && outputs == 2) {
-      out[0] = static_cast<float>(1.0 - score[0]);
-      out[1] = static_cast<float>(score[0]);
-      return;
+      probabilities = {1.0 - score[0], score[0]};
+    } else {
+      double sum = 0;
+      for (double s : score) sum += s;
+      for (int64_t r = 0; r < rows; ++r) probabilities[r] = sum > 0 ? score[r] / sum : score[r];
     }
-    double sum = 0;
-    for (double s : score) sum += s;
-    for (int64_t r = 0; r < rows; ++r) out[r] = static_cast<float>(sum > 0 ? score[r] / sum : score[r]);
+    Tensor& out = ctx.allocate_output(0, probability_dtype, shape);
+    for (int64_t r = 0; r < outputs; ++r) {
+      if (probability_dtype == DType::Float64) out.ptr<double>()[r] = probabilities[r];
+      else out.ptr<float>()[r] = static_cast<float>(probabilities[r]);
+    }
   });
 }
 

@@ -154,10 +154,13 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
-// The classic predictors that format/classic/ translates into a program.
+// The classic predictors, feature-engineering models and pipelines that format/ translates
+// into a program (format/classic/, format/pipeline_splicer.h).
 bool is_classic_predictor(const std::string& type) {
   for (const char* known : {"glmRegressor", "glmClassifier", "supportVectorRegressor", "supportVectorClassifier",
-                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier"})
+                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier",
+                            "pipeline", "pipelineClassifier", "pipelineRegressor", "scaler", "imputer",
+                            "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity"})
     if (type == known) return true;
   return false;
 }
@@ -182,10 +185,13 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   ResourceScope limits(&impl->limits);
   impl->loaded = format::read_model(format::locate_model(path));
   const ModelDescription& description = impl->loaded.description;
+  // A refused stage, feature kind or model says why, before the type check's general words.
+  COREMLRT_CHECK(impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
   COREMLRT_CHECK(description.model_type == "mlProgram" || format::is_neural_network_type(description.model_type) ||
                      is_classic_predictor(description.model_type),
                  "model '", path, "' is of type '", description.model_type,
-                 "'; this build runs ML programs (mlProgram), neuralNetwork models and classic predictors only");
+                 "'; this build runs ML programs (mlProgram), neuralNetwork models, classic predictors, "
+                 "feature-engineering models and pipelines of these");
   const format::NeuralNetworkReading& network = impl->loaded.network;
   COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
   for (const format::NetworkLayer& layer : network.layers)
@@ -347,8 +353,11 @@ ModelReport inspect_model(const std::string& path) {
     report.problem = loaded.network.problem;
     return report;
   }
-  if (type != "mlProgram" && !is_classic_predictor(type))
-    report.problem = "model type '" + type + "' (this build runs ML programs and neuralNetwork models)";
+  if (!loaded.problem.empty())
+    report.problem = loaded.problem;
+  else if (type != "mlProgram" && !is_classic_predictor(type))
+    report.problem = "model type '" + type + "' (this build runs ML programs, neuralNetwork models, classic "
+                     "predictors, feature-engineering models and pipelines of these)";
   for (const auto& [name, function] : loaded.program.functions) {
     FunctionReport f;
     f.name = name;

@@ -88,7 +88,7 @@ ir::Program read_glm_classifier(const std::string& serialized, const FunctionDes
                             {"offsets", f64_tensor({glm.offset().begin(), glm.offset().end()}, {rows})},
                             {"transform", string_scalar(transform)},
                             {"encoding", string_scalar(encoding)}},
-                           tensor_type(DType::Float32, {classes}));
+                           tensor_type(DType::Float64, {classes}));  // classify picks in double
   program.finish_classifier(probabilities, labels);
   return program.take();
 }

@@ -55,6 +55,10 @@ ir::ValueType input_type(const FeatureDescription& feature, const std::string& m
       if (dims.empty()) dims.push_back(-1);  // no declared shape: any length
       return tensor_type(feature.dtype, std::move(dims));
     }
+    case FeatureKind::Dictionary:
+      // Only a pipeline stage meets one: a one-hot encoder's sparse output, carried densely
+      // (ops/feature_engineering.cc). Dictionary inputs of a model are refused at load.
+      return tensor_type(DType::Float64, {-1});
     default:
       fail(model_type, ": input '", feature.name, "' is a ", feature_kind_name(feature.kind),
            " feature; this model type takes multi-array, double or int64 inputs");
@@ -186,6 +190,79 @@ void PredictorProgram::finish_classifier(const std::string& probabilities, const
   op.outputs.push_back({probabilities_name, dictionary});
   function_.block.operations.push_back(std::move(op));
   for (const auto& f : description_.outputs) function_.block.outputs.push_back(f.name);
+}
+
+std::string PredictorProgram::add_op_on(const std::string& op_type, const std::vector<std::string>& inputs,
+                                        const std::vector<std::pair<std::string, Const>>& constants,
+                                        const ir::ValueType& output, const std::string& output_name) {
+  ir::Operation op;
+  op.type = op_type;
+  op.name = op_type;
+  for (const std::string& name : inputs) op.inputs["x"].push_back({name, nullptr});
+  for (const auto& [param, value] : constants) op.inputs[param] = {ir::Binding{"", value}};
+  op.outputs.push_back({output_name, output});
+  function_.block.operations.push_back(std::move(op));
+  return output_name;
+}
+
+const FeatureDescription& PredictorProgram::single_output() const {
+  COREMLRT_CHECK(description_.outputs.size() == 1, model_type_, " has one output; the description declares ",
+                 description_.outputs.size());
+  return description_.outputs.front();
+}
+
+const FeatureDescription& PredictorProgram::input(const std::string& name) const {
+  for (const auto& f : description_.inputs)
+    if (f.name == name) return f;
+  fail(model_type_, ": the description has no input '", name, "'");
+}
+
+ir::ValueType PredictorProgram::transformer_output_type(int64_t count) const {
+  const FeatureDescription& f = single_output();
+  switch (f.kind) {
+    case FeatureKind::Double:
+    case FeatureKind::Int64:
+      COREMLRT_CHECK(count == 1, model_type_, ": output '", f.name, "' is a ", feature_kind_name(f.kind),
+                     " feature but the model computes ", count, " values");
+      return tensor_type(f.kind == FeatureKind::Double ? DType::Float64 : DType::Int64, {});
+    case FeatureKind::MultiArray: {
+      COREMLRT_CHECK(f.dtype == DType::Float64 || f.dtype == DType::Float32 || f.dtype == DType::Int32, model_type_,
+                     ": output '", f.name, "' is a ", dtype_name(f.dtype), " multi-array; expected double, float32 or "
+                     "int32");
+      int64_t declared = 1;
+      for (int64_t d : f.shape) declared *= d;
+      if (!f.shape.empty() && f.shape_range.empty() && f.enumerated_shapes.empty()) {
+        COREMLRT_CHECK(declared == count, model_type_, ": output '", f.name, "' is declared with ", declared,
+                       " elements but the model computes ", count);
+        return tensor_type(f.dtype, std::vector<int64_t>(f.shape.begin(), f.shape.end()));
+      }
+      return tensor_type(f.dtype, {count});
+    }
+    case FeatureKind::Dictionary: return tensor_type(DType::Float64, {count});
+    default:
+      fail(model_type_, ": output '", f.name, "' is a ", feature_kind_name(f.kind),
+           " feature; this build computes multi-array, double and int64 features here");
+  }
+}
+
+std::string PredictorProgram::transformer_output_value() {
+  const std::string& name = single_output().name;
+  for (const auto& f : description_.inputs)
+    if (f.name == name) return fresh(name);
+  return name;
+}
+
+void PredictorProgram::finish_transformer(const std::string& value) {
+  function_.block.outputs.push_back(value);
+}
+
+void PredictorProgram::pass_through(const std::string& name) {
+  for (const ir::NamedValue& input : function_.inputs) {
+    if (input.name != name) continue;
+    function_.block.outputs.push_back(name);  // a function's output may be one of its inputs
+    return;
+  }
+  fail(model_type_, ": output '", name, "' is not one of the inputs");
 }
 
 ir::Program PredictorProgram::take() {

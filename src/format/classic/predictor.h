@@ -1,6 +1,8 @@
 #pragma once
 // Core ML's classic predictors (glmRegressor/Classifier, supportVectorRegressor/Classifier,
-// treeEnsembleRegressor/Classifier, kNearestNeighborsClassifier) translated into the typed
+// treeEnsembleRegressor/Classifier, kNearestNeighborsClassifier) and feature-engineering
+// models (scaler, imputer, normalizer, featureVectorizer, arrayFeatureExtractor,
+// oneHotEncoder, identity; ops/feature_engineering.cc) translated into the typed
 // program (src/ir/program.h) that ML programs use, so one planner and one executor run them.
 //
 // Each model type has a file of its own here (glm_reader.cc, svm_reader.cc,
@@ -64,6 +66,26 @@ class PredictorProgram {
   // probability dictionary the description names.
   void finish_classifier(const std::string& probabilities, const Labels& labels);
 
+  // Feature-engineering models (scaler, imputer, ...): one op over chosen input features,
+  // ending in the description's single output.
+  // Adds an op whose variadic `x` is the named input features, in this order.
+  std::string add_op_on(const std::string& op_type, const std::vector<std::string>& inputs,
+                        const std::vector<std::pair<std::string, Const>>& constants, const ir::ValueType& output,
+                        const std::string& output_name);
+  const FeatureDescription& single_output() const;
+  // The program type of the single output when it holds `count` numbers: fp64 [] for a double,
+  // int64 [] for an int64, the array's dtype for a multi-array, and fp64 [count] for an
+  // int64-keyed dictionary (carried densely, ops/feature_engineering.cc).
+  ir::ValueType transformer_output_type(int64_t count) const;
+  // The value name for the single output: the feature's own name, or a fresh one when an input
+  // has that name (a pipeline stage may read and write the same feature name).
+  std::string transformer_output_value();
+  void finish_transformer(const std::string& value);
+  // identity: adds an output that is the input feature `name`, passed through.
+  void pass_through(const std::string& name);
+  // The input feature of this name (fails naming the model when there is none).
+  const FeatureDescription& input(const std::string& name) const;
+
   ir::Program take();
 
  private:
@@ -98,5 +120,12 @@ ir::Program read_svm_classifier(const std::string& serialized, const FunctionDes
 ir::Program read_tree_ensemble_regressor(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_tree_ensemble_classifier(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_knn_classifier(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_scaler(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_imputer(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_normalizer(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_feature_vectorizer(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_array_feature_extractor(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_one_hot_encoder(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_identity(const FunctionDescription& description);
 
 }  // namespace coremlrt::format::classic
