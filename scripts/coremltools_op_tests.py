@@ -220,6 +220,8 @@ def main():
     args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite",
                                                  "runtime": "coremltools-runtime-suite"}.get(
                                                      args.suite, f"coremltools-{args.suite}-suite"))
+    # Absolute: each test file's pytest runs inside this folder and is handed paths in it.
+    args.out = os.path.abspath(args.out)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pytest.ini").write_text("[pytest]\n")
