@@ -22,6 +22,9 @@ python3 scripts/coremltools_op_tests.py --sample 10 --check
 # coremltools' runtime API tests (compiled models, compute plans, structure, assets), every 10th
 # case, against tests/conformance/recorded_runtime_results.json (docs/coremltools-runtime-tests.md).
 python3 scripts/coremltools_op_tests.py --suite runtime --sample 10 --check
+# The op tests' neuralnetwork-backend cases (models of the neuralNetwork type), every 20th case:
+# a subset of the recorded every-10th run (tests/conformance/recorded_ops_neuralnetwork_results.json).
+python3 scripts/coremltools_op_tests.py --suite ops_neuralnetwork --sample 20 --check
 
 bash scripts/test_sanitizers.sh
 
