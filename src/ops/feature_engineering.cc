@@ -192,6 +192,72 @@ std::unique_ptr<Kernel> make_one_hot(KernelBuilder& b) {
   });
 }
 
+// String and dictionary input features (format/classic/text_feature_readers.cc) reach the
+// engine as numbers, because its tensors hold none of either: a string as its int64 code, the
+// index of that string in the op's `vocabulary` constant (-1 for a string not in it), and a
+// dictionary as fp64 [vocabulary size], the value of each vocabulary key at its place (keys not
+// in the vocabulary dropped). The caller encodes them (Model::input_vocabulary(); the Python
+// layer does it for a str or dict). This is exact, not an approximation, because these models
+// only ever compare a string with their own keys. A code outside [-1, size) fails.
+int64_t read_code(const KernelContext& ctx, const FeatureVector& features, int64_t size) {
+  const double x = features.read(ctx)[0];
+  if (!(x >= -1 && x < static_cast<double>(size) && std::floor(x) == x))
+    ctx.fail("string code ", x, " is outside [-1, ", size, "): not an index into the model's vocabulary");
+  return static_cast<int64_t>(x);
+}
+
+int64_t vocabulary_size(KernelBuilder& b) {
+  const ir::ConstValue* vocabulary = b.constant("vocabulary");
+  b.check(vocabulary != nullptr && vocabulary->type.dtype == DType::String && vocabulary->type.rank == 1,
+          "needs a 1-D string constant 'vocabulary'");
+  return static_cast<int64_t>(vocabulary->strings.size());
+}
+
+// categoricalMapping from strings to int64: values[code], or `default` for a string not mapped.
+std::unique_ptr<Kernel> make_string_to_int64(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  const Tensor values = constant_tensor(b, "values", DType::Int64, 1);
+  const Tensor fallback = constant_tensor(b, "default", DType::Int64, 1);
+  b.check(values.numel() == n, "has ", values.numel(), " values for ", n, " keys");
+  b.check(fallback.numel() == 1, "default must be one value");
+  // Written as int64 directly: a double (OutputWriter) would round values beyond 2^53.
+  b.check(b.output_type(0).dtype == DType::Int64 && b.output_type(0).rank == 0, "output must be an int64 scalar, "
+          "declared ", b.output_type(0).str());
+  FeatureVector features(b, 1);
+  return make_kernel([=](KernelContext& ctx) {
+    const int64_t code = read_code(ctx, features, n);
+    const int64_t v = code < 0 ? fallback.ptr<int64_t>()[0] : values.ptr<int64_t>()[code];
+    ctx.allocate_output(0, DType::Int64, {}).ptr<int64_t>()[0] = v;
+  });
+}
+
+// oneHotEncoder over string categories: 1 at the string's place in the vocabulary (the
+// categories in order). A string not among them fails, or gives all zeros under IgnoreUnknown.
+std::unique_ptr<Kernel> make_string_one_hot(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  const bool ignore_unknown = b.const_bool("ignore_unknown");
+  OutputWriter writer(b);
+  b.check(writer.size() == n, "has ", n, " categories for an output of ", writer.size());
+  FeatureVector features(b, 1);
+  return make_kernel([=](KernelContext& ctx) {
+    const int64_t code = read_code(ctx, features, n);
+    if (code < 0 && !ignore_unknown) ctx.fail("the string is not one of the encoder's categories");
+    std::vector<double> out(static_cast<size_t>(n), 0.0);
+    if (code >= 0) out[static_cast<size_t>(code)] = 1.0;
+    writer.write(ctx, out);
+  });
+}
+
+// dictVectorizer: its input dictionary arrives already laid out over its vocabulary (the
+// model's keys), which is exactly its output; this writes it in the output's declared dtype.
+std::unique_ptr<Kernel> make_dict_vectorizer(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  OutputWriter writer(b);
+  b.check(writer.size() == n, "has ", n, " keys for an output of ", writer.size());
+  FeatureVector features(b, n);
+  return make_kernel([=](KernelContext& ctx) { writer.write(ctx, features.read(ctx)); });
+}
+
 }  // namespace
 
 void register_feature_engineering_kernels(KernelRegistry& registry) {
@@ -201,6 +267,9 @@ void register_feature_engineering_kernels(KernelRegistry& registry) {
   registry.add("feature_vectorizer", kNumbers, make_feature_vectorizer);
   registry.add("array_feature_extractor", kNumbers, make_array_feature_extractor);
   registry.add("one_hot_encoder", kNumbers, make_one_hot);
+  registry.add("string_to_int64", kNumbers, make_string_to_int64);
+  registry.add("string_one_hot_encoder", kNumbers, make_string_one_hot);
+  registry.add("dict_vectorizer", kNumbers, make_dict_vectorizer);
 }
 
 }  // namespace coremlrt::ops

@@ -1,0 +1,159 @@
+"""String and dictionary input features: dictVectorizer (string or int64 keys),
+categoricalMapping from strings to int64, and oneHotEncoder over string categories. The engine
+carries a string as its code in the reading op's vocabulary and a dictionary laid out over it
+(src/format/classic/text_feature_readers.cc, Model::input_vocabulary); these tests check the
+results against scikit-learn (DictVectorizer converted by coremltools) and against expectations
+computed here from the models' own maps."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import coremlrt
+
+ct = pytest.importorskip("coremltools")
+pytest.importorskip("sklearn")
+
+from coremltools.models import datatypes  # noqa: E402
+from coremltools.models.utils import save_spec  # noqa: E402
+from coremltools.proto import Model_pb2  # noqa: E402
+from sklearn.feature_extraction import DictVectorizer  # noqa: E402
+
+
+def _load(tmp_path, spec, name):
+    path = str(tmp_path / f"{name}.mlmodel")
+    save_spec(spec, path)
+    return coremlrt.MLModel(path)
+
+
+def _convert(tmp_path, sk, name, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.converters.sklearn.convert(sk, *args)
+    return _load(tmp_path, mlmodel.get_spec(), name)
+
+
+def _spec(inputs, outputs):
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 1
+    for name, kind in inputs:
+        _set_type(spec.description.input.add(), name, kind)
+    for name, kind in outputs:
+        _set_type(spec.description.output.add(), name, kind)
+    return spec
+
+
+def _set_type(feature, name, kind):
+    feature.name = name
+    t = feature.type
+    if kind == "string":
+        t.stringType.SetInParent()
+    elif kind == "int64":
+        t.int64Type.SetInParent()
+    elif isinstance(kind, tuple):  # ("array", n)
+        t.multiArrayType.dataType = Model_pb2.ArrayFeatureType.DOUBLE
+        t.multiArrayType.shape.append(kind[1])
+    else:
+        raise ValueError(kind)
+
+
+# -- dictVectorizer ----------------------------------------------------------------------------
+
+def test_dict_vectorizer_string_keys_matches_sklearn(tmp_path):
+    rows = [{"a": 1.5, "b": -2.0}, {"c": 3.0}, {"a": 0.25, "d": 7.0, "b": 1.0}]
+    sk = DictVectorizer(sparse=False).fit(rows)
+    model = _convert(tmp_path, sk, "dv_str", "x", "y")
+    queries = rows + [{"b": 4.0, "unseen": 9.0}, {}]
+    for q in queries:
+        got = np.asarray(model.predict({"x": q})["y"], dtype=np.float64).ravel()
+        np.testing.assert_array_equal(got, sk.transform([q])[0])
+
+
+def test_dict_vectorizer_int64_keys_by_hand(tmp_path):
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 1
+    i = spec.description.input.add()
+    i.name = "x"
+    i.type.dictionaryType.int64KeyType.SetInParent()
+    _set_type(spec.description.output.add(), "y", ("array", 3))
+    spec.dictVectorizer.int64ToIndex.vector.extend([10, -3, 7])
+    model = _load(tmp_path, spec, "dv_int")
+    got = model.predict({"x": {7: 2.5, 10: 1.0, 99: 5.0}})["y"]
+    np.testing.assert_array_equal(np.asarray(got).ravel(), [1.0, 0.0, 2.5])
+    with pytest.raises(coremlrt.Error, match="int64 keys"):
+        model.predict({"x": {"7": 2.5}})  # "7" is not the key 7
+
+
+def test_dict_vectorizer_refuses_a_non_dictionary(tmp_path):
+    rows = [{"a": 1.0}, {"b": 2.0}]
+    model = _convert(tmp_path, DictVectorizer(sparse=False).fit(rows), "dv_bad", "x", "y")
+    with pytest.raises(coremlrt.Error, match="dictionary"):
+        model.predict({"x": "a"})
+    with pytest.raises(coremlrt.Error, match="not a number"):
+        model.predict({"x": {"a": "1"}})
+
+
+# -- categoricalMapping ------------------------------------------------------------------------
+
+def _string_to_int64(tmp_path, mapping, default):
+    spec = _spec([("s", "string")], [("k", "int64")])
+    for key, value in mapping.items():
+        spec.categoricalMapping.stringToInt64Map.map[key] = value
+    if default is not None:
+        spec.categoricalMapping.int64Value = default
+    return _load(tmp_path, spec, "cm")
+
+
+def test_categorical_mapping_string_to_int64_with_default(tmp_path):
+    mapping = {"cat": 3, "dog": -8, "emu": (1 << 62) + 1}  # beyond 2^53: no trip through a double
+    model = _string_to_int64(tmp_path, mapping, -1)
+    for word in ["cat", "dog", "emu", "yak", "", "Cat"]:
+        assert int(model.predict({"s": word})["k"]) == mapping.get(word, -1), word
+    assert int(_string_to_int64(tmp_path, {"a": 1}, -(1 << 62) - 3).predict({"s": "b"})["k"]) == -(1 << 62) - 3
+
+
+def test_categorical_mapping_refusals(tmp_path):
+    with pytest.raises(coremlrt.Error, match="int64Value"):
+        _string_to_int64(tmp_path, {"a": 1}, None)
+    spec = _spec([("k", "int64")], [("s", "string")])
+    spec.categoricalMapping.int64ToStringMap.map[1] = "a"
+    spec.categoricalMapping.strValue = "?"
+    with pytest.raises(coremlrt.Error, match="maps int64 to strings"):
+        _load(tmp_path, spec, "cm_int")
+    model = _string_to_int64(tmp_path, {"a": 1}, 0)
+    with pytest.raises(coremlrt.Error, match="string feature"):
+        model.predict({"s": 1})
+
+
+# -- oneHotEncoder over strings ----------------------------------------------------------------
+
+def _string_one_hot(tmp_path, categories, ignore_unknown):
+    spec = _spec([("s", "string")], [("v", ("array", len(categories)))])
+    spec.oneHotEncoder.stringCategories.vector.extend(categories)
+    spec.oneHotEncoder.outputSparse = False
+    spec.oneHotEncoder.handleUnknown = 1 if ignore_unknown else 0
+    return _load(tmp_path, spec, "ohe")
+
+
+def test_string_one_hot_encoder(tmp_path):
+    categories = ["red", "green", "blue"]
+    model = _string_one_hot(tmp_path, categories, ignore_unknown=True)
+    for word in categories + ["pink"]:
+        expected = np.array([1.0 if c == word else 0.0 for c in categories])
+        np.testing.assert_array_equal(np.asarray(model.predict({"s": word})["v"]).ravel(), expected)
+
+
+def test_string_one_hot_encoder_unknown_fails(tmp_path):
+    model = _string_one_hot(tmp_path, ["a", "b"], ignore_unknown=False)
+    np.testing.assert_array_equal(np.asarray(model.predict({"s": "b"})["v"]).ravel(), [0.0, 1.0])
+    with pytest.raises(coremlrt.Error, match="not one of the encoder's categories"):
+        model.predict({"s": "c"})
+
+
+def test_string_input_elsewhere_is_still_refused(tmp_path):
+    spec = _spec([("s", "string")], [("y", ("array", 1))])
+    spec.scaler.shiftValue.append(1.0)
+    spec.scaler.scaleValue.append(1.0)
+    with pytest.raises(coremlrt.Error, match="string"):
+        _load(tmp_path, spec, "scaler_str")
