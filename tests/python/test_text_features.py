@@ -157,3 +157,42 @@ def test_string_input_elsewhere_is_still_refused(tmp_path):
     spec.scaler.scaleValue.append(1.0)
     with pytest.raises(coremlrt.Error, match="string"):
         _load(tmp_path, spec, "scaler_str")
+
+
+def test_engine_checks_the_code_it_is_given(tmp_path):
+    # A C++ caller encodes strings itself (Model::input_vocabulary); a code outside the
+    # vocabulary fails rather than reading past the model's keys.
+    model = _string_to_int64(tmp_path, {"a": 1, "b": 2}, 0)
+    assert model._model.input_vocabulary("s") == (["a", "b"], False)
+    assert int(model._model.predict({"s": np.array(1, dtype=np.int64)}, None)["k"]) == 2
+    with pytest.raises(coremlrt.Error, match="outside"):
+        model._model.predict({"s": np.array(2, dtype=np.int64)}, None)
+
+
+def test_string_imputer_is_refused_with_its_reason(tmp_path):
+    spec = _spec([("s", "string")], [("t", "string")])
+    spec.imputer.imputedStringValue = "x"
+    spec.imputer.replaceStringValue = ""
+    with pytest.raises(coremlrt.Error, match="imputer: .*string"):
+        _load(tmp_path, spec, "imputer_str")
+
+
+def test_pipeline_string_input_read_without_a_vocabulary_is_refused(tmp_path):
+    from coremltools.models.pipeline import Pipeline
+
+    pipe = Pipeline([("s", datatypes.String())], [("k", datatypes.Int64())])
+    mapping = _spec([("s", "string")], [("k", "int64")])
+    mapping.categoricalMapping.stringToInt64Map.map["a"] = 4
+    mapping.categoricalMapping.int64Value = -2
+    pipe.add_model(mapping)
+    model = _load(tmp_path, pipe.spec, "pipe_ok")
+    assert [int(model.predict({"s": w})["k"]) for w in ["a", "z"]] == [4, -2]
+    # The same string read by a scaler stage as well: no single encoding, refused.
+    pipe = Pipeline([("s", datatypes.String())], [("k", datatypes.Int64()), ("y", datatypes.Array(1))])
+    pipe.add_model(mapping)
+    scaler = _spec([("s", "string")], [("y", ("array", 1))])
+    scaler.scaler.shiftValue.append(0.0)
+    scaler.scaler.scaleValue.append(1.0)
+    pipe.add_model(scaler)
+    with pytest.raises(coremlrt.Error, match="input 's' is a string feature"):
+        _load(tmp_path, pipe.spec, "pipe_two_readers")
