@@ -99,6 +99,10 @@ class Model {
     bool integer_keys = false;
   };
   const InputVocabulary& input_vocabulary(const std::string& input) const;
+  // String outputs other than a classifier's label (categoricalMapping from int64): predict()
+  // returns such an output as an int64 scalar, an index into the strings this returns; empty
+  // for an output that is not such a string.
+  const std::vector<std::string>& output_vocabulary(const std::string& output) const;
 
   // Checks every input against the function's declared names, dtypes and shapes, then
   // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is

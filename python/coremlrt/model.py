@@ -330,6 +330,13 @@ class MLModel:
         self._inputs = {f["name"]: f for f in function["inputs"]}
         self._classifier = _classifier_layout(function, list(self._model.class_labels))
         self._vocabularies = {}
+        # String outputs the engine returns as codes (Model::output_vocabulary), decoded here.
+        self._string_outputs = {}
+        for feature in function["outputs"]:
+            if feature["kind"] == "string":
+                strings = list(self._model.output_vocabulary(feature["name"]))
+                if strings:
+                    self._string_outputs[feature["name"]] = strings
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -474,6 +481,9 @@ class MLModel:
         for name, value in outputs.items():
             if value.dtype == np.float16:
                 outputs[name] = value.astype(np.float32)
+        for name, strings in self._string_outputs.items():
+            if name in outputs:
+                outputs[name] = strings[int(outputs[name])]
         if self._classifier is not None:
             label_name, probabilities_name, labels = self._classifier
             if label_name in outputs:

@@ -253,6 +253,7 @@ class PyModel {
   std::vector<std::string> class_labels() const { return model_->class_labels(); }
   // A string or dictionary input's vocabulary (Model::input_vocabulary()): model.py encodes a
   // str or dict with it. (entries, integer_keys).
+  std::vector<std::string> output_vocabulary(const std::string& name) const { return model_->output_vocabulary(name); }
   nb::tuple input_vocabulary(const std::string& name) const {
     const Model::InputVocabulary& v = model_->input_vocabulary(name);
     return nb::make_tuple(v.entries, v.integer_keys);
@@ -330,6 +331,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("weight_bytes", &PyModel::weight_bytes)
       .def_prop_ro("class_labels", &PyModel::class_labels)
       .def("input_vocabulary", &PyModel::input_vocabulary)
+      .def("output_vocabulary", &PyModel::output_vocabulary)
       .def("make_state", &PyModel::make_state)
       .def("predict", &PyModel::predict, nb::arg("inputs"), nb::arg("state").none() = nb::none());
   nb::class_<PyState>(m, "State")

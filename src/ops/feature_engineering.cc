@@ -231,6 +231,30 @@ std::unique_ptr<Kernel> make_string_to_int64(KernelBuilder& b) {
   });
 }
 
+// categoricalMapping from int64 to strings. A string output leaves the engine as a code too:
+// the index into the op's `output_vocabulary` (the mapped strings in key order, then the
+// default for a key not mapped), which Model::output_vocabulary() hands to the caller.
+std::unique_ptr<Kernel> make_int64_to_string(KernelBuilder& b) {
+  const Tensor keys = constant_tensor(b, "keys", DType::Int64, 1);
+  const ir::ConstValue* vocabulary = b.constant("output_vocabulary");
+  b.check(vocabulary != nullptr && vocabulary->type.dtype == DType::String &&
+              static_cast<int64_t>(vocabulary->strings.size()) == keys.numel() + 1,
+          "needs a string constant 'output_vocabulary' of one entry per key and the default");
+  b.check(b.input_type("x").dtype == DType::Int64, "x must be int64, got ", b.input_type("x").str());
+  b.check(b.output_type(0).dtype == DType::Int64 && b.output_type(0).rank == 0, "output must be an int64 scalar");
+  const int x = b.input("x");
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& t = ctx.input(x);
+    if (t.numel() != 1) ctx.fail("x must hold one value, got ", shape_str(t.shape));
+    const int64_t key = t.ptr<int64_t>()[0];  // read as int64: a double would round beyond 2^53
+    const int64_t* k = keys.ptr<int64_t>();
+    int64_t code = keys.numel();  // the default
+    for (int64_t i = 0; i < keys.numel(); ++i)
+      if (k[i] == key) code = i;
+    ctx.allocate_output(0, DType::Int64, {}).ptr<int64_t>()[0] = code;
+  });
+}
+
 // oneHotEncoder over string categories: 1 at the string's place in the vocabulary (the
 // categories in order). A string not among them fails, or gives all zeros under IgnoreUnknown.
 std::unique_ptr<Kernel> make_string_one_hot(KernelBuilder& b) {
@@ -268,6 +292,7 @@ void register_feature_engineering_kernels(KernelRegistry& registry) {
   registry.add("array_feature_extractor", kNumbers, make_array_feature_extractor);
   registry.add("one_hot_encoder", kNumbers, make_one_hot);
   registry.add("string_to_int64", kNumbers, make_string_to_int64);
+  registry.add("int64_to_string", kNumbers, make_int64_to_string);
   registry.add("string_one_hot_encoder", kNumbers, make_string_one_hot);
   registry.add("dict_vectorizer", kNumbers, make_dict_vectorizer);
 }

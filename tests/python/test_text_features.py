@@ -118,12 +118,48 @@ def test_categorical_mapping_refusals(tmp_path):
         _string_to_int64(tmp_path, {"a": 1}, None)
     spec = _spec([("k", "int64")], [("s", "string")])
     spec.categoricalMapping.int64ToStringMap.map[1] = "a"
-    spec.categoricalMapping.strValue = "?"
-    with pytest.raises(coremlrt.Error, match="maps int64 to strings"):
+    spec.categoricalMapping.int64Value = 0
+    with pytest.raises(coremlrt.Error, match="strValue"):
         _load(tmp_path, spec, "cm_int")
     model = _string_to_int64(tmp_path, {"a": 1}, 0)
     with pytest.raises(coremlrt.Error, match="string feature"):
         model.predict({"s": 1})
+
+
+def _int64_to_string(tmp_path, mapping, default, name="cm_int"):
+    spec = _spec([("k", "int64")], [("s", "string")])
+    spec.categoricalMapping.int64ToStringMap.SetInParent()
+    for key, value in mapping.items():
+        spec.categoricalMapping.int64ToStringMap.map[key] = value
+    spec.categoricalMapping.strValue = default
+    return _load(tmp_path, spec, name)
+
+
+def test_categorical_mapping_int64_to_string_with_default(tmp_path):
+    mapping = {3: "three", -8: "minus eight", (1 << 62) + 1: "huge", 0: ""}
+    model = _int64_to_string(tmp_path, mapping, "other")
+    for key in [3, -8, (1 << 62) + 1, 1 << 62, 0, 4]:  # 2^62 and 2^62+1 are one double apart: not here
+        got = model.predict({"k": key})["s"]
+        assert isinstance(got, str) and got == mapping.get(key, "other"), key
+    assert _int64_to_string(tmp_path, {}, "none", "cm_empty").predict({"k": 5})["s"] == "none"
+
+
+def test_string_round_trip_through_a_pipeline_is_refused(tmp_path):
+    # int64 -> string -> int64: the string leaves the first stage as a code into its own
+    # vocabulary, which the second stage's vocabulary does not share.
+    from coremltools.models.pipeline import Pipeline
+
+    pipe = Pipeline([("k", datatypes.Int64())], [("j", datatypes.Int64())])
+    first = _spec([("k", "int64")], [("s", "string")])
+    first.categoricalMapping.int64ToStringMap.map[1] = "a"
+    first.categoricalMapping.strValue = "?"
+    second = _spec([("s", "string")], [("j", "int64")])
+    second.categoricalMapping.stringToInt64Map.map["a"] = 7
+    second.categoricalMapping.int64Value = 0
+    pipe.add_model(first)
+    pipe.add_model(second)
+    with pytest.raises(coremlrt.Error, match="string output"):
+        _load(tmp_path, pipe.spec, "round_trip")
 
 
 # -- oneHotEncoder over strings ----------------------------------------------------------------

@@ -4,8 +4,9 @@
 // the `vocabulary` constant of the op that reads it (ops/feature_engineering.cc says how);
 // Model::input_vocabulary() hands that vocabulary to a caller, who encodes its strings and
 // dictionaries with it. Each model compares strings only with its own keys, so the encoding
-// loses nothing. A string output (categoricalMapping from int64) is refused: this engine
-// returns strings only as a classifier's label.
+// loses nothing. A string output (categoricalMapping from int64) leaves as a code into the
+// op's `output_vocabulary` (Model::output_vocabulary()); a string imputer, whose output may be
+// any input string, cannot be carried so and is refused (imputer_reader.cc).
 #include <algorithm>
 
 #include "classic_feature.pb.h"
@@ -28,6 +29,37 @@ void require_distinct(std::vector<std::string> keys, const char* model_type) {
   std::sort(keys.begin(), keys.end());
   auto twice = std::adjacent_find(keys.begin(), keys.end());
   COREMLRT_CHECK(twice == keys.end(), model_type, ": key '", *twice, "' is listed twice");
+}
+
+// int64 -> string: the output is a code into the op's output vocabulary (the mapped strings in
+// key order, then the default), decoded by the caller (Model::output_vocabulary()).
+ir::Program read_int64_to_string(const spec::CategoricalMapping& mapping, const FunctionDescription& description) {
+  const FeatureDescription& input = single_input(description, "categoricalMapping");
+  COREMLRT_CHECK(input.kind == FeatureKind::Int64, "categoricalMapping: input '", input.name, "' is a ",
+                 feature_kind_name(input.kind), " feature; a map from int64 takes an int64 (a sequence of int64 is "
+                 "not supported by this build)");
+  COREMLRT_CHECK(mapping.ValueOnUnknown_case() == spec::CategoricalMapping::kStrValue,
+                 "categoricalMapping: a map from int64 needs strValue, the string for an unknown key; the model ",
+                 mapping.ValueOnUnknown_case() == spec::CategoricalMapping::kInt64Value ? "gives an int64" : "gives none");
+  COREMLRT_CHECK(description.outputs.size() == 1 && description.outputs.front().kind == FeatureKind::String,
+                 "categoricalMapping: a map from int64 has one string output");
+  std::vector<std::pair<int64_t, std::string>> entries(mapping.int64tostringmap().map().begin(),
+                                                       mapping.int64tostringmap().map().end());
+  std::sort(entries.begin(), entries.end());  // a protobuf map has no order
+  std::vector<int64_t> keys;
+  std::vector<std::string> strings;
+  for (const auto& [key, text] : entries) {
+    keys.push_back(key);
+    strings.push_back(text);
+  }
+  strings.push_back(mapping.strvalue());
+  PredictorProgram program(description, "categoricalMapping");
+  const auto n = static_cast<int64_t>(keys.size());
+  std::string value = program.transformer_output_value();
+  program.add_model_op("int64_to_string", {{"keys", i64_tensor(keys, {n})}, {"output_vocabulary", string_vector(strings)}},
+                       tensor_type(DType::Int64, {}), value);
+  program.finish_transformer(value);
+  return program.take();
 }
 
 }  // namespace
@@ -68,9 +100,8 @@ ir::Program read_dict_vectorizer(const std::string& serialized, const FunctionDe
 ir::Program read_categorical_mapping(const std::string& serialized, const FunctionDescription& description) {
   spec::CategoricalMapping mapping;
   COREMLRT_CHECK(mapping.ParseFromString(serialized), "categoricalMapping: the message does not parse");
-  COREMLRT_CHECK(mapping.MappingType_case() != spec::CategoricalMapping::kInt64ToStringMap,
-                 "categoricalMapping: it maps int64 to strings, and this build returns a string output only as a "
-                 "classifier's label");
+  if (mapping.MappingType_case() == spec::CategoricalMapping::kInt64ToStringMap)
+    return read_int64_to_string(mapping, description);
   COREMLRT_CHECK(mapping.MappingType_case() == spec::CategoricalMapping::kStringToInt64Map,
                  "categoricalMapping: the model gives no map");
   const FeatureDescription& input = single_input(description, "categoricalMapping");
