@@ -86,6 +86,24 @@ class Model {
   // in function()) says which type the labels have.
   const std::vector<std::string>& class_labels() const;
 
+  // String and dictionary input features (dictVectorizer, categoricalMapping, oneHotEncoder
+  // over strings). The engine's tensors hold no strings, so predict() takes such an input as
+  // numbers over the vocabulary of the op that reads it, which this returns (integer keys in
+  // decimal, `integer_keys` set):
+  //   a string:     an int64 scalar, the string's index in `entries`, or -1 when absent;
+  //   a dictionary: a float64 vector of entries.size() values, the value of entries[i] at
+  //                 place i, 0 where the dictionary lacks the key (keys not in entries dropped).
+  // Throws Error when `input` is not such a feature.
+  struct InputVocabulary {
+    std::vector<std::string> entries;
+    bool integer_keys = false;
+  };
+  const InputVocabulary& input_vocabulary(const std::string& input) const;
+  // String outputs other than a classifier's label (categoricalMapping from int64): predict()
+  // returns such an output as an int64 scalar, an index into the strings this returns; empty
+  // for an output that is not such a string.
+  const std::vector<std::string>& output_vocabulary(const std::string& output) const;
+
   // Checks every input against the function's declared names, dtypes and shapes, then
   // runs it. Throws Error for a missing, unknown or mistyped input; on error nothing is
   // returned and no state is changed. A function that declares states needs `state`

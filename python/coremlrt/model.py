@@ -110,6 +110,38 @@ def _convert_number(name, value, kind):
     return np.array(array.reshape(()), dtype=np.float64 if kind == "double" else np.int64)  # 0-d, contiguous
 
 
+def _encode_string(name, value, vocabulary):
+    """A string feature's value as the engine takes it (``Model::input_vocabulary``): its
+    index in the vocabulary of the op that reads it, -1 for a string the model does not know."""
+    if not isinstance(value, str):
+        raise Error(f"input '{name}' is a string feature; got {type(value).__name__}")
+    index, _ = vocabulary
+    return np.array(index.get(value, -1), dtype=np.int64)
+
+
+def _encode_dictionary(name, value, vocabulary):
+    """A dictionary feature's value as the engine takes it: float64 values laid out over the
+    vocabulary (0 for a key the dictionary lacks; keys the model does not list are dropped,
+    as dictVectorizer drops them)."""
+    if not isinstance(value, dict):
+        raise Error(f"input '{name}' is a dictionary feature; got {type(value).__name__}")
+    index, integer_keys = vocabulary
+    out = np.zeros(len(index), dtype=np.float64)
+    for key, number in value.items():
+        if integer_keys:
+            if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+                raise Error(f"input '{name}' is a dictionary with int64 keys; got the key {key!r}")
+            key = str(int(key))
+        elif not isinstance(key, str):
+            raise Error(f"input '{name}' is a dictionary with string keys; got the key {key!r}")
+        if isinstance(number, (bool, np.bool_)) or not isinstance(number, (int, float, np.integer, np.floating)):
+            raise Error(f"input '{name}': the value of key {key!r} is {type(number).__name__}, not a number")
+        place = index.get(key)
+        if place is not None:
+            out[place] = float(number)
+    return out
+
+
 def _convert_image(name, value, feature):
     """PIL image or uint8 [H, W, C] array -> float32 [1, C, H, W] in the model's channel order."""
     if hasattr(value, "mode") and hasattr(value, "size") and hasattr(value, "convert"):  # PIL.Image
@@ -297,6 +329,14 @@ class MLModel:
         self._function = function
         self._inputs = {f["name"]: f for f in function["inputs"]}
         self._classifier = _classifier_layout(function, list(self._model.class_labels))
+        self._vocabularies = {}
+        # String outputs the engine returns as codes (Model::output_vocabulary), decoded here.
+        self._string_outputs = {}
+        for feature in function["outputs"]:
+            if feature["kind"] == "string":
+                strings = list(self._model.output_vocabulary(feature["name"]))
+                if strings:
+                    self._string_outputs[feature["name"]] = strings
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -397,6 +437,15 @@ class MLModel:
         the event loop (the engine releases the GIL while it computes)."""
         return await asyncio.get_running_loop().run_in_executor(None, self.predict, data, state)
 
+    def _vocabulary(self, name):
+        """({entry: index}, integer_keys) of a string or dictionary input, built once."""
+        vocabulary = self._vocabularies.get(name)
+        if vocabulary is None:
+            entries, integer_keys = self._model.input_vocabulary(name)
+            vocabulary = ({entry: i for i, entry in enumerate(entries)}, integer_keys)
+            self._vocabularies[name] = vocabulary  # a benign race: every thread builds the same
+        return vocabulary
+
     def _predict_one(self, data, state):
         try:
             return self._predict_unnamed(data, state)
@@ -418,6 +467,10 @@ class MLModel:
                 arrays[name], zero_copy = _convert(name, value, feature)
             elif feature["kind"] in ("double", "int64"):  # a number: the engine takes a 0-d array
                 arrays[name], zero_copy = _convert_number(name, value, feature["kind"]), False
+            elif feature["kind"] == "string":
+                arrays[name], zero_copy = _encode_string(name, value, self._vocabulary(name)), False
+            elif feature["kind"] == "dictionary":
+                arrays[name], zero_copy = _encode_dictionary(name, value, self._vocabulary(name)), False
             else:
                 raise Error(f"input '{name}' is a {feature['kind']} feature, which this build cannot take yet")
             in_place += zero_copy
@@ -428,6 +481,9 @@ class MLModel:
         for name, value in outputs.items():
             if value.dtype == np.float16:
                 outputs[name] = value.astype(np.float32)
+        for name, strings in self._string_outputs.items():
+            if name in outputs:
+                outputs[name] = strings[int(outputs[name])]
         if self._classifier is not None:
             label_name, probabilities_name, labels = self._classifier
             if label_name in outputs:

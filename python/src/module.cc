@@ -251,6 +251,13 @@ class PyModel {
   // Classifier labels (Model::class_labels()): model.py maps classify's class index and
   // probability vector to coremltools' label and {label: probability} dictionary with them.
   std::vector<std::string> class_labels() const { return model_->class_labels(); }
+  // A string or dictionary input's vocabulary (Model::input_vocabulary()): model.py encodes a
+  // str or dict with it. (entries, integer_keys).
+  std::vector<std::string> output_vocabulary(const std::string& name) const { return model_->output_vocabulary(name); }
+  nb::tuple input_vocabulary(const std::string& name) const {
+    const Model::InputVocabulary& v = model_->input_vocabulary(name);
+    return nb::make_tuple(v.entries, v.integer_keys);
+  }
 
   PyState make_state() const { return PyState(model_->make_state()); }
 
@@ -323,6 +330,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("function_name", &PyModel::function_name)
       .def_prop_ro("weight_bytes", &PyModel::weight_bytes)
       .def_prop_ro("class_labels", &PyModel::class_labels)
+      .def("input_vocabulary", &PyModel::input_vocabulary)
+      .def("output_vocabulary", &PyModel::output_vocabulary)
       .def("make_state", &PyModel::make_state)
       .def("predict", &PyModel::predict, nb::arg("inputs"), nb::arg("state").none() = nb::none());
   nb::class_<PyState>(m, "State")

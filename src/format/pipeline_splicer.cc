@@ -156,10 +156,15 @@ class Splicer {
         if (f.name == input.name) declared = &f;
       COREMLRT_CHECK(declared, model_type_, ", ", stage, ": reads '", input.name,
                      "', which is neither an input of the pipeline nor an output of an earlier stage");
-      COREMLRT_CHECK(declared->kind != FeatureKind::String && declared->kind != FeatureKind::Dictionary &&
-                         declared->kind != FeatureKind::Sequence,
+      // A string or dictionary input takes the numeric form its reading stage declares (a code
+      // or a dense vector over that stage's vocabulary; format/classic/text_feature_readers.cc);
+      // Model::input_vocabulary fails the load unless exactly one op with a vocabulary reads it.
+      COREMLRT_CHECK(declared->kind != FeatureKind::Sequence, model_type_, ": input '", input.name,
+                     "' is a sequence feature; this build takes no sequence inputs");
+      COREMLRT_CHECK((declared->kind != FeatureKind::String && declared->kind != FeatureKind::Dictionary) ||
+                         input.type.kind == ir::TypeKind::Tensor,
                      model_type_, ": input '", input.name, "' is a ", feature_kind_name(declared->kind),
-                     " feature; this build takes no string, dictionary or sequence inputs");
+                     " feature that ", stage, " cannot take");
       // A number or multi-array input takes the type the pipeline declares (a stage expecting
       // another gets a cast or reshape below); any other (an image) the type its first reader expects.
       const ir::ValueType type = declared_type(*declared).value_or(input.type);

@@ -371,7 +371,12 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
                             const std::string& type, bool stage, ValueReader* values) {
   if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values);
   const FunctionDescription& d = description;
-  if (!stage && model.Type_case() != spec::Model::kNeuralNetwork) {
+  // dictVectorizer, categoricalMapping and oneHotEncoder check their own inputs: a string or
+  // dictionary reaches them as numbers over their vocabulary (format/classic/text_feature_readers.cc).
+  const bool reads_text = model.Type_case() == spec::Model::kDictVectorizer ||
+                          model.Type_case() == spec::Model::kCategoricalMapping ||
+                          model.Type_case() == spec::Model::kOneHotEncoder;
+  if (!stage && !reads_text && model.Type_case() != spec::Model::kNeuralNetwork) {
     for (const FeatureDescription& f : d.inputs)
       COREMLRT_CHECK(f.kind != FeatureKind::String && f.kind != FeatureKind::Dictionary &&
                          f.kind != FeatureKind::Sequence,
@@ -423,10 +428,8 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
       break;
     case spec::Model::kOneHotEncoder: out = classic::read_one_hot_encoder(model.onehotencoder(), d); break;
     case spec::Model::kIdentity: out = classic::read_identity(d); break;
-    case spec::Model::kDictVectorizer:
-      fail("dictVectorizer: its input is a dictionary, and this build takes no dictionary features");
-    case spec::Model::kCategoricalMapping:
-      fail("categoricalMapping: it maps strings and integers, and this build takes no string features");
+    case spec::Model::kDictVectorizer: out = classic::read_dict_vectorizer(model.dictvectorizer(), d); break;
+    case spec::Model::kCategoricalMapping: out = classic::read_categorical_mapping(model.categoricalmapping(), d); break;
     default: fail("model type '", type, "' is not supported by this build");
   }
   if (!stage) {

@@ -192,6 +192,96 @@ std::unique_ptr<Kernel> make_one_hot(KernelBuilder& b) {
   });
 }
 
+// String and dictionary input features (format/classic/text_feature_readers.cc) reach the
+// engine as numbers, because its tensors hold none of either: a string as its int64 code, the
+// index of that string in the op's `vocabulary` constant (-1 for a string not in it), and a
+// dictionary as fp64 [vocabulary size], the value of each vocabulary key at its place (keys not
+// in the vocabulary dropped). The caller encodes them (Model::input_vocabulary(); the Python
+// layer does it for a str or dict). This is exact, not an approximation, because these models
+// only ever compare a string with their own keys. A code outside [-1, size) fails.
+int64_t read_code(const KernelContext& ctx, const FeatureVector& features, int64_t size) {
+  const double x = features.read(ctx)[0];
+  if (!(x >= -1 && x < static_cast<double>(size) && std::floor(x) == x))
+    ctx.fail("string code ", x, " is outside [-1, ", size, "): not an index into the model's vocabulary");
+  return static_cast<int64_t>(x);
+}
+
+int64_t vocabulary_size(KernelBuilder& b) {
+  const ir::ConstValue* vocabulary = b.constant("vocabulary");
+  b.check(vocabulary != nullptr && vocabulary->type.dtype == DType::String && vocabulary->type.rank == 1,
+          "needs a 1-D string constant 'vocabulary'");
+  return static_cast<int64_t>(vocabulary->strings.size());
+}
+
+// categoricalMapping from strings to int64: values[code], or `default` for a string not mapped.
+std::unique_ptr<Kernel> make_string_to_int64(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  const Tensor values = constant_tensor(b, "values", DType::Int64, 1);
+  const Tensor fallback = constant_tensor(b, "default", DType::Int64, 1);
+  b.check(values.numel() == n, "has ", values.numel(), " values for ", n, " keys");
+  b.check(fallback.numel() == 1, "default must be one value");
+  // Written as int64 directly: a double (OutputWriter) would round values beyond 2^53.
+  b.check(b.output_type(0).dtype == DType::Int64 && b.output_type(0).rank == 0, "output must be an int64 scalar, "
+          "declared ", b.output_type(0).str());
+  FeatureVector features(b, 1);
+  return make_kernel([=](KernelContext& ctx) {
+    const int64_t code = read_code(ctx, features, n);
+    const int64_t v = code < 0 ? fallback.ptr<int64_t>()[0] : values.ptr<int64_t>()[code];
+    ctx.allocate_output(0, DType::Int64, {}).ptr<int64_t>()[0] = v;
+  });
+}
+
+// categoricalMapping from int64 to strings. A string output leaves the engine as a code too:
+// the index into the op's `output_vocabulary` (the mapped strings in key order, then the
+// default for a key not mapped), which Model::output_vocabulary() hands to the caller.
+std::unique_ptr<Kernel> make_int64_to_string(KernelBuilder& b) {
+  const Tensor keys = constant_tensor(b, "keys", DType::Int64, 1);
+  const ir::ConstValue* vocabulary = b.constant("output_vocabulary");
+  b.check(vocabulary != nullptr && vocabulary->type.dtype == DType::String &&
+              static_cast<int64_t>(vocabulary->strings.size()) == keys.numel() + 1,
+          "needs a string constant 'output_vocabulary' of one entry per key and the default");
+  b.check(b.input_type("x").dtype == DType::Int64, "x must be int64, got ", b.input_type("x").str());
+  b.check(b.output_type(0).dtype == DType::Int64 && b.output_type(0).rank == 0, "output must be an int64 scalar");
+  const int x = b.input("x");
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& t = ctx.input(x);
+    if (t.numel() != 1) ctx.fail("x must hold one value, got ", shape_str(t.shape));
+    const int64_t key = t.ptr<int64_t>()[0];  // read as int64: a double would round beyond 2^53
+    const int64_t* k = keys.ptr<int64_t>();
+    int64_t code = keys.numel();  // the default
+    for (int64_t i = 0; i < keys.numel(); ++i)
+      if (k[i] == key) code = i;
+    ctx.allocate_output(0, DType::Int64, {}).ptr<int64_t>()[0] = code;
+  });
+}
+
+// oneHotEncoder over string categories: 1 at the string's place in the vocabulary (the
+// categories in order). A string not among them fails, or gives all zeros under IgnoreUnknown.
+std::unique_ptr<Kernel> make_string_one_hot(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  const bool ignore_unknown = b.const_bool("ignore_unknown");
+  OutputWriter writer(b);
+  b.check(writer.size() == n, "has ", n, " categories for an output of ", writer.size());
+  FeatureVector features(b, 1);
+  return make_kernel([=](KernelContext& ctx) {
+    const int64_t code = read_code(ctx, features, n);
+    if (code < 0 && !ignore_unknown) ctx.fail("the string is not one of the encoder's categories");
+    std::vector<double> out(static_cast<size_t>(n), 0.0);
+    if (code >= 0) out[static_cast<size_t>(code)] = 1.0;
+    writer.write(ctx, out);
+  });
+}
+
+// dictVectorizer: its input dictionary arrives already laid out over its vocabulary (the
+// model's keys), which is exactly its output; this writes it in the output's declared dtype.
+std::unique_ptr<Kernel> make_dict_vectorizer(KernelBuilder& b) {
+  const int64_t n = vocabulary_size(b);
+  OutputWriter writer(b);
+  b.check(writer.size() == n, "has ", n, " keys for an output of ", writer.size());
+  FeatureVector features(b, n);
+  return make_kernel([=](KernelContext& ctx) { writer.write(ctx, features.read(ctx)); });
+}
+
 }  // namespace
 
 void register_feature_engineering_kernels(KernelRegistry& registry) {
@@ -201,6 +291,10 @@ void register_feature_engineering_kernels(KernelRegistry& registry) {
   registry.add("feature_vectorizer", kNumbers, make_feature_vectorizer);
   registry.add("array_feature_extractor", kNumbers, make_array_feature_extractor);
   registry.add("one_hot_encoder", kNumbers, make_one_hot);
+  registry.add("string_to_int64", kNumbers, make_string_to_int64);
+  registry.add("int64_to_string", kNumbers, make_int64_to_string);
+  registry.add("string_one_hot_encoder", kNumbers, make_string_one_hot);
+  registry.add("dict_vectorizer", kNumbers, make_dict_vectorizer);
 }
 
 }  // namespace coremlrt::ops

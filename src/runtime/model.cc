@@ -27,6 +27,8 @@ struct Model::Impl {
   int threads = 0;  // LoadOptions::threads: caps the intra-op pool per prediction (ops/thread_pool.h)
   std::unique_ptr<runtime::Plan> plan;
   std::vector<std::string> class_labels;  // from the classify op, if any (class_labels())
+  std::map<std::string, Model::InputVocabulary> vocabularies;  // string and dictionary inputs
+  std::map<std::string, std::vector<std::string>> output_vocabularies;  // string outputs as codes
   // Declared after the plan so that it is destroyed (and its reaper joined) first.
   mutable std::unique_ptr<runtime::ContextPool> contexts;
   std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
@@ -121,6 +123,63 @@ std::vector<std::string> read_class_labels(const ir::Function& function, const s
   return {};
 }
 
+// The vocabulary of every string or dictionary input: the `vocabulary` constant of the one op
+// that reads it (src/ops/feature_engineering.cc, format/classic/text_feature_readers.cc).
+// An input read otherwise, or by several ops, has no single encoding and fails the load.
+std::map<std::string, Model::InputVocabulary> read_vocabularies(const ir::Function& function,
+                                                                const FunctionDescription& description,
+                                                                const std::string& where) {
+  std::map<std::string, Model::InputVocabulary> out;
+  for (const FeatureDescription& feature : description.inputs) {
+    if (feature.kind != FeatureKind::String && feature.kind != FeatureKind::Dictionary) continue;
+    int readers = 0;
+    const ir::Operation* reader = nullptr;
+    for (const ir::Operation& op : function.block.operations)
+      for (const auto& [param, bindings] : op.inputs)
+        for (const ir::Binding& b : bindings)
+          if (b.name == feature.name) ++readers, reader = &op;
+    const ir::ConstValue* vocabulary = nullptr;
+    const ir::ConstValue* integer_keys = nullptr;
+    if (readers == 1) {
+      for (const auto& [param, bindings] : reader->inputs) {
+        if (bindings.size() != 1 || !bindings[0].value) continue;
+        if (param == "vocabulary") vocabulary = bindings[0].value.get();
+        if (param == "integer_keys") integer_keys = bindings[0].value.get();
+      }
+    }
+    COREMLRT_CHECK(vocabulary && vocabulary->type.dtype == DType::String, where, ": input '", feature.name, "' is a ",
+                   feature_kind_name(feature.kind), " feature, which this build takes only as the input of one "
+                   "dictVectorizer, categoricalMapping or oneHotEncoder");
+    Model::InputVocabulary& v = out[feature.name];
+    v.entries = vocabulary->strings;
+    v.integer_keys = integer_keys && integer_keys->tensor.dtype == DType::Int32 && integer_keys->tensor.ptr<int32_t>()[0];
+  }
+  return out;
+}
+
+// The string outputs carried as codes: the outputs of ops with an `output_vocabulary` constant
+// (src/ops/feature_engineering.cc). Such a code means nothing to another op (a reader expecting
+// a string takes a code into its own vocabulary), so it may only leave the function.
+std::map<std::string, std::vector<std::string>> read_output_vocabularies(const ir::Function& function,
+                                                                         const std::string& where) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const ir::Operation& op : function.block.operations) {
+    auto it = op.inputs.find("output_vocabulary");
+    if (it == op.inputs.end() || it->second.size() != 1 || !it->second[0].value) continue;
+    const std::string& name = op.outputs.at(0).name;
+    for (const ir::Operation& reader : function.block.operations)
+      for (const auto& [param, bindings] : reader.inputs)
+        for (const ir::Binding& b : bindings)
+          COREMLRT_CHECK(b.name != name, where, ": '", name, "' is a string output of ", op.describe(), ", read by ",
+                         reader.describe(), "; this build passes strings from one model to another only as inputs");
+    const auto& outputs = function.block.outputs;
+    COREMLRT_CHECK(std::find(outputs.begin(), outputs.end(), name) != outputs.end(), where, ": '", name,
+                   "', a string output of ", op.describe(), ", is not an output of the function");
+    out[name] = it->second[0].value->strings;
+  }
+  return out;
+}
+
 void count_ops(const ir::Block& block, const ir::Function& function, const ops::KernelRegistry& registry,
                FunctionReport& report) {
   for (const ir::Operation& op : block.operations) {
@@ -160,7 +219,8 @@ bool is_classic_predictor(const std::string& type) {
   for (const char* known : {"glmRegressor", "glmClassifier", "supportVectorRegressor", "supportVectorClassifier",
                             "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier",
                             "pipeline", "pipelineClassifier", "pipelineRegressor", "scaler", "imputer",
-                            "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity"})
+                            "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity",
+                            "dictVectorizer", "categoricalMapping"})
     if (type == known) return true;
   return false;
 }
@@ -238,6 +298,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
     fail("model '", path, "': ", e.what());
   }
   impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
+  impl->vocabularies = read_vocabularies(*impl->function, *impl->function_description,
+                                         "model '" + path + "', function '" + name + "'");
+  impl->output_vocabularies = read_output_vocabularies(*impl->function, "model '" + path + "', function '" + name + "'");
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 } catch (...) {
@@ -249,6 +312,17 @@ const FunctionDescription& Model::function() const { return *impl_->function_des
 const std::string& Model::path() const { return impl_->path; }
 size_t Model::weight_bytes() const { return impl_->loaded.weight_bytes; }
 const std::vector<std::string>& Model::class_labels() const { return impl_->class_labels; }
+const std::vector<std::string>& Model::output_vocabulary(const std::string& output) const {
+  static const std::vector<std::string> none;
+  auto it = impl_->output_vocabularies.find(output);
+  return it == impl_->output_vocabularies.end() ? none : it->second;
+}
+const Model::InputVocabulary& Model::input_vocabulary(const std::string& input) const {
+  auto it = impl_->vocabularies.find(input);
+  COREMLRT_CHECK(it != impl_->vocabularies.end(), impl_->where(), ": input '", input,
+                 "' is not a string or dictionary feature");
+  return it->second;
+}
 
 ModelStats Model::stats() const {
   runtime::ContextPoolStats pool = impl_->contexts->stats();

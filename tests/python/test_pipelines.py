@@ -225,21 +225,20 @@ def test_imputer_with_a_given_missing_value(tmp_path):
     assert np.isnan(out[2])  # only the given value is missing
 
 
-def test_string_and_dictionary_features_are_refused_with_their_reason(tmp_path):
-    vectorizer = _feature_model([("d", datatypes.Dictionary(datatypes.String()))], [("v", datatypes.Array(2))])
-    vectorizer.dictVectorizer.stringToIndex.vector.extend(["a", "b"])
+def test_string_and_dictionary_features_are_refused_where_no_vocabulary_reads_them(tmp_path):
+    # String and dictionary inputs run through dictVectorizer, categoricalMapping and string
+    # oneHotEncoder (tests/python/test_text_features.py); any other reader is refused.
+    scaler = _feature_model([("d", datatypes.Dictionary(datatypes.String()))], [("v", datatypes.Array(2))])
+    scaler.scaler.shiftValue.extend([0.0])
+    scaler.scaler.scaleValue.extend([1.0])
     with pytest.raises(coremlrt.Error, match="input 'd' is a dictionary feature"):
-        coremlrt.MLModel(_save(tmp_path, vectorizer, "dict_vectorizer"))
-    encoder = _feature_model([("c", datatypes.String())], [("v", datatypes.Array(2))])
-    encoder.oneHotEncoder.stringCategories.vector.extend(["p", "q"])
-    with pytest.raises(coremlrt.Error, match="input .c. is a string feature"):
-        coremlrt.MLModel(_save(tmp_path, encoder, "string_onehot"))
+        coremlrt.MLModel(_save(tmp_path, scaler, "dict_scaler"))
     # Inside a pipeline the stage itself says why.
     pipe = Pipeline([("v", datatypes.Double())], [("w", datatypes.Array(1))])
     mapping = _feature_model([("v", datatypes.Double())], [("w", datatypes.Array(1))])
     mapping.categoricalMapping.int64Value = 3
     pipe.add_model(mapping)
-    with pytest.raises(coremlrt.Error, match="categoricalMapping.*string"):
+    with pytest.raises(coremlrt.Error, match="categoricalMapping.*no map"):
         coremlrt.MLModel(_save(tmp_path, pipe.spec, "categorical_mapping"))
 
 

@@ -1,7 +1,9 @@
 // imputer (Model field 601): every input element equal to the replaced value (NaN when none is
 // given, or the given NaN: any NaN) becomes the imputed value for its place, computed by the
-// `imputer` op (src/ops/feature_engineering.cc). Numbers only: a string value, string
-// replacement or dictionary imputation is refused, as string and dictionary inputs are.
+// `imputer` op (src/ops/feature_engineering.cc). Numbers only: a string imputer returns a
+// string, and this engine returns strings only as a classifier's label (string inputs reach it
+// as codes, format/classic/text_feature_readers.cc); dictionary imputation returns a dictionary,
+// which a model on its own does not return either. Both are refused.
 #include <limits>
 
 #include "classic_feature.pb.h"
@@ -27,10 +29,12 @@ ir::Program read_imputer(const std::string& serialized, const FunctionDescriptio
       for (int64_t v : imputer.imputedint64array().vector()) imputed.push_back(static_cast<double>(v));
       break;
     case spec::Imputer::kImputedStringValue:
+      fail("imputer: imputing a string gives a string output, and this build returns strings only as a "
+           "classifier's label");
     case spec::Imputer::kImputedStringDictionary:
     case spec::Imputer::kImputedInt64Dictionary:
-      fail("imputer: imputing strings or dictionaries is not supported by this build (string and dictionary "
-           "features are not)");
+      fail("imputer: imputing dictionaries is not supported by this build (it returns dictionaries only as a "
+           "classifier's class probabilities)");
     default: fail("imputer: the model gives no imputed value");
   }
   double missing = std::numeric_limits<double>::quiet_NaN();
@@ -38,7 +42,8 @@ ir::Program read_imputer(const std::string& serialized, const FunctionDescriptio
     case spec::Imputer::kReplaceDoubleValue: missing = imputer.replacedoublevalue(); break;
     case spec::Imputer::kReplaceInt64Value: missing = static_cast<double>(imputer.replaceint64value()); break;
     case spec::Imputer::kReplaceStringValue:
-      fail("imputer: replacing a string value is not supported by this build (string features are not)");
+      fail("imputer: replacing a string value gives a string output, and this build returns strings only as a "
+           "classifier's label");
     default: break;
   }
   int64_t count = program.feature_count();

@@ -56,9 +56,15 @@ ir::ValueType input_type(const FeatureDescription& feature, const std::string& m
       return tensor_type(feature.dtype, std::move(dims));
     }
     case FeatureKind::Dictionary:
-      // Only a pipeline stage meets one: a one-hot encoder's sparse output, carried densely
-      // (ops/feature_engineering.cc). Dictionary inputs of a model are refused at load.
+      // Carried densely: a one-hot encoder's sparse output inside a pipeline, or a
+      // dictVectorizer's input laid out over its keys (ops/feature_engineering.cc).
+      // format/spec_reader.cc lets no other model take a dictionary input.
       return tensor_type(DType::Float64, {-1});
+    case FeatureKind::String:
+      // Carried as its int64 code in the vocabulary of the op that reads it
+      // (ops/feature_engineering.cc); format/spec_reader.cc lets only the models with such an
+      // op (categoricalMapping, oneHotEncoder over strings) take a string input.
+      return tensor_type(DType::Int64, {});
     default:
       fail(model_type, ": input '", feature.name, "' is a ", feature_kind_name(feature.kind),
            " feature; this model type takes multi-array, double or int64 inputs");
@@ -82,6 +88,18 @@ Const string_scalar(const std::string& value) {
   out->type = tensor_type(DType::String, {});
   out->tensor = Tensor::empty(DType::String, {});
   out->strings = {value};
+  return out;
+}
+
+Const i64_tensor(std::vector<int64_t> values, std::vector<int64_t> dims) {
+  return constant_tensor(DType::Int64, values, std::move(dims));
+}
+Const string_vector(std::vector<std::string> values) {
+  const auto n = static_cast<int64_t>(values.size());
+  auto out = std::make_shared<ir::ConstValue>();
+  out->type = tensor_type(DType::String, {n});
+  out->tensor = Tensor::empty(DType::String, {n});
+  out->strings = std::move(values);
   return out;
 }
 

@@ -32,6 +32,8 @@ Const f32_tensor(std::vector<float> values, std::vector<int64_t> dims);
 Const i32_tensor(std::vector<int32_t> values, std::vector<int64_t> dims);
 Const i32_scalar(int32_t value);
 Const string_scalar(const std::string& value);
+Const i64_tensor(std::vector<int64_t> values, std::vector<int64_t> dims);
+Const string_vector(std::vector<std::string> values);
 
 // Class labels as classify's `classes` constant: strings or int64 values.
 struct Labels {
@@ -127,5 +129,7 @@ ir::Program read_feature_vectorizer(const std::string& serialized, const Functio
 ir::Program read_array_feature_extractor(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_one_hot_encoder(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_identity(const FunctionDescription& description);
+ir::Program read_dict_vectorizer(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_categorical_mapping(const std::string& serialized, const FunctionDescription& description);
 
 }  // namespace coremlrt::format::classic
