@@ -22,6 +22,7 @@ const LayerTable& layer_table() {
     register_elementwise_layers(out);
     register_reduction_layers(out);
     register_matrix_layers(out);
+    register_control_flow_layers(out);
     return out;
   }();
   return table;

@@ -109,6 +109,31 @@ class LayerContext {
   // Makes `value` the new value of output blob `index`. A value the layer's own ops made is
   // renamed after the blob; any other (an input passed through) is given an identity op.
   virtual void set_output(int index, const Value& value) = 0;
+
+  // Control flow over nested networks (control_flow_layers.cc). A nested network reads and
+  // writes the enclosing network's blobs; its layers are translated into a separate list of
+  // ops that becomes a block of a `cond` or `while_loop` op.
+  struct NestedNetwork {
+    std::vector<ir::Operation> ops;
+    std::map<std::string, Value> written;  // each blob its layers write -> its last value
+  };
+  // Translates `network` with `bindings` overriding blob values (block inputs, say); the
+  // enclosing blobs are left as they were. `where` names the network in refusals ("ifBranch").
+  virtual NestedNetwork translate_network(const nn::NeuralNetwork& network, const std::map<std::string, Value>& bindings,
+                                          const std::string& where) = 0;
+  // The current value of a blob; nullopt when no input or earlier layer made it.
+  virtual std::optional<Value> blob(const std::string& name) const = 0;
+  // Every blob the layers of `network` (and of networks nested in them) write.
+  virtual std::vector<std::string> blobs_written(const nn::NeuralNetwork& network) const = 0;
+  // A name no blob and no other value has.
+  virtual std::string fresh_name() = 0;
+  // Adds a fully built op (one with blocks) to the layer's ops.
+  virtual void emit_op(ir::Operation op) = 0;
+  // Makes `value`, made by this layer's ops, the new value of `blob` (one the layer's nested
+  // networks write).
+  virtual void define_blob(const std::string& blob, const Value& value) = 0;
+  // Makes a blob unreadable by later layers, with the reason a reader is refused.
+  virtual void hide_blob(const std::string& blob, const std::string& reason) = 0;
 };
 
 using LayerTranslateFn = void (*)(LayerContext&);
@@ -125,6 +150,7 @@ const LayerTable& refusal_table();
 void register_activation_layers(LayerTable& table);
 void register_linear_layers(LayerTable& table);
 void register_recurrent_layers(LayerTable& table);
+void register_control_flow_layers(LayerTable& table);
 void register_control_flow_refusals(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
 void register_conv_layers(LayerTable& table);

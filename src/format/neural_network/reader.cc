@@ -13,6 +13,7 @@
 #include "format/neural_network/image_inputs.h"
 #include "format/neural_network/layer_translator.h"
 #include "nn_classifier.pb.h"
+#include "nn_control_flow.pb.h"
 
 namespace coremlrt::format {
 
@@ -48,6 +49,33 @@ LayerKind layer_kind(const nn::NeuralNetworkLayer& layer) {
   return {};
 }
 
+// The networks nested in a branch (605) or loop (615) layer; none for other kinds.
+std::vector<nn::NeuralNetwork> nested_networks(const nn::NeuralNetworkLayer& layer) {
+  const LayerKind kind = layer_kind(layer);
+  if (kind.field == 605) {
+    nn::BranchLayerParams params;
+    if (params.ParseFromString(kind.params)) return {params.ifbranch(), params.elsebranch()};
+  } else if (kind.field == 615) {
+    nn::LoopLayerParams params;
+    if (params.ParseFromString(kind.params)) return {params.conditionnetwork(), params.bodynetwork()};
+  }
+  return {};
+}
+
+// The blobs a layer defines: its outputs and, for a control-flow layer, every blob its nested
+// networks write (Core ML makes those visible after the layer).
+void collect_written(const nn::NeuralNetworkLayer& layer, std::set<std::string>& out) {
+  out.insert(layer.output().begin(), layer.output().end());
+  for (const auto& network : nested_networks(layer))
+    for (const auto& nested : network.layers()) collect_written(nested, out);
+}
+
+std::set<std::string> written_by(const nn::NeuralNetworkLayer& layer) {
+  std::set<std::string> out;
+  collect_written(layer, out);
+  return out;
+}
+
 std::string kind_name(int field) { return field ? network_layer_type_name(field) : "none"; }
 
 std::string runnable_kinds() {
@@ -69,7 +97,7 @@ class Translator final : public LayerContext {
     image_rank5_ = network.imageinputshapemapping() != nn::RANK4_IMAGE_MAPPING;
     rank5_ = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING && (image_rank5_ || !has_image_inputs);
     for (const auto& layer : network.layers())
-      for (const auto& blob : layer.output()) {
+      for (const auto& blob : written_by(layer)) {
         ++definitions_left_[blob];
         reserved_.insert(blob);
       }
@@ -201,6 +229,10 @@ class Translator final : public LayerContext {
   // Adds the layer's ops and returns true, or throws LayerRefused. A layer that reads the
   // output of a refused layer is judged by its kind alone and returns false.
   bool translate(const nn::NeuralNetworkLayer& layer) {
+    return translate_into(layer, function_.block.operations);
+  }
+
+  bool translate_into(const nn::NeuralNetworkLayer& layer, std::vector<ir::Operation>& sink) {
     layer_ = &layer;
     const LayerKind kind = layer_kind(layer);
     params_ = &kind.params;
@@ -216,6 +248,7 @@ class Translator final : public LayerContext {
       }
       bool inputs_known = true;
       for (const auto& name : layer.input()) {
+        if (auto hidden = hidden_.find(name); hidden != hidden_.end()) refuse("reads blob '", name, "', ", hidden->second);
         auto blob = blobs_.find(name);
         if (blob == blobs_.end()) refuse("reads blob '", name, "', which no input or earlier layer produces");
         if (!blob->second) inputs_known = false;
@@ -225,18 +258,21 @@ class Translator final : public LayerContext {
         for (const auto& model_input : function_.inputs)
           if (model_input.name == output) refuse("overwrites the model input '", output, "'");
       if (!inputs_known) {
-        for (const auto& blob : layer.output()) define_unknown(blob);
+        for (const auto& blob : written_by(layer)) define_unknown(blob);
         return false;
       }
       entry->second(*this);
       for (int i = 0; i < layer.output_size(); ++i)
         if (!outputs_set_[i]) refuse("its translation does not define output '", layer.output(i), "'");
     } catch (const LayerRefused&) {
-      for (const auto& blob : layer.output()) define_unknown(blob);
+      for (const auto& blob : written_by(layer)) define_unknown(blob);
       throw;
     }
-    for (auto& op : ops_) function_.block.operations.push_back(std::move(op));
-    for (auto& [blob, value] : pending_) blobs_[blob] = std::move(value);
+    for (auto& op : ops_) sink.push_back(std::move(op));
+    for (auto& [blob, value] : pending_) {
+      hidden_.erase(blob);
+      blobs_[blob] = std::move(value);
+    }
     pending_.clear();
     return true;
   }
@@ -274,9 +310,19 @@ class Translator final : public LayerContext {
   void set_output(int index, const Value& value) override {
     require(index >= 0 && index < layer_->output_size() && !outputs_set_[index], "defines output ", index, " twice or out of range");
     outputs_set_[index] = true;
-    const std::string& blob = layer_->output(index);
-    const int left = --definitions_left_[blob];
-    const std::string target = left == 0 ? blob : blob + "@" + std::to_string(left);
+    define_blob(layer_->output(index), value);
+  }
+
+  // The last definition of a blob of the outer network carries the blob's name; the values a
+  // nested network gives its blobs live inside blocks and take fresh names.
+  void define_blob(const std::string& blob, const Value& value) override {
+    std::string target;
+    if (depth_ > 0) {
+      target = fresh_name();
+    } else {
+      const int left = --definitions_left_[blob];
+      target = left == 0 ? blob : blob + "@" + std::to_string(left);
+    }
     bool renamed = false;
     if (!value.name.empty())
       for (auto& op : ops_)
@@ -299,6 +345,86 @@ class Translator final : public LayerContext {
       ops_.push_back(std::move(copy));
     }
     pending_.emplace_back(blob, Value{target, nullptr, value.type});
+  }
+
+  NestedNetwork translate_network(const nn::NeuralNetwork& network, const std::map<std::string, Value>& bindings,
+                                  const std::string& where) override {
+    require(depth_ < 16, "nests control-flow layers more than 16 deep");
+    // The enclosing layer's state, restored when the nested layers are done.
+    const nn::NeuralNetworkLayer* layer = layer_;
+    const std::string* params = params_;
+    std::vector<Value> inputs = inputs_;
+    std::vector<ir::Operation> ops = std::move(ops_);
+    auto pending = std::move(pending_);
+    std::vector<bool> outputs_set = outputs_set_;
+    const auto blobs = blobs_;
+    const auto hidden = hidden_;
+    for (const auto& [blob, value] : bindings) {
+      blobs_[blob] = value;
+      hidden_.erase(blob);
+    }
+    ++depth_;
+    NestedNetwork out;
+    auto restore = [&] {
+      --depth_;
+      layer_ = layer;
+      params_ = params;
+      inputs_ = std::move(inputs);
+      ops_ = std::move(ops);
+      pending_ = std::move(pending);
+      outputs_set_ = std::move(outputs_set);
+      blobs_ = blobs;
+      hidden_ = hidden;
+    };
+    try {
+      std::set<std::string> written;
+      for (const auto& nested : network.layers()) {
+        const std::string label = "layer '" + nested.name() + "' (" + kind_name(layer_kind(nested).field) + ") of its " + where;
+        try {
+          if (!translate_into(nested, out.ops)) refuse(label, " reads a blob made by a layer that cannot run");
+        } catch (const LayerRefused& refused) {
+          if (refused.reason.rfind("layer '", 0) == 0) throw;
+          refuse(label, ": ", refused.reason);
+        }
+        collect_written(nested, written);
+      }
+      for (const auto& blob : written) {
+        auto value = blobs_.find(blob);
+        require(value != blobs_.end() && value->second, "its ", where, " leaves blob '", blob, "' undefined");
+        out.written.emplace(blob, *value->second);
+      }
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+    return out;
+  }
+
+  std::optional<Value> blob(const std::string& name) const override {
+    if (hidden_.count(name)) return std::nullopt;
+    return blob_value(name);
+  }
+
+  std::vector<std::string> blobs_written(const nn::NeuralNetwork& network) const override {
+    std::set<std::string> out;
+    for (const auto& layer : network.layers()) collect_written(layer, out);
+    return {out.begin(), out.end()};
+  }
+
+  std::string fresh_name() override {
+    std::string name;
+    do name = layer_->name() + "#" + std::to_string(fresh_++);
+    while (reserved_.count(name));
+    reserved_.insert(name);
+    return name;
+  }
+
+  void emit_op(ir::Operation op) override { ops_.push_back(std::move(op)); }
+
+  void hide_blob(const std::string& blob, const std::string& reason) override {
+    if (depth_ == 0) --definitions_left_[blob];
+    hidden_[blob] = reason;
   }
 
  private:
@@ -341,7 +467,7 @@ class Translator final : public LayerContext {
   }
 
   void define_unknown(const std::string& blob) {
-    --definitions_left_[blob];
+    if (depth_ == 0) --definitions_left_[blob];
     blobs_[blob] = std::nullopt;
   }
 
@@ -351,6 +477,8 @@ class Translator final : public LayerContext {
   std::map<std::string, int> definitions_left_;
   std::set<std::string> reserved_;                        // every blob name, and fresh names given out
   std::map<std::string, std::optional<Value>> blobs_;     // nullopt: made by a layer that cannot run
+  std::map<std::string, std::string> hidden_;             // blobs later layers may not read, and why
+  int depth_ = 0;                                         // how many control-flow layers enclose the layer
   // The layer being translated.
   const nn::NeuralNetworkLayer* layer_ = nullptr;
   const std::string* params_ = nullptr;
