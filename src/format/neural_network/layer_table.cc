@@ -32,6 +32,7 @@ const LayerTable& refusal_table() {
   static const LayerTable table = [] {
     LayerTable out;
     register_control_flow_refusals(out);
+    register_random_refusals(out);
     return out;
   }();
   return table;

@@ -74,6 +74,12 @@ Value as_float_blob(LayerContext& layer, const Value& x);
 // through here.
 std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what);
 
+// innerProduct and batchedMatmul with int8DynamicQuantize: Core ML quantizes the input blob
+// to int8 at run time before multiplying by the int8 weights, by a scheme (scale, rounding,
+// saturation) the specification leaves undefined, so the results cannot be reproduced
+// exactly; the layer is refused rather than run in fp32 with the dequantized weights.
+[[noreturn]] void refuse_int8_dynamic_quantize();
+
 // The arguments of one op, by parameter name (a variadic parameter holds several values).
 using OpInputs = std::vector<std::pair<std::string, std::vector<Value>>>;
 
@@ -152,6 +158,7 @@ void register_linear_layers(LayerTable& table);
 void register_recurrent_layers(LayerTable& table);
 void register_control_flow_layers(LayerTable& table);
 void register_control_flow_refusals(LayerTable& table);
+void register_random_refusals(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
 void register_conv_layers(LayerTable& table);
 void register_pooling_layers(LayerTable& table);
