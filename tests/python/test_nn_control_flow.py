@@ -194,16 +194,71 @@ def test_blob_local_to_loop_is_refused_to_later_readers(tmp_path):
         save(tmp_path, b).predict({"data": np.ones(1, np.float32)})
 
 
-@pytest.mark.parametrize("kind", ["break", "continue"])
-def test_loop_break_and_continue_are_refused(tmp_path, kind):
-    b = top([("data", (1,))], ["output"])
+def exit_loop_model(tmp_path, kind, max_iterations=10, threshold=4.0):
+    """for up to max_iterations: output += 1; if output > threshold: loop{kind}; total += output."""
+    b = top([("data", (1,))], ["output", "total"])
     b.add_copy("init", input_name="data", output_name="output")
-    layer = b.add_loop("loop", max_iterations=3)
+    b.add_elementwise("zero", ["data"], "total", mode="MULTIPLY", alpha=0.0)
+    layer = b.add_loop("loop", max_iterations=max_iterations)
     body = nested(layer.loop.bodyNetwork)
     body.add_elementwise("inc", ["output"], "output", mode="ADD", alpha=1.0)
-    getattr(body, "add_loop_" + kind)("stop")
-    with pytest.raises(Exception, match=f"loop{kind.capitalize()} layers end a loop"):
-        save(tmp_path, b).predict({"data": np.ones(1, np.float32)})
+    body.add_greater_than("big", ["output"], "is_big", alpha=threshold)
+    branch = body.add_branch("check", "is_big")
+    getattr(nested(branch.branch.ifBranch), "add_loop_" + kind)("exit")
+    body.add_elementwise("sum", ["total", "output"], "total", mode="ADD")
+    return save(tmp_path, b)
+
+
+@pytest.mark.parametrize("kind", ["break", "continue"])
+@pytest.mark.parametrize("start", [0.0, 2.5, 7.0])
+def test_loop_break_and_continue(tmp_path, kind, start):
+    model = exit_loop_model(tmp_path, kind)
+    output, total = np.float32(start), np.float32(0.0)
+    for _ in range(10):
+        output = output + np.float32(1.0)
+        if output > 4.0:
+            if kind == "break":
+                break
+            continue
+        total = total + output
+    out = model.predict({"data": np.array([start], np.float32)})
+    np.testing.assert_allclose(out["output"], [output], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(out["total"], [total], rtol=RTOL, atol=ATOL)
+
+
+def test_break_in_while_loop_keeps_the_last_condition(tmp_path):
+    """while output < limit: output *= 2; if output > 20: break; steps += 1."""
+    b = top([("data", (1,)), ("limit", (1,))], ["output", "cond", "steps"])
+    b.add_copy("init", input_name="data", output_name="output")
+    b.add_elementwise("zero", ["data"], "steps", mode="MULTIPLY", alpha=0.0)
+    layer = b.add_loop("loop", condition="cond")
+    nested(layer.loop.conditionNetwork).add_less_than("test", ["output", "limit"], "cond")
+    body = nested(layer.loop.bodyNetwork)
+    body.add_elementwise("double", ["output"], "output", mode="MULTIPLY", alpha=2.0)
+    body.add_greater_than("big", ["output"], "is_big", alpha=20.0)
+    nested(body.add_branch("check", "is_big").branch.ifBranch).add_loop_break("stop")
+    body.add_elementwise("count", ["steps"], "steps", mode="ADD", alpha=1.0)
+    model = save(tmp_path, b)
+    for data, limit in ((1.0, 100.0), (1.0, 10.0), (50.0, 10.0)):
+        output, steps, cond = np.float32(data), 0.0, float(data < limit)
+        while output < limit:
+            output = output * np.float32(2.0)
+            if output > 20.0:
+                break
+            steps += 1
+            cond = float(output < limit)
+        out = model.predict({"data": np.array([data], np.float32), "limit": np.array([limit], np.float32)})
+        np.testing.assert_allclose(out["output"], [output], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(out["steps"], [steps])
+        np.testing.assert_allclose(out["cond"], [cond])
+
+
+def test_loop_break_outside_a_loop_is_refused(tmp_path):
+    b = top([("data", (1,)), ("cond", (1,))], ["output"])
+    b.add_copy("init", input_name="data", output_name="output")
+    nested(b.add_branch("branch", "cond").branch.ifBranch).add_loop_break("stop")
+    with pytest.raises(Exception, match="not inside the bodyNetwork of a loop layer"):
+        save(tmp_path, b).predict({"data": np.ones(1, np.float32), "cond": np.ones(1, np.float32)})
 
 
 def test_while_loop_that_never_ends_stops_at_the_iteration_cap(tmp_path):

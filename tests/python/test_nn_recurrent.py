@@ -307,13 +307,3 @@ def test_custom_layer_is_refused_by_class_name(tmp_path):
     message = refusal(builder, tmp_path)
     assert "'mine'" in message and "MyAppSwishLayer" in message
 
-
-def test_loop_break_is_refused_with_its_reason(tmp_path):
-    # Branch and loop layers run (tests/python/test_nn_control_flow.py); a loop body that
-    # ends midway does not.
-    builder = NeuralNetworkBuilder([("x", datatypes.Array(3))], [("x", datatypes.Array(3))],
-                                   disable_rank5_shape_mapping=True)
-    layer = builder.add_loop("repeat", max_iterations=3)
-    NeuralNetworkBuilder(nn_spec=layer.loop.bodyNetwork, disable_rank5_shape_mapping=True).add_loop_break("stop")
-    message = refusal(builder, tmp_path)
-    assert "'repeat'" in message and "loopBreak layers end a loop body midway" in message

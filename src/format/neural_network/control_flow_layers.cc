@@ -1,8 +1,8 @@
 // The control-flow layers: branch (a `cond` op over two nested networks) and loop (a
 // `while_loop` op), lowered onto the ops src/ops/control_flow.cc runs. Nested networks read
 // and write the enclosing network's blobs; the blobs they write are visible after the layer
-// (LayerContext::translate_network, reader.cc). Refused with reasons of their own: loopBreak,
-// loopContinue and custom layers.
+// (LayerContext::translate_network, reader.cc). loopBreak and loopContinue end a loop body
+// early through flags (layer_translator.h). Custom layers are refused with their class.
 #include <climits>
 #include <set>
 
@@ -157,6 +157,11 @@ void loop(LayerContext& layer) {
   std::set<std::string> written;
   for (const auto& blob : layer.blobs_written(params.bodynetwork())) written.insert(blob);
   for (const auto& blob : layer.blobs_written(params.conditionnetwork())) written.insert(blob);
+  // A body with loopBreak or loopContinue: a flag cleared at the start of every iteration
+  // stops the rest of the body (reader.cc wraps it in a branch on the flag), and a loop
+  // variable set by loopBreak stops the loop.
+  const bool exits = written.erase(kLoopExitBlob) > 0;
+  written.erase(kLoopBreakBlob);
   std::vector<std::string> vars;
   std::vector<Value> initial, inside;  // each loop variable's value as the loop starts, and in its blocks
   std::map<std::string, Value> bindings;
@@ -169,6 +174,13 @@ void loop(LayerContext& layer) {
     initial.push_back(*value);
     inside.push_back(Value{layer.fresh_name(), nullptr, value->type});
     bindings[blob] = inside.back();
+  }
+  const ir::ValueType flag_type = tensor_type(DType::Float32, {1});
+  if (exits) {
+    vars.push_back(kLoopBreakBlob);
+    initial.push_back(float_tensor({0.0f}, {1}));
+    inside.push_back(Value{layer.fresh_name(), nullptr, flag_type});
+    bindings[kLoopBreakBlob] = inside.back();
   }
   const Value counter{layer.fresh_name(), nullptr, tensor_type(DType::Int32, {})};
   if (bounded) {
@@ -189,15 +201,52 @@ void loop(LayerContext& layer) {
                             : below;
   }
 
+  if (exits) {
+    const Value broke = truth(layer, test_ops, bindings.at(kLoopBreakBlob));
+    const Value go_on = block_op(layer, test_ops, "logical_not", {{"x", {broke}}}, broke.type);
+    keep_going = block_op(layer, test_ops, "logical_and", {{"x", {*keep_going}}, {"y", {go_on}}},
+                          broadcast_type(keep_going->type, go_on.type));
+  }
+
   // Body block: the body network, the count, then the condition network on the new values.
-  NestedNetwork body = layer.translate_network(params.bodynetwork(), bindings, "bodyNetwork");
-  std::vector<ir::Operation> body_ops = std::move(body.ops);
+  std::vector<ir::Operation> body_ops;
+  std::map<std::string, Value> body_bindings = bindings;
+  if (exits)
+    body_bindings[kLoopExitBlob] = block_op(layer, body_ops, "identity", {{"x", {float_tensor({0.0f}, {1})}}}, flag_type);
+  NestedNetwork body = layer.translate_network(params.bodynetwork(), body_bindings, "bodyNetwork");
+  for (auto& op : body.ops) body_ops.push_back(std::move(op));
   std::map<std::string, Value> after = bindings;
-  for (const auto& [blob, value] : body.written) after[blob] = value;
+  for (const auto& [blob, value] : body.written)
+    if (blob != kLoopExitBlob) after[blob] = value;
   if (has_condition) {
     NestedNetwork again = layer.translate_network(params.conditionnetwork(), after, "conditionNetwork");
-    for (auto& op : again.ops) body_ops.push_back(std::move(op));
-    for (const auto& [blob, value] : again.written) after[blob] = value;
+    if (exits) {
+      // After a loopBreak the loop ends with the values it has: the condition network does
+      // not run again.
+      const Value broke = truth(layer, body_ops, after.at(kLoopBreakBlob));
+      std::vector<Value> kept, computed;
+      std::vector<std::string> blobs;
+      for (const auto& [blob, value] : again.written) {
+        blobs.push_back(blob);
+        kept.push_back(after.at(blob));
+        computed.push_back(value);
+      }
+      ir::Operation guard;
+      guard.type = "cond";
+      guard.name = layer.layer().name();
+      guard.inputs["pred"].push_back({broke.name, nullptr});
+      guard.blocks.push_back(make_block({}, kept));
+      guard.blocks.push_back(make_block(std::move(again.ops), computed));
+      for (size_t i = 0; i < blobs.size(); ++i) {
+        Value out{layer.fresh_name(), nullptr, joined_type(blobs[i], kept[i].type, computed[i].type)};
+        guard.outputs.push_back({out.name, out.type});
+        after[blobs[i]] = out;
+      }
+      body_ops.push_back(std::move(guard));
+    } else {
+      for (auto& op : again.ops) body_ops.push_back(std::move(op));
+      for (const auto& [blob, value] : again.written) after[blob] = value;
+    }
   }
   std::vector<Value> next;
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -227,20 +276,26 @@ void loop(LayerContext& layer) {
     results.push_back(out);
   }
   layer.emit_op(std::move(op));
-  for (size_t i = 0; i < vars.size(); ++i) layer.define_blob(vars[i], results[i]);
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (vars[i] != kLoopBreakBlob) layer.define_blob(vars[i], results[i]);
   for (const std::string& blob : written)
     if (!bindings.count(blob))
       layer.hide_blob(blob, "which loop layer '" + layer.layer().name() +
                                 "' defines inside its iterations only (it has no value before the loop)");
 }
 
-void loop_break(LayerContext&) {
-  refuse("loopBreak layers end a loop body midway; this build lowers loop bodies that run to their end only");
+// loopBreak ends the loop, loopContinue the iteration: both raise the flag that skips the
+// rest of the body; loopBreak also the one that ends the loop (see loop above).
+void loop_exit(LayerContext& layer, bool ends_loop) {
+  layer.expect_io(0, 0, 0);
+  require(layer.blob(kLoopExitBlob).has_value(), "is not inside the bodyNetwork of a loop layer");
+  const Value one = float_tensor({1.0f}, {1});
+  layer.define_blob(kLoopExitBlob, one);
+  if (ends_loop) layer.define_blob(kLoopBreakBlob, one);
 }
 
-void loop_continue(LayerContext&) {
-  refuse("loopContinue layers end a loop iteration midway; this build lowers loop bodies that run to their end only");
-}
+void loop_break(LayerContext& layer) { loop_exit(layer, true); }
+void loop_continue(LayerContext& layer) { loop_exit(layer, false); }
 
 // A custom layer's computation is code the app that ships the model supplies (an Objective-C
 // or Swift class of that name); the model file holds only its name and parameters.
@@ -255,12 +310,12 @@ void custom(LayerContext& layer) {
 void register_control_flow_layers(LayerTable& table) {
   table[605] = branch;
   table[615] = loop;
+  table[620] = loop_break;
+  table[625] = loop_continue;
 }
 
 void register_control_flow_refusals(LayerTable& table) {
   table[500] = custom;
-  table[620] = loop_break;
-  table[625] = loop_continue;
 }
 
 }  // namespace coremlrt::format::neural_network

@@ -62,6 +62,12 @@ Value string_scalar(const std::string& value);
 // stays unknown unless the other side's size decides it. Refuses shapes that cannot broadcast.
 ir::ValueType broadcast_type(const ir::ValueType& a, const ir::ValueType& b);
 
+// Pseudo-blobs through which loopBreak and loopContinue (control_flow_layers.cc) tell the
+// rest of their loop body to stop: 1 once the iteration ends early, and once the loop ends.
+// They live only inside a loop body and are not visible after the loop layer.
+inline constexpr char kLoopExitBlob[] = "#loop_exit";
+inline constexpr char kLoopBreakBlob[] = "#loop_break";
+
 class LayerContext;
 // x (bool or int32) as the fp32 blob the layer graph carries: true and false become 1 and 0.
 Value as_float_blob(LayerContext& layer, const Value& x);

@@ -5,6 +5,7 @@
 #include "format/neural_network/reader.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <set>
@@ -64,10 +65,44 @@ std::vector<nn::NeuralNetwork> nested_networks(const nn::NeuralNetworkLayer& lay
 
 // The blobs a layer defines: its outputs and, for a control-flow layer, every blob its nested
 // networks write (Core ML makes those visible after the layer).
+// loopBreak and loopContinue write the pseudo-blobs of their loop (layer_translator.h), which
+// a loop layer keeps to itself.
 void collect_written(const nn::NeuralNetworkLayer& layer, std::set<std::string>& out) {
   out.insert(layer.output().begin(), layer.output().end());
+  const int kind = layer_kind(layer).field;
+  if (kind == 620) out.insert({kLoopExitBlob, kLoopBreakBlob});
+  if (kind == 625) out.insert(kLoopExitBlob);
+  std::set<std::string> nested_out;
   for (const auto& network : nested_networks(layer))
-    for (const auto& nested : network.layers()) collect_written(nested, out);
+    for (const auto& nested : network.layers()) collect_written(nested, nested_out);
+  if (kind == 615) {
+    nested_out.erase(kLoopExitBlob);
+    nested_out.erase(kLoopBreakBlob);
+  }
+  out.insert(nested_out.begin(), nested_out.end());
+}
+
+// A branch layer on kLoopExitBlob whose elseBranch is layers [first, end) of `network`: the
+// rest of a loop body after a layer that may end the iteration runs only when it did not.
+nn::NeuralNetworkLayer rest_of_body(const nn::NeuralNetwork& network, int first, const std::string& after) {
+  nn::BranchLayerParams params;
+  params.mutable_ifbranch();
+  for (int i = first; i < network.layers_size(); ++i) *params.mutable_elsebranch()->add_layers() = network.layers(i);
+  nn::NeuralNetworkLayer frame;
+  frame.set_name(after + "#rest");
+  frame.add_input(kLoopExitBlob);
+  std::string bytes = frame.SerializeAsString();
+  const std::string member = params.SerializeAsString();
+  google::protobuf::io::StringOutputStream sink(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&sink);
+    out.WriteTag(WireFormatLite::MakeTag(605, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(static_cast<uint32_t>(member.size()));
+    out.WriteString(member);
+  }
+  nn::NeuralNetworkLayer layer;
+  require(layer.ParseFromString(bytes), "the rest of a loop body does not serialize");
+  return layer;
 }
 
 std::set<std::string> written_by(const nn::NeuralNetworkLayer& layer) {
@@ -378,7 +413,15 @@ class Translator final : public LayerContext {
     };
     try {
       std::set<std::string> written;
-      for (const auto& nested : network.layers()) {
+      for (int i = 0; i < network.layers_size(); ++i) {
+        const auto& nested = network.layers(i);
+        if (i > 0 && written.count(kLoopExitBlob)) {
+          // An earlier layer may have ended the iteration (loopBreak, loopContinue).
+          const nn::NeuralNetworkLayer rest = rest_of_body(network, i, network.layers(i - 1).name());
+          if (!translate_into(rest, out.ops)) refuse("the layers of its ", where, " after '", network.layers(i - 1).name(), "' read a blob made by a layer that cannot run");
+          collect_written(rest, written);
+          break;
+        }
         const std::string label = "layer '" + nested.name() + "' (" + kind_name(layer_kind(nested).field) + ") of its " + where;
         try {
           if (!translate_into(nested, out.ops)) refuse(label, " reads a blob made by a layer that cannot run");
