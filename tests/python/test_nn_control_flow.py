@@ -267,3 +267,30 @@ def test_while_loop_that_never_ends_stops_at_the_iteration_cap(tmp_path):
     inputs = {"data": np.array([-3.0], np.float32), "limit": np.array([0.0], np.float32)}  # falls forever
     with pytest.raises(Exception, match="max_loop_iterations"):
         model.predict(inputs)
+
+
+def test_break_ends_only_the_innermost_loop(tmp_path):
+    """for 3: c = 0; for up to 10: c += 1; if c > limit: break; total += c."""
+    b = top([("data", (1,)), ("limit", (1,))], ["total"])
+    b.add_elementwise("zero", ["data"], "total", mode="MULTIPLY", alpha=0.0)
+    outer = b.add_loop("outer", max_iterations=3)
+    outer_body = nested(outer.loop.bodyNetwork)
+    outer_body.add_elementwise("reset", ["data"], "c", mode="MULTIPLY", alpha=0.0)
+    inner = outer_body.add_loop("inner", max_iterations=10)
+    inner_body = nested(inner.loop.bodyNetwork)
+    inner_body.add_elementwise("inc", ["c"], "c", mode="ADD", alpha=1.0)
+    inner_body.add_greater_than("big", ["c", "limit"], "is_big")
+    nested(inner_body.add_branch("check", "is_big").branch.ifBranch).add_loop_break("stop")
+    inner_body.add_elementwise("sum", ["total", "c"], "total", mode="ADD")
+    model = save(tmp_path, b)
+    for limit in (0.0, 2.0, 20.0):
+        total = 0.0
+        for _ in range(3):
+            c = 0.0
+            for _ in range(10):
+                c += 1
+                if c > limit:
+                    break
+                total += c
+        out = model.predict({"data": np.ones(1, np.float32), "limit": np.array([limit], np.float32)})
+        np.testing.assert_allclose(out["total"], [total], rtol=RTOL, atol=ATOL)

@@ -76,6 +76,14 @@ void branch(LayerContext& layer) {
   std::set<std::string> blobs;
   for (const auto& [blob, value] : when_true.written) blobs.insert(blob);
   for (const auto& [blob, value] : when_false.written) blobs.insert(blob);
+  // A blob a branch leaves unreadable (an inner loop's local, say) stays so after the layer.
+  for (const NestedNetwork* side : {&when_true, &when_false})
+    for (const auto& [blob, reason] : side->hidden)
+      if (!blobs.count(blob)) {
+        blobs.insert(blob);
+        when_true.written.erase(blob);
+        when_false.written.erase(blob);
+      }
 
   // A blob one branch writes keeps its earlier value on the other path; one with no earlier
   // value is defined on one path only, and later layers may not read it.
@@ -85,6 +93,11 @@ void branch(LayerContext& layer) {
     const std::optional<Value> before = layer.blob(blob);
     auto t = when_true.written.find(blob);
     auto f = when_false.written.find(blob);
+    const NestedNetwork& hider = when_true.hidden.count(blob) ? when_true : when_false;
+    if (hider.hidden.count(blob)) {
+      layer.hide_blob(blob, hider.hidden.at(blob));
+      continue;
+    }
     if (!before && (t == when_true.written.end() || f == when_false.written.end())) {
       layer.hide_blob(blob, std::string("which only the ") + (t == when_true.written.end() ? "elseBranch" : "ifBranch") +
                                 " of branch layer '" + layer.layer().name() + "' defines");

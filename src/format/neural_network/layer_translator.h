@@ -128,6 +128,9 @@ class LayerContext {
   struct NestedNetwork {
     std::vector<ir::Operation> ops;
     std::map<std::string, Value> written;  // each blob its layers write -> its last value
+    // Blobs its layers write that later layers may not read (defined inside an inner loop's
+    // iterations or by one branch only), and why.
+    std::map<std::string, std::string> hidden;
   };
   // Translates `network` with `bindings` overriding blob values (block inputs, say); the
   // enclosing blobs are left as they were. `where` names the network in refusals ("ifBranch").

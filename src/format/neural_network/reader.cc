@@ -432,6 +432,10 @@ class Translator final : public LayerContext {
         collect_written(nested, written);
       }
       for (const auto& blob : written) {
+        if (auto reason = hidden_.find(blob); reason != hidden_.end()) {
+          out.hidden.emplace(blob, reason->second);
+          continue;
+        }
         auto value = blobs_.find(blob);
         require(value != blobs_.end() && value->second, "its ", where, " leaves blob '", blob, "' undefined");
         out.written.emplace(blob, *value->second);
