@@ -307,20 +307,3 @@ def test_custom_layer_is_refused_by_class_name(tmp_path):
     message = refusal(builder, tmp_path)
     assert "'mine'" in message and "MyAppSwishLayer" in message
 
-
-def test_branch_and_loop_are_refused_by_kind(tmp_path):
-    builder = NeuralNetworkBuilder([("x", datatypes.Array(3)), ("cond", datatypes.Array(1))],
-                                   [("y", datatypes.Array(3))], disable_rank5_shape_mapping=True)
-    layer = builder.add_branch("choose", "cond")
-    for body in (layer.branch.ifBranch, layer.branch.elseBranch):
-        NeuralNetworkBuilder(nn_spec=body, disable_rank5_shape_mapping=True).add_activation(
-            "act", "RELU", "x", "y")
-    message = refusal(builder, tmp_path)
-    assert "'choose'" in message and "branch layers" in message
-
-    builder = NeuralNetworkBuilder([("x", datatypes.Array(3))], [("x", datatypes.Array(3))],
-                                   disable_rank5_shape_mapping=True)
-    layer = builder.add_loop("repeat", max_iterations=3)
-    NeuralNetworkBuilder(nn_spec=layer.loop.bodyNetwork, disable_rank5_shape_mapping=True).add_loop_break("stop")
-    message = refusal(builder, tmp_path)
-    assert "'repeat'" in message and "loop layers" in message

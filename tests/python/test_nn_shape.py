@@ -228,6 +228,14 @@ def test_squeeze_expand_dims_transpose(tmp_path):
     check(got["transposed"], x.transpose(3, 1, 0, 2))
 
 
+@pytest.mark.parametrize("axis", [0, 1, 3, -1, -4])
+def test_stack(tmp_path, axis):
+    a, c, d = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3))
+    got = run_nd(tmp_path, {"a": a, "c": c, "d": d}, ("out",),
+                 lambda b: b.add_stack("stack", ["a", "c", "d"], "out", axis=axis))
+    check(got["out"], np.stack([a, c, d], axis=axis))
+
+
 def test_concat_nd_and_split_nd(tmp_path):
     a = rng.standard_normal((2, 3, 4)).astype(np.float32)
     c = rng.standard_normal((2, 3, 4)).astype(np.float32)

@@ -22,6 +22,7 @@ const LayerTable& layer_table() {
     register_elementwise_layers(out);
     register_reduction_layers(out);
     register_matrix_layers(out);
+    register_control_flow_layers(out);
     return out;
   }();
   return table;
@@ -31,6 +32,7 @@ const LayerTable& refusal_table() {
   static const LayerTable table = [] {
     LayerTable out;
     register_control_flow_refusals(out);
+    register_random_refusals(out);
     return out;
   }();
   return table;

@@ -62,6 +62,12 @@ Value string_scalar(const std::string& value);
 // stays unknown unless the other side's size decides it. Refuses shapes that cannot broadcast.
 ir::ValueType broadcast_type(const ir::ValueType& a, const ir::ValueType& b);
 
+// Pseudo-blobs through which loopBreak and loopContinue (control_flow_layers.cc) tell the
+// rest of their loop body to stop: 1 once the iteration ends early, and once the loop ends.
+// They live only inside a loop body and are not visible after the loop layer.
+inline constexpr char kLoopExitBlob[] = "#loop_exit";
+inline constexpr char kLoopBreakBlob[] = "#loop_break";
+
 class LayerContext;
 // x (bool or int32) as the fp32 blob the layer graph carries: true and false become 1 and 0.
 Value as_float_blob(LayerContext& layer, const Value& x);
@@ -73,6 +79,12 @@ Value as_float_blob(LayerContext& layer, const Value& x);
 // slice of the outermost axis, the output channels of every layer that reads weights
 // through here.
 std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what);
+
+// innerProduct and batchedMatmul with int8DynamicQuantize: Core ML quantizes the input blob
+// to int8 at run time before multiplying by the int8 weights, by a scheme (scale, rounding,
+// saturation) the specification leaves undefined, so the results cannot be reproduced
+// exactly; the layer is refused rather than run in fp32 with the dequantized weights.
+[[noreturn]] void refuse_int8_dynamic_quantize();
 
 // The arguments of one op, by parameter name (a variadic parameter holds several values).
 using OpInputs = std::vector<std::pair<std::string, std::vector<Value>>>;
@@ -109,6 +121,34 @@ class LayerContext {
   // Makes `value` the new value of output blob `index`. A value the layer's own ops made is
   // renamed after the blob; any other (an input passed through) is given an identity op.
   virtual void set_output(int index, const Value& value) = 0;
+
+  // Control flow over nested networks (control_flow_layers.cc). A nested network reads and
+  // writes the enclosing network's blobs; its layers are translated into a separate list of
+  // ops that becomes a block of a `cond` or `while_loop` op.
+  struct NestedNetwork {
+    std::vector<ir::Operation> ops;
+    std::map<std::string, Value> written;  // each blob its layers write -> its last value
+    // Blobs its layers write that later layers may not read (defined inside an inner loop's
+    // iterations or by one branch only), and why.
+    std::map<std::string, std::string> hidden;
+  };
+  // Translates `network` with `bindings` overriding blob values (block inputs, say); the
+  // enclosing blobs are left as they were. `where` names the network in refusals ("ifBranch").
+  virtual NestedNetwork translate_network(const nn::NeuralNetwork& network, const std::map<std::string, Value>& bindings,
+                                          const std::string& where) = 0;
+  // The current value of a blob; nullopt when no input or earlier layer made it.
+  virtual std::optional<Value> blob(const std::string& name) const = 0;
+  // Every blob the layers of `network` (and of networks nested in them) write.
+  virtual std::vector<std::string> blobs_written(const nn::NeuralNetwork& network) const = 0;
+  // A name no blob and no other value has.
+  virtual std::string fresh_name() = 0;
+  // Adds a fully built op (one with blocks) to the layer's ops.
+  virtual void emit_op(ir::Operation op) = 0;
+  // Makes `value`, made by this layer's ops, the new value of `blob` (one the layer's nested
+  // networks write).
+  virtual void define_blob(const std::string& blob, const Value& value) = 0;
+  // Makes a blob unreadable by later layers, with the reason a reader is refused.
+  virtual void hide_blob(const std::string& blob, const std::string& reason) = 0;
 };
 
 using LayerTranslateFn = void (*)(LayerContext&);
@@ -125,7 +165,9 @@ const LayerTable& refusal_table();
 void register_activation_layers(LayerTable& table);
 void register_linear_layers(LayerTable& table);
 void register_recurrent_layers(LayerTable& table);
+void register_control_flow_layers(LayerTable& table);
 void register_control_flow_refusals(LayerTable& table);
+void register_random_refusals(LayerTable& table);
 void register_softmax_layers(LayerTable& table);
 void register_conv_layers(LayerTable& table);
 void register_pooling_layers(LayerTable& table);

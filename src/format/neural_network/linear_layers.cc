@@ -36,7 +36,7 @@ void inner_product_folded(LayerContext& layer, OpInputs inputs, uint64_t in, uin
 void inner_product(LayerContext& layer) {
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::InnerProductLayerParams>();
-  require(!params.int8dynamicquantize(), "int8 dynamic quantization is not supported by this build");
+  if (params.int8dynamicquantize()) refuse_int8_dynamic_quantize();
   const uint64_t in = params.inputchannels(), out = params.outputchannels();
   require(in > 0 && out > 0, "has ", in, " input and ", out, " output channels");
   OpInputs inputs{{"x", {layer.input(0)}},

@@ -32,7 +32,7 @@ std::vector<float> transposed(const std::vector<float>& w, int64_t rows, int64_t
 void batched_matmul(LayerContext& layer) {
   layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::BatchedMatMulLayerParams>();
-  require(!params.int8dynamicquantize(), "int8 dynamic quantization is not supported by this build");
+  if (params.int8dynamicquantize()) refuse_int8_dynamic_quantize();
   if (layer.input_count() == 2) {
     // A vector A is a row [1, K] and a vector B a column [K, 1]; the product keeps those axes.
     auto as_matrix = [&](const Value& v, int64_t axis) {

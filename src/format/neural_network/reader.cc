@@ -5,6 +5,7 @@
 #include "format/neural_network/reader.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <set>
@@ -13,6 +14,7 @@
 #include "format/neural_network/image_inputs.h"
 #include "format/neural_network/layer_translator.h"
 #include "nn_classifier.pb.h"
+#include "nn_control_flow.pb.h"
 
 namespace coremlrt::format {
 
@@ -48,6 +50,67 @@ LayerKind layer_kind(const nn::NeuralNetworkLayer& layer) {
   return {};
 }
 
+// The networks nested in a branch (605) or loop (615) layer; none for other kinds.
+std::vector<nn::NeuralNetwork> nested_networks(const nn::NeuralNetworkLayer& layer) {
+  const LayerKind kind = layer_kind(layer);
+  if (kind.field == 605) {
+    nn::BranchLayerParams params;
+    if (params.ParseFromString(kind.params)) return {params.ifbranch(), params.elsebranch()};
+  } else if (kind.field == 615) {
+    nn::LoopLayerParams params;
+    if (params.ParseFromString(kind.params)) return {params.conditionnetwork(), params.bodynetwork()};
+  }
+  return {};
+}
+
+// The blobs a layer defines: its outputs and, for a control-flow layer, every blob its nested
+// networks write (Core ML makes those visible after the layer).
+// loopBreak and loopContinue write the pseudo-blobs of their loop (layer_translator.h), which
+// a loop layer keeps to itself.
+void collect_written(const nn::NeuralNetworkLayer& layer, std::set<std::string>& out) {
+  out.insert(layer.output().begin(), layer.output().end());
+  const int kind = layer_kind(layer).field;
+  if (kind == 620) out.insert({kLoopExitBlob, kLoopBreakBlob});
+  if (kind == 625) out.insert(kLoopExitBlob);
+  std::set<std::string> nested_out;
+  for (const auto& network : nested_networks(layer))
+    for (const auto& nested : network.layers()) collect_written(nested, nested_out);
+  if (kind == 615) {
+    nested_out.erase(kLoopExitBlob);
+    nested_out.erase(kLoopBreakBlob);
+  }
+  out.insert(nested_out.begin(), nested_out.end());
+}
+
+// A branch layer on kLoopExitBlob whose elseBranch is layers [first, end) of `network`: the
+// rest of a loop body after a layer that may end the iteration runs only when it did not.
+nn::NeuralNetworkLayer rest_of_body(const nn::NeuralNetwork& network, int first, const std::string& after) {
+  nn::BranchLayerParams params;
+  params.mutable_ifbranch();
+  for (int i = first; i < network.layers_size(); ++i) *params.mutable_elsebranch()->add_layers() = network.layers(i);
+  nn::NeuralNetworkLayer frame;
+  frame.set_name(after + "#rest");
+  frame.add_input(kLoopExitBlob);
+  std::string bytes = frame.SerializeAsString();
+  const std::string member = params.SerializeAsString();
+  google::protobuf::io::StringOutputStream sink(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&sink);
+    out.WriteTag(WireFormatLite::MakeTag(605, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(static_cast<uint32_t>(member.size()));
+    out.WriteString(member);
+  }
+  nn::NeuralNetworkLayer layer;
+  require(layer.ParseFromString(bytes), "the rest of a loop body does not serialize");
+  return layer;
+}
+
+std::set<std::string> written_by(const nn::NeuralNetworkLayer& layer) {
+  std::set<std::string> out;
+  collect_written(layer, out);
+  return out;
+}
+
 std::string kind_name(int field) { return field ? network_layer_type_name(field) : "none"; }
 
 std::string runnable_kinds() {
@@ -69,7 +132,7 @@ class Translator final : public LayerContext {
     image_rank5_ = network.imageinputshapemapping() != nn::RANK4_IMAGE_MAPPING;
     rank5_ = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING && (image_rank5_ || !has_image_inputs);
     for (const auto& layer : network.layers())
-      for (const auto& blob : layer.output()) {
+      for (const auto& blob : written_by(layer)) {
         ++definitions_left_[blob];
         reserved_.insert(blob);
       }
@@ -201,6 +264,10 @@ class Translator final : public LayerContext {
   // Adds the layer's ops and returns true, or throws LayerRefused. A layer that reads the
   // output of a refused layer is judged by its kind alone and returns false.
   bool translate(const nn::NeuralNetworkLayer& layer) {
+    return translate_into(layer, function_.block.operations);
+  }
+
+  bool translate_into(const nn::NeuralNetworkLayer& layer, std::vector<ir::Operation>& sink) {
     layer_ = &layer;
     const LayerKind kind = layer_kind(layer);
     params_ = &kind.params;
@@ -216,6 +283,7 @@ class Translator final : public LayerContext {
       }
       bool inputs_known = true;
       for (const auto& name : layer.input()) {
+        if (auto hidden = hidden_.find(name); hidden != hidden_.end()) refuse("reads blob '", name, "', ", hidden->second);
         auto blob = blobs_.find(name);
         if (blob == blobs_.end()) refuse("reads blob '", name, "', which no input or earlier layer produces");
         if (!blob->second) inputs_known = false;
@@ -225,18 +293,21 @@ class Translator final : public LayerContext {
         for (const auto& model_input : function_.inputs)
           if (model_input.name == output) refuse("overwrites the model input '", output, "'");
       if (!inputs_known) {
-        for (const auto& blob : layer.output()) define_unknown(blob);
+        for (const auto& blob : written_by(layer)) define_unknown(blob);
         return false;
       }
       entry->second(*this);
       for (int i = 0; i < layer.output_size(); ++i)
         if (!outputs_set_[i]) refuse("its translation does not define output '", layer.output(i), "'");
     } catch (const LayerRefused&) {
-      for (const auto& blob : layer.output()) define_unknown(blob);
+      for (const auto& blob : written_by(layer)) define_unknown(blob);
       throw;
     }
-    for (auto& op : ops_) function_.block.operations.push_back(std::move(op));
-    for (auto& [blob, value] : pending_) blobs_[blob] = std::move(value);
+    for (auto& op : ops_) sink.push_back(std::move(op));
+    for (auto& [blob, value] : pending_) {
+      hidden_.erase(blob);
+      blobs_[blob] = std::move(value);
+    }
     pending_.clear();
     return true;
   }
@@ -274,9 +345,19 @@ class Translator final : public LayerContext {
   void set_output(int index, const Value& value) override {
     require(index >= 0 && index < layer_->output_size() && !outputs_set_[index], "defines output ", index, " twice or out of range");
     outputs_set_[index] = true;
-    const std::string& blob = layer_->output(index);
-    const int left = --definitions_left_[blob];
-    const std::string target = left == 0 ? blob : blob + "@" + std::to_string(left);
+    define_blob(layer_->output(index), value);
+  }
+
+  // The last definition of a blob of the outer network carries the blob's name; the values a
+  // nested network gives its blobs live inside blocks and take fresh names.
+  void define_blob(const std::string& blob, const Value& value) override {
+    std::string target;
+    if (depth_ > 0) {
+      target = fresh_name();
+    } else {
+      const int left = --definitions_left_[blob];
+      target = left == 0 ? blob : blob + "@" + std::to_string(left);
+    }
     bool renamed = false;
     if (!value.name.empty())
       for (auto& op : ops_)
@@ -299,6 +380,98 @@ class Translator final : public LayerContext {
       ops_.push_back(std::move(copy));
     }
     pending_.emplace_back(blob, Value{target, nullptr, value.type});
+  }
+
+  NestedNetwork translate_network(const nn::NeuralNetwork& network, const std::map<std::string, Value>& bindings,
+                                  const std::string& where) override {
+    require(depth_ < 16, "nests control-flow layers more than 16 deep");
+    // The enclosing layer's state, restored when the nested layers are done.
+    const nn::NeuralNetworkLayer* layer = layer_;
+    const std::string* params = params_;
+    std::vector<Value> inputs = inputs_;
+    std::vector<ir::Operation> ops = std::move(ops_);
+    auto pending = std::move(pending_);
+    std::vector<bool> outputs_set = outputs_set_;
+    const auto blobs = blobs_;
+    const auto hidden = hidden_;
+    for (const auto& [blob, value] : bindings) {
+      blobs_[blob] = value;
+      hidden_.erase(blob);
+    }
+    ++depth_;
+    NestedNetwork out;
+    auto restore = [&] {
+      --depth_;
+      layer_ = layer;
+      params_ = params;
+      inputs_ = std::move(inputs);
+      ops_ = std::move(ops);
+      pending_ = std::move(pending);
+      outputs_set_ = std::move(outputs_set);
+      blobs_ = blobs;
+      hidden_ = hidden;
+    };
+    try {
+      std::set<std::string> written;
+      for (int i = 0; i < network.layers_size(); ++i) {
+        const auto& nested = network.layers(i);
+        if (i > 0 && written.count(kLoopExitBlob)) {
+          // An earlier layer may have ended the iteration (loopBreak, loopContinue).
+          const nn::NeuralNetworkLayer rest = rest_of_body(network, i, network.layers(i - 1).name());
+          if (!translate_into(rest, out.ops)) refuse("the layers of its ", where, " after '", network.layers(i - 1).name(), "' read a blob made by a layer that cannot run");
+          collect_written(rest, written);
+          break;
+        }
+        const std::string label = "layer '" + nested.name() + "' (" + kind_name(layer_kind(nested).field) + ") of its " + where;
+        try {
+          if (!translate_into(nested, out.ops)) refuse(label, " reads a blob made by a layer that cannot run");
+        } catch (const LayerRefused& refused) {
+          if (refused.reason.rfind("layer '", 0) == 0) throw;
+          refuse(label, ": ", refused.reason);
+        }
+        collect_written(nested, written);
+      }
+      for (const auto& blob : written) {
+        if (auto reason = hidden_.find(blob); reason != hidden_.end()) {
+          out.hidden.emplace(blob, reason->second);
+          continue;
+        }
+        auto value = blobs_.find(blob);
+        require(value != blobs_.end() && value->second, "its ", where, " leaves blob '", blob, "' undefined");
+        out.written.emplace(blob, *value->second);
+      }
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+    return out;
+  }
+
+  std::optional<Value> blob(const std::string& name) const override {
+    if (hidden_.count(name)) return std::nullopt;
+    return blob_value(name);
+  }
+
+  std::vector<std::string> blobs_written(const nn::NeuralNetwork& network) const override {
+    std::set<std::string> out;
+    for (const auto& layer : network.layers()) collect_written(layer, out);
+    return {out.begin(), out.end()};
+  }
+
+  std::string fresh_name() override {
+    std::string name;
+    do name = layer_->name() + "#" + std::to_string(fresh_++);
+    while (reserved_.count(name));
+    reserved_.insert(name);
+    return name;
+  }
+
+  void emit_op(ir::Operation op) override { ops_.push_back(std::move(op)); }
+
+  void hide_blob(const std::string& blob, const std::string& reason) override {
+    if (depth_ == 0) --definitions_left_[blob];
+    hidden_[blob] = reason;
   }
 
  private:
@@ -341,7 +514,7 @@ class Translator final : public LayerContext {
   }
 
   void define_unknown(const std::string& blob) {
-    --definitions_left_[blob];
+    if (depth_ == 0) --definitions_left_[blob];
     blobs_[blob] = std::nullopt;
   }
 
@@ -351,6 +524,8 @@ class Translator final : public LayerContext {
   std::map<std::string, int> definitions_left_;
   std::set<std::string> reserved_;                        // every blob name, and fresh names given out
   std::map<std::string, std::optional<Value>> blobs_;     // nullopt: made by a layer that cannot run
+  std::map<std::string, std::string> hidden_;             // blobs later layers may not read, and why
+  int depth_ = 0;                                         // how many control-flow layers enclose the layer
   // The layer being translated.
   const nn::NeuralNetworkLayer* layer_ = nullptr;
   const std::string* params_ = nullptr;

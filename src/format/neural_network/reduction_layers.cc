@@ -73,7 +73,10 @@ void legacy_reduce(LayerContext& layer) {
       return;
     }
     case R::ARGMAX: {
-      require(axes.size() == 1, "ARGMAX over several axes (CHW, HW) is not supported by this build");
+      // Over one axis the index is that axis's; over several the specification does not say
+      // how the index is numbered (coremltools' own tests leave CHW and HW out for ARGMAX).
+      require(axes.size() == 1, "ARGMAX over several axes (CHW, HW): the specification does not say how the index",
+              " over several axes is numbered, so this build runs ARGMAX over one axis (C, H or W) only");
       ir::ValueType type = reduced_type(x.type, axes, true);
       type.dtype = DType::Int32;
       const Value idx = layer.emit1("reduce_argmax", {{"x", {x}}, {"axis", {int_scalar(static_cast<int32_t>(axes[0]))}},

@@ -1,5 +1,5 @@
 // The rank-N data-movement layers of the exact-rank layout (NeuralNetwork.proto): copy,
-// reshapeStatic/Like/Dynamic, flattenTo2D, squeeze, expandDims, transpose, concatND, splitND,
+// reshapeStatic/Like/Dynamic, flattenTo2D, squeeze, expandDims, transpose, concatND, stack, splitND,
 // sliceStatic/Dynamic, slidingWindows, tile, getShape and constantPad. Each maps onto the op
 // of the same meaning; shapes read from blobs are cast from fp32 (shape_values.h).
 #include "format/neural_network/shape_values.h"
@@ -167,6 +167,29 @@ void concat_nd(LayerContext& layer) {
   }
   layer.set_output(0, layer.emit1("concat", {{"values", values}, {"axis", {int_scalar(static_cast<int32_t>(axis))}},
                                              {"interleave", {bool_scalar(params.interleave())}}},
+                                  tensor_type(first.type.dtype, dims)));
+}
+
+// Inputs of one shape joined along a new axis of size input_count.
+void stack_nd(LayerContext& layer) {
+  require_exact_layout(layer);
+  layer.expect_io(1, kManyInputs, 1);
+  const auto params = layer.parse_params<nn::StackLayerParams>();
+  const Value& first = ranked_input(layer, 0, 0);
+  const int64_t axis = positive_axis(params.axis(), first.type.rank + 1);
+  std::vector<Value> values;
+  std::vector<int64_t> dims = first.type.dims;
+  for (int i = 0; i < layer.input_count(); ++i) {
+    const Value& v = ranked_input(layer, i, first.type.rank, first.type.rank);
+    for (size_t d = 0; d < dims.size(); ++d) {
+      require(dims[d] < 0 || v.type.dims[d] < 0 || dims[d] == v.type.dims[d], "stacks inputs of different shapes, ",
+              first.type.str(), " and ", v.type.str());
+      if (dims[d] < 0) dims[d] = v.type.dims[d];
+    }
+    values.push_back(v);
+  }
+  dims.insert(dims.begin() + axis, layer.input_count());
+  layer.set_output(0, layer.emit1("stack", {{"values", values}, {"axis", {int_scalar(static_cast<int32_t>(axis))}}},
                                   tensor_type(first.type.dtype, dims)));
 }
 
@@ -405,6 +428,7 @@ void register_shape_nd_layers(LayerTable& table) {
   table[920] = tile;
   table[975] = split_nd;
   table[980] = concat_nd;
+  table[925] = stack_nd;
   table[985] = transpose_nd;
   table[995] = slice_static;
   table[1000] = slice_dynamic;

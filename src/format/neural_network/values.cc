@@ -146,6 +146,11 @@ Value as_float_blob(LayerContext& layer, const Value& x) {
   return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, type);
 }
 
+void refuse_int8_dynamic_quantize() {
+  refuse("int8DynamicQuantize: Core ML quantizes the input to int8 at run time by a scheme the specification does not",
+         " define (scale, rounding, saturation), so its results cannot be reproduced exactly");
+}
+
 void LayerContext::expect_io(int min_inputs, int max_inputs, int outputs) const {
   require(input_count() >= min_inputs && input_count() <= max_inputs && output_count() == outputs, "has ",
           input_count(), " inputs and ", output_count(), " outputs; expected ",

@@ -1,0 +1,69 @@
+"""neuralNetwork layers whose results Core ML defines by an algorithm the specification leaves
+open: coremlrt refuses them at load, naming the layer and the reason, instead of running
+something close."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import coremlrt
+
+ct = pytest.importorskip("coremltools")
+
+from coremltools.models import datatypes  # noqa: E402
+from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+
+
+def refusal(tmp_path, builder):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
+    path = os.path.join(str(tmp_path), "model.mlmodel")
+    mlmodel.save(path)
+    with pytest.raises(coremlrt.Error) as info:
+        coremlrt.MLModel(path).predict({"data": np.ones(4, np.float32)})
+    return str(info.value)
+
+
+def builder():
+    return NeuralNetworkBuilder([("data", datatypes.Array(4))], [("out", None)], disable_rank5_shape_mapping=True)
+
+
+def int8_weights():
+    w = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+    return w.tobytes(), np.array([0.5])
+
+
+def test_inner_product_with_int8_dynamic_quantization_is_refused(tmp_path):
+    b = builder()
+    w, scale = int8_weights()
+    b.add_inner_product("ip", W=w, b=None, input_channels=4, output_channels=3, has_bias=False, input_name="data",
+                        output_name="out", int_8_dynamic_quantize=True, is_quantized_weight=True,
+                        quantization_type="linear", nbits=8, quant_scale=scale)
+    message = refusal(tmp_path, b)
+    assert "'ip'" in message and "int8DynamicQuantize" in message and "cannot be reproduced exactly" in message
+
+
+def test_batched_matmul_with_int8_dynamic_quantization_is_refused(tmp_path):
+    b = builder()
+    w, scale = int8_weights()
+    b.add_batched_mat_mul("bmm", ["data"], "out", weight_matrix_rows=4, weight_matrix_columns=3, W=w,
+                          int_8_dynamic_quantize=True, is_quantized_weight=True, quantization_type="linear", nbits=8,
+                          quant_scale=scale)
+    message = refusal(tmp_path, b)
+    assert "'bmm'" in message and "int8DynamicQuantize" in message
+
+
+@pytest.mark.parametrize("add", [
+    lambda b: b.add_random_normal_like("rnd", "data", "out", mean=0.0, stddev=1.0, seed=3),
+    lambda b: b.add_random_uniform_like("rnd", "data", "out", minval=0.0, maxval=1.0, seed=3),
+    lambda b: b.add_random_bernoulli_like("rnd", "data", "out", prob=0.5, seed=3),
+    lambda b: b.add_random_normal_static("rnd", "out", output_shape=[2, 3], seed=3),
+])
+def test_random_layers_are_refused(tmp_path, add):
+    b = builder()
+    add(b)
+    message = refusal(tmp_path, b)
+    assert "'rnd'" in message and "Core ML's own random number generator" in message
