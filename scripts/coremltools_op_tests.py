@@ -57,6 +57,10 @@ MODEL_SUITES = {
     "xgboost": (("test/xgboost_tests",), "models"),
     "pipeline": (("test/pipeline",), "models"),
 }
+# coremltools' SVM tests (test/sklearn_tests/test_SVC.py, test_SVR.py, test_NuSVC.py, test_NuSVR.py)
+# `import svmutil` and `from svm import ...` by libsvm's old top-level names; this folder gives
+# those names to the modules libsvm-official installs as libsvm.svmutil and libsvm.svm.
+LIBSVM_TOPLEVEL = PLUGIN_DIR / "libsvm_toplevel"
 
 
 def recorded_path(suite):
@@ -104,7 +108,7 @@ def test_files(root, only, suite="ops"):
     return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
 
 
-def run_group(paths, name, root, out_dir, sample, mode="mlprogram"):
+def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=()):
     """Runs test files in one pytest process to the end, restarting it after each crash.
     Returns their records."""
     results = out_dir / (name + ".jsonl")
@@ -115,7 +119,7 @@ def run_group(paths, name, root, out_dir, sample, mode="mlprogram"):
     # Absolute entries: the tests run in out_dir, where a relative PYTHONPATH (build-dev/python)
     # would silently fall back to an installed coremlrt.
     caller_path = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + caller_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + [str(p) for p in extra_path] + caller_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
                "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
                "--coremlrt-sample", str(sample), "--coremlrt-mode", mode] + [str(p) for p in paths]
@@ -220,7 +224,8 @@ def main():
     args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite",
                                                  "runtime": "coremltools-runtime-suite"}.get(
                                                      args.suite, f"coremltools-{args.suite}-suite"))
-    out_dir = pathlib.Path(args.out)
+    # Absolute: the test processes run inside it, so a relative --out would be resolved twice.
+    out_dir = pathlib.Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pytest.ini").write_text("[pytest]\n")
     files = test_files(root, args.only, args.suite)
@@ -239,7 +244,8 @@ def main():
     records = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample,
-                               plugin_mode(args.suite)): name
+                               plugin_mode(args.suite),
+                               (LIBSVM_TOPLEVEL,) if args.suite == "sklearn" else ()): name
                    for name, paths in groups.items() if paths}
         for future in concurrent.futures.as_completed(futures):
             file_records = future.result()
