@@ -139,6 +139,33 @@ def test_sparse_support_vectors_match_sklearn(tmp_path, data):
                                    atol=1e-6)
 
 
+def test_libsvm_probabilities_of_nan_decision_values_match_libsvm(tmp_path, monkeypatch):
+    # A nu-SVC with a sigmoid kernel on unscaled inputs trains to infinite coefficients and a
+    # NaN rho (coremltools' test/sklearn_tests/test_NuSVC.py trains this model), so every
+    # decision value is NaN; LibSVM's clip of the pairwise estimate turns the NaN into 1e-7.
+    import random
+
+    libsvm = pytest.importorskip("libsvm")
+    svmutil = pytest.importorskip("libsvm.svmutil")
+    # coremltools' LibSVM converter records libsvm.__version__, which libsvm-official lacks.
+    monkeypatch.setattr(libsvm, "__version__", getattr(libsvm, "__version__", "3"), raising=False)
+    rng = random.Random(42)
+    x = [[rng.gauss(200, 30), rng.gauss(-100, 22)] for _ in range(50)]
+    y = [1, 2] + [rng.choice([1, 2]) for _ in range(48)]
+    trained = svmutil.svm_train(svmutil.svm_problem(y, x), svmutil.svm_parameter("-s 1 -t 3 -b 1 -q"))
+    _, _, decisions = svmutil.svm_predict(y, x, trained, "-q")
+    assert all(math.isnan(d[0]) for d in decisions)  # the case this test is about
+    _, _, expected = svmutil.svm_predict(y, x, trained, "-b 1 -q")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.converters.libsvm.convert(trained, ["x1", "x2"], "target", "probabilities")
+    model = _load(tmp_path, mlmodel, "nan_nusvc")
+    labels = trained.get_labels()
+    for row, probabilities in zip(x, expected):
+        out = model.predict({"x1": row[0], "x2": row[1]})
+        np.testing.assert_allclose([out["probabilities"][c] for c in labels], probabilities, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("kind", ["forest", "tree"])
 def test_tree_regressors_match_sklearn(tmp_path, data, kind):
     x, y, _, _ = data
