@@ -189,6 +189,36 @@ def test_binary_forest_classifier_matches_sklearn(tmp_path, data):
             assert out["classLabel"] == sk.classes_[int(np.argmax(probabilities))]
 
 
+@pytest.mark.parametrize("kind", ["random_forest", "extra_trees"])
+def test_multiclass_forest_classifier_outputs_core_ml_tree_sums(tmp_path, data, kind):
+    # coremltools writes each tree's leaf class fractions unscaled for three or more classes
+    # (scaling by 1 / trees only in the binary case, converters/sklearn/_tree_ensemble.py) and
+    # no post-evaluation transform, so Core ML's classProbability, basePredictionValue (zeros)
+    # plus the sum over trees, is n_estimators times scikit-learn's predict_proba (the mean
+    # over trees); the label is the largest sum's class.
+    from coremltools.converters.sklearn._tree_ensemble import convert_tree_ensemble
+    from sklearn.ensemble import ExtraTreesClassifier
+
+    x, _, classes3, _ = data
+    trees = 9
+    forest = RandomForestClassifier if kind == "random_forest" else ExtraTreesClassifier
+    sk = forest(n_estimators=trees, max_depth=4, random_state=0).fit(x, classes3)
+    features = [("input", ct.models.datatypes.Array(x.shape[1]))]
+    spec = convert_tree_ensemble(sk, features, "classLabel", mode="classifier", class_labels=sk.classes_)
+    assert spec.treeEnsembleClassifier.postEvaluationTransform == 0  # NoTransform
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _load(tmp_path, ct.models.MLModel(spec), kind)
+    expected = trees * sk.predict_proba(x)
+    assert expected.sum(axis=1).max() > 1.5  # sums, not probabilities: the case under test
+    for out, sums in zip(_predict(model, x), expected):
+        got = [out["classProbability"][c] for c in sk.classes_]
+        np.testing.assert_allclose(got, sums, rtol=1e-6, atol=1e-6)
+        top = np.sort(sums)
+        if top[-1] - top[-2] > 1e-9:  # ties aside, the label is the largest sum's class
+            assert out["classLabel"] == sk.classes_[int(np.argmax(sums))]
+
+
 def test_multiclass_tree_classifier_matches_sklearn(tmp_path, data):
     x, _, classes3, _ = data
     sk = DecisionTreeClassifier(max_depth=5, random_state=0).fit(x, classes3)
