@@ -253,7 +253,7 @@ def main():
             counts, ran, _ = summarize(file_records)
             print(f"{futures[future]}: {counts['passed']}/{ran} passed, "
                   f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped, "
-                  f"{counts['not_applicable']} n/a", flush=True)
+                  f"{counts['unavailable']} unavailable, {counts['not_applicable']} n/a", flush=True)
     finish(args, records, coremltools.__version__, time.monotonic() - started, len(files))
 
 
@@ -262,6 +262,7 @@ def finish(args, records, version, seconds, file_count):
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     print(f"\n{file_count} files{took}: {counts['passed']} of {ran} cases passed ({rate:.2%}); "
           f"{counts['failed']} failed, {counts['crash']} crashed, {counts['skipped']} skipped by the tests, "
+          f"{counts['unavailable']} unavailable here (data set download failed), "
           f"{counts['not_applicable']} not applicable")
     with open(pathlib.Path(args.out) / "results.json", "w") as f:
         json.dump(records, f)
