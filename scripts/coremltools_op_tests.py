@@ -13,6 +13,12 @@ naming the refused layer kind or model type; each has its recorded results
 (tests/conformance/recorded_<suite>_results.json) and its section of docs/conformance.md
 (``--report docs/conformance.md``).
 
+The sklearn suite's SVM files import libsvm's modules by their old top-level names
+(``import svmutil``); tests/conformance/libsvm_toplevel/ gives those names to libsvm-official's
+``libsvm.svmutil`` and ``libsvm.svm`` for its test processes. Cases that cannot run here because
+their data set download fails (coremltools/test/utils.py's load_boston needs the network) are
+counted as "unavailable", apart from passes and failures.
+
 ``--suite runtime`` runs coremltools' runtime API tests instead (``coremltools/test/api``,
 ``test/modelpackage``, ``test/ml_program``, ``test/blob``: compiled models, compute plans,
 model structure, assets, weights), a few minutes, with its own recorded results
