@@ -10,7 +10,7 @@
 //                  votes i when its decision value is > 0, else j); the first maximum is LibSVM's
 //                  prediction;
 //   probabilities  fp32 [classes]: LibSVM's estimates: each pair's decision value through
-//                  Platt's sigmoid (prob_a, prob_b), clipped to [1e-7, 1 - 1e-7], then coupled
+//                  Platt's sigmoid (prob_a, prob_b), clipped to [1e-7, 1 - 1e-7] (a NaN to 1e-7), then coupled
 //                  by Wu, Lin and Weng's method (multiclass_probability); two classes take the
 //                  pair's probability directly.
 #include <algorithm>
@@ -29,6 +29,16 @@ enum Mode { kRegression, kVotes, kProbabilities };
 double platt(double decision, double a, double b) {
   const double f = decision * a + b;  // written as LibSVM's sigmoid_predict, stable for either sign
   return f >= 0 ? std::exp(-f) / (1.0 + std::exp(-f)) : 1.0 / (1.0 + std::exp(f));
+}
+
+// LibSVM's min(max(estimate, 1e-7), 1 - 1e-7), written with its own min and max
+// ((x < y) ? x : y, (x > y) ? x : y), not std::min/std::max: the order of the comparisons
+// decides what a NaN estimate becomes (one from a NaN decision value, when training left
+// infinite coefficients), and under LibSVM's it becomes 1e-7.
+double clip_estimate(double estimate) {
+  const double low = 1e-7, high = 1 - 1e-7;
+  const double raised = estimate > low ? estimate : low;
+  return raised < high ? raised : high;
 }
 
 // LibSVM's multiclass_probability: r[i][j] is the pairwise estimate P(i | i or j).
@@ -151,8 +161,7 @@ std::unique_ptr<Kernel> make_svm(KernelBuilder& b) {
         for (int64_t s = start[j]; s < start[j + 1]; ++s) sum += coef[i * count + s] * k[s];
         votes[sum > 0 ? i : j] += 1;
         if (mode == kProbabilities) {
-          const double r =
-              std::min(std::max(platt(sum, prob_a.ptr<double>()[p], prob_b.ptr<double>()[p]), 1e-7), 1 - 1e-7);
+          const double r = clip_estimate(platt(sum, prob_a.ptr<double>()[p], prob_b.ptr<double>()[p]));
           pairwise[i * classes + j] = r;
           pairwise[j * classes + i] = 1 - r;
         }

@@ -26,6 +26,10 @@ line per case to ``--coremlrt-results``.
   directly, e.g. ``if _is_macos() and _macos_version() >= (10, 13):`` before predicting in
   test/sklearn_tests/test_SVC.py).
 
+A case whose data set download fails for want of network access (coremltools/test/utils.py's
+load_boston, say) is recorded as "unavailable", with the failed download as its detail: it
+neither passes nor counts as coremlrt's failure (unavailable_download()).
+
 In the last two modes a refused model fails its case, with the refusal as the cause
 ("refused layer: <kind>", "refused model type: <type>"), so that the report counts what is
 missing.
@@ -230,6 +234,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
         try:
+            report._coremlrt_unavailable = unavailable_download(call.excinfo)
             report._coremlrt_cause = classify_failure(call.excinfo)
         except Exception as exc:  # noqa: BLE001 - a classifier bug must not stop the run
             report._coremlrt_cause = ("error", f"(unclassified: {exc!r}) {_last_line(str(call.excinfo.value))}", {})
@@ -273,6 +278,10 @@ class _ResultLog:
         elif report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.write(_record(report, "skipped", detail=reason.removeprefix("Skipped: ")))
+        elif getattr(report, "_coremlrt_unavailable", None) and _predictions_in_current_case == 0:
+            # Could not run here (no network for its data set): neither a pass nor our failure.
+            self.write(_record(report, "unavailable", cause="data set download unavailable",
+                               detail=report._coremlrt_unavailable))
         else:
             default = ("error", _last_line(report.longreprtext), {})
             cause, detail, errors = getattr(report, "_coremlrt_cause", default)
@@ -302,6 +311,40 @@ def op_of(nodeid):
 
 _MAX_ABS = re.compile(r"Max absolute difference(?: among violations)?: *([-+0-9.eEinfa]+)")
 _MAX_REL = re.compile(r"Max relative difference(?: among violations)?: *([-+0-9.eEinfa]+)")
+
+
+def _network_error_types():
+    import socket
+    import urllib.error
+
+    types = [urllib.error.URLError, socket.gaierror, socket.timeout, ConnectionError]
+    try:
+        import requests
+
+        types.append(requests.exceptions.RequestException)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def unavailable_download(excinfo):
+    """The reason a case could not run because a download failed, or None. Several of the
+    suite's test classes download their data set when set up (coremltools/test/utils.py's
+    load_boston fetches the Boston housing data with requests.get); on a machine without
+    network access that fails with a connection error before any model exists, which says
+    nothing about coremlrt. Only an error of the network itself counts (URLError and HTTPError,
+    requests' errors, name resolution, refused connections), raised or chained."""
+    types = _network_error_types()
+    error, seen = excinfo.value, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, types):
+            frames = [entry.frame.code.raw.co_name for entry in excinfo.traceback]
+            where = next((name for name in frames if "load" in name or "download" in name or "fetch" in name),
+                         frames[-1] if frames else "?")
+            return f"download failed in {where}: {type(error).__name__}: {_last_line(str(error))[:200]}"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def classify_failure(excinfo):

@@ -60,7 +60,8 @@ def section(suite, records, version, sample, seconds, known):
         f"at commit `{_commit()}`{'' if sample == 1 else f', every {sample}th case'}"
         f"{f' ({seconds / 60:.0f} min on this machine)' if seconds is not None else ''}. "
         "A model coremlrt refuses fails its case; the cause names the refused layer kind or model type. "
-        "Cases coremltools skips or marks xfail are not counted as applicable.",
+        "Cases coremltools skips or marks xfail are not counted as applicable, nor are cases that could "
+        "not run here because downloading their data set failed (no network access; \"unavailable\").",
         "",
     ]
     lines += _table(["outcome", "cases"], [
@@ -68,6 +69,7 @@ def section(suite, records, version, sample, seconds, known):
         ["failed: model refused", len(refused)],
         ["failed: other causes", len(other)],
         ["skipped by the tests", counts["skipped"]],
+        ["unavailable here (data set download failed)", counts["unavailable"]],
         ["**pass rate**", f"**{counts['passed'] / ran:.2%}** of {ran}" if ran else "-"],
     ])
     lines += ["", f"### {title}: refusals", "", "Cases failed because coremlrt refused a model, by what it refused "
@@ -90,9 +92,15 @@ def section(suite, records, version, sample, seconds, known):
     for name in sorted(rows):
         c = rows[name]
         considered = c["passed"] + c["failed"] + c["refused"]
-        table.append([f"`{name}`", c["passed"], c["refused"], c["failed"], c["skipped"],
+        table.append([f"`{name}`", c["passed"], c["refused"], c["failed"], c["skipped"], c["unavailable"],
                       f"{c['passed'] / considered:.1%}" if considered else "-"])
-    lines += _table(["file", "passed", "failed: refused", "failed: other", "skipped", "pass rate"], table)
+    lines += _table(["file", "passed", "failed: refused", "failed: other", "skipped", "unavailable", "pass rate"],
+                    table)
+    unavailable = collections.Counter(r.get("detail") for r in records if r["outcome"] == "unavailable")
+    if unavailable:
+        lines += ["", f"### {title}: unavailable here", "", "Cases that could not run on this machine, by the "
+                  "failed download (no network access); they say nothing about coremlrt.", ""]
+        lines += _table(["download", "cases"], unavailable.most_common())
     lines += ["", f"<!-- /suite:{suite} -->", ""]
     return "\n".join(lines)
 

@@ -139,6 +139,33 @@ def test_sparse_support_vectors_match_sklearn(tmp_path, data):
                                    atol=1e-6)
 
 
+def test_libsvm_probabilities_of_nan_decision_values_match_libsvm(tmp_path, monkeypatch):
+    # A nu-SVC with a sigmoid kernel on unscaled inputs trains to infinite coefficients and a
+    # NaN rho (coremltools' test/sklearn_tests/test_NuSVC.py trains this model), so every
+    # decision value is NaN; LibSVM's clip of the pairwise estimate turns the NaN into 1e-7.
+    import random
+
+    libsvm = pytest.importorskip("libsvm")
+    svmutil = pytest.importorskip("libsvm.svmutil")
+    # coremltools' LibSVM converter records libsvm.__version__, which libsvm-official lacks.
+    monkeypatch.setattr(libsvm, "__version__", getattr(libsvm, "__version__", "3"), raising=False)
+    rng = random.Random(42)
+    x = [[rng.gauss(200, 30), rng.gauss(-100, 22)] for _ in range(50)]
+    y = [1, 2] + [rng.choice([1, 2]) for _ in range(48)]
+    trained = svmutil.svm_train(svmutil.svm_problem(y, x), svmutil.svm_parameter("-s 1 -t 3 -b 1 -q"))
+    _, _, decisions = svmutil.svm_predict(y, x, trained, "-q")
+    assert all(math.isnan(d[0]) for d in decisions)  # the case this test is about
+    _, _, expected = svmutil.svm_predict(y, x, trained, "-b 1 -q")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.converters.libsvm.convert(trained, ["x1", "x2"], "target", "probabilities")
+    model = _load(tmp_path, mlmodel, "nan_nusvc")
+    labels = trained.get_labels()
+    for row, probabilities in zip(x, expected):
+        out = model.predict({"x1": row[0], "x2": row[1]})
+        np.testing.assert_allclose([out["probabilities"][c] for c in labels], probabilities, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("kind", ["forest", "tree"])
 def test_tree_regressors_match_sklearn(tmp_path, data, kind):
     x, y, _, _ = data
@@ -160,6 +187,36 @@ def test_binary_forest_classifier_matches_sklearn(tmp_path, data):
         np.testing.assert_allclose(got, probabilities, atol=1e-5)
         if abs(probabilities[0] - probabilities[1]) > 1e-5:
             assert out["classLabel"] == sk.classes_[int(np.argmax(probabilities))]
+
+
+@pytest.mark.parametrize("kind", ["random_forest", "extra_trees"])
+def test_multiclass_forest_classifier_outputs_core_ml_tree_sums(tmp_path, data, kind):
+    # coremltools writes each tree's leaf class fractions unscaled for three or more classes
+    # (scaling by 1 / trees only in the binary case, converters/sklearn/_tree_ensemble.py) and
+    # no post-evaluation transform, so Core ML's classProbability, basePredictionValue (zeros)
+    # plus the sum over trees, is n_estimators times scikit-learn's predict_proba (the mean
+    # over trees); the label is the largest sum's class.
+    from coremltools.converters.sklearn._tree_ensemble import convert_tree_ensemble
+    from sklearn.ensemble import ExtraTreesClassifier
+
+    x, _, classes3, _ = data
+    trees = 9
+    forest = RandomForestClassifier if kind == "random_forest" else ExtraTreesClassifier
+    sk = forest(n_estimators=trees, max_depth=4, random_state=0).fit(x, classes3)
+    features = [("input", ct.models.datatypes.Array(x.shape[1]))]
+    spec = convert_tree_ensemble(sk, features, "classLabel", mode="classifier", class_labels=sk.classes_)
+    assert spec.treeEnsembleClassifier.postEvaluationTransform == 0  # NoTransform
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _load(tmp_path, ct.models.MLModel(spec), kind)
+    expected = trees * sk.predict_proba(x)
+    assert expected.sum(axis=1).max() > 1.5  # sums, not probabilities: the case under test
+    for out, sums in zip(_predict(model, x), expected):
+        got = [out["classProbability"][c] for c in sk.classes_]
+        np.testing.assert_allclose(got, sums, rtol=1e-6, atol=1e-6)
+        top = np.sort(sums)
+        if top[-1] - top[-2] > 1e-9:  # ties aside, the label is the largest sum's class
+            assert out["classLabel"] == sk.classes_[int(np.argmax(sums))]
 
 
 def test_multiclass_tree_classifier_matches_sklearn(tmp_path, data):
