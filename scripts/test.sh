@@ -28,6 +28,10 @@ python3 scripts/coremltools_op_tests.py --suite ops_neuralnetwork --sample 20 --
 # coremltools' neuralNetwork model tests (test/neural_network: layer-by-layer numpy tests, the
 # builder, quantization), every 20th case, against the recorded every-10th run.
 python3 scripts/coremltools_op_tests.py --suite neural_network --sample 20 --check
+# coremltools' pipeline tests (whole: under a minute) and scikit-learn converter tests (every
+# 10th case), against their recorded runs; cases that need a data set download are counted apart.
+python3 scripts/coremltools_op_tests.py --suite pipeline --check
+python3 scripts/coremltools_op_tests.py --suite sklearn --sample 10 --check
 
 bash scripts/test_sanitizers.sh
 
