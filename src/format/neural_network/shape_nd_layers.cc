@@ -59,6 +59,33 @@ void reshape_dynamic(LayerContext& layer) {
                                   tensor_type(x.type.dtype, dims)));
 }
 
+// targetShape has one entry per axis of the input: 0 keeps that axis's size, -1 (at most one)
+// is inferred from the input's size. reshape reads 0 the same way when its shape has the
+// input's rank (format topic 5.12), so targetShape is passed as it is.
+void rank_preserving_reshape(LayerContext& layer) {
+  require_exact_layout(layer);
+  layer.expect_io(1, 1, 1);
+  const auto params = layer.parse_params<nn::RankPreservingReshapeLayerParams>();
+  const Value& x = ranked_input(layer, 0, 1);
+  const std::vector<int64_t> target(params.targetshape().begin(), params.targetshape().end());
+  require(static_cast<int64_t>(target.size()) == x.type.rank, "targetShape has ", target.size(),
+          " entries for an input of rank ", x.type.rank);
+  std::vector<int64_t> dims(target.size());
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    require(target[i] >= 0 || (target[i] == -1 && inferred < 0), "targetShape entry ", target[i], " is not supported");
+    dims[i] = target[i] == 0 ? x.type.dims[i] : target[i];
+    if (target[i] == -1) inferred = static_cast<int64_t>(i);
+    else if (known >= 0) known = dims[i] < 0 ? -1 : known * dims[i];
+  }
+  if (const int64_t total = product(x.type.dims); total >= 0 && known >= 0) {
+    require(inferred >= 0 ? known > 0 && total % known == 0 : total == known, "input ", x.type.str(),
+            " cannot take targetShape");
+    if (inferred >= 0) dims[inferred] = total / known;
+  }
+  layer.set_output(0, layer.emit1("reshape", {{"x", {x}}, {"shape", {int_vector(target)}}}, tensor_type(x.type.dtype, dims)));
+}
+
 // [d0 ... d(axis-1) | d(axis) ...] -> [product of the first, product of the rest].
 void flatten_to_2d(LayerContext& layer) {
   require_exact_layout(layer);
@@ -440,6 +467,7 @@ void register_shape_nd_layers(LayerTable& table) {
   table[1135] = reshape_like;
   table[1140] = reshape_static;
   table[1145] = reshape_dynamic;
+  table[1150] = rank_preserving_reshape;
   table[1155] = constant_pad;
 }
 
