@@ -286,26 +286,27 @@ std::vector<int64_t> ints(const Field& field, int64_t rank, int64_t fill, const 
   return out;
 }
 
-// Shared by sliceStatic and sliceDynamic: slice_by_index with the layer's masks and strides.
+// Shared by sliceStatic and sliceDynamic: slice_by_index with the layer's masks. The strides
+// come from the parameters (`strides` set) or from a blob (`strides` null, `stride` its value).
 template <class Params>
 void emit_slice(LayerContext& layer, const Params& params, const Value& x, const Value& begin, const Value& end,
-                const std::vector<int64_t>* begin_ids, const std::vector<int64_t>* end_ids) {
+                const Value& stride, const std::vector<int64_t>* strides, const std::vector<int64_t>* begin_ids,
+                const std::vector<int64_t>* end_ids) {
   const int64_t rank = x.type.rank;
-  const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
   const std::vector<bool> begin_mask = flags(params.beginmasks(), rank, "beginMasks");
   const std::vector<bool> end_mask = flags(params.endmasks(), rank, "endMasks");
   const std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < rank; ++i) {
-    require(strides[i] != 0, "stride ", i, " is 0");
+    if (strides) require((*strides)[i] != 0, "stride ", i, " is 0");
     if (squeeze_mask[i]) continue;
-    dims.push_back(begin_ids && end_ids ? sliced_size(x.type.dims[i], (*begin_ids)[i], (*end_ids)[i], strides[i],
-                                                      begin_mask[i], end_mask[i])
-                                        : -1);
+    dims.push_back(begin_ids && end_ids && strides ? sliced_size(x.type.dims[i], (*begin_ids)[i], (*end_ids)[i],
+                                                                 (*strides)[i], begin_mask[i], end_mask[i])
+                                                   : -1);
   }
   require(!dims.empty(), "squeezes every axis; this build does not make rank-0 blobs");
   layer.set_output(0, layer.emit1("slice_by_index",
-                                  {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {int_vector(strides)}},
+                                  {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {stride}},
                                    {"begin_mask", {bool_vector(begin_mask)}}, {"end_mask", {bool_vector(end_mask)}},
                                    {"squeeze_mask", {bool_vector(squeeze_mask)}}},
                                   tensor_type(x.type.dtype, dims)));
@@ -320,28 +321,43 @@ void slice_static(LayerContext& layer) {
   require(params.beginids_size() == rank && params.endids_size() == rank, "beginIds and endIds need ", rank, " entries");
   const std::vector<int64_t> begin = ints(params.beginids(), rank, 0, "beginIds");
   const std::vector<int64_t> end = ints(params.endids(), rank, 0, "endIds");
-  emit_slice(layer, params, x, int_vector(begin), int_vector(end), &begin, &end);
+  const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
+  emit_slice(layer, params, x, int_vector(begin), int_vector(end), int_vector(strides), &strides, &begin, &end);
 }
 
-// Begins from input 1, ends from input 2 or endIds; a strides input is refused (the strides
-// decide the output's layout at load).
+// An index vector from input `index`: rank entries, cast from fp32 to int32.
+Value index_input(LayerContext& layer, int index, int64_t rank, const char* what) {
+  const Value& v = ranked_input(layer, index, 1, 1);
+  require(v.type.dims[0] < 0 || v.type.dims[0] == rank, "its ", what, " input ", v.type.str(), " needs ", rank, " entries");
+  return cast_to(layer, v, DType::Int32);
+}
+
+// Begins from input 1; ends from input 2, else endIds; strides from input 3, else the strides
+// parameter (a parameter is ignored when its input is present). slice_by_index needs its
+// strides at load, so a strides input must be computed from constants (loadConstantND, say);
+// the masks inputs (4 to 6) are refused.
 void slice_dynamic(LayerContext& layer) {
   require_exact_layout(layer);
-  layer.expect_io(2, 3, 1);
+  require(layer.input_count() <= 4, "takes its masks from inputs (", layer.input_count(),
+          " inputs); this build reads begins, ends and strides from inputs but masks only from the parameters");
+  layer.expect_io(2, 4, 1);
   const auto params = layer.parse_params<nn::SliceDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t rank = x.type.rank;
-  const Value& begin = ranked_input(layer, 1, 1, 1);
-  require(begin.type.dims[0] < 0 || begin.type.dims[0] == rank, "its begin input ", begin.type.str(), " needs ", rank,
-          " entries");
+  const Value begin = index_input(layer, 1, rank, "begin");
   Value end;
-  if (layer.input_count() == 3) {
-    end = cast_to(layer, ranked_input(layer, 2, 1, 1), DType::Int32);
+  if (layer.input_count() >= 3) {
+    end = index_input(layer, 2, rank, "end");
   } else {
     require(params.endids_size() == rank, "endIds needs ", rank, " entries");
     end = int_vector(ints(params.endids(), rank, 0, "endIds"));
   }
-  emit_slice(layer, params, x, cast_to(layer, begin, DType::Int32), end, nullptr, nullptr);
+  if (layer.input_count() == 4) {
+    emit_slice(layer, params, x, begin, end, index_input(layer, 3, rank, "strides"), nullptr, nullptr, nullptr);
+  } else {
+    const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
+    emit_slice(layer, params, x, begin, end, int_vector(strides), &strides, nullptr, nullptr);
+  }
 }
 
 // Windows of windowSize every step along axis: that axis becomes [windows, windowSize].
