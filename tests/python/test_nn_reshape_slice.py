@@ -98,3 +98,21 @@ def test_slice_dynamic_refuses_strides_known_only_at_prediction(tmp_path):
 
     with pytest.raises(Exception, match="stride.*compile-time constant"):
         load(tmp_path, {"x": (4, 6), "begin": (2,), "end": (2,), "strides": (2,)}, layers)
+
+
+def test_slice_dynamic_with_the_builders_five_default_strides_and_masks(tmp_path):
+    """NeuralNetworkBuilder writes five strides (1) and masks (false) whatever the rank."""
+    shape = (4, 6, 5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    model = load(tmp_path, {"x": shape, "begin": (3,), "end": (3,)},
+                 lambda b: b.add_slice_dynamic("s", ["x", "begin", "end"], "out"))
+    begin, end = (1, 0, 2), (3, 4, 5)
+    out = np.asarray(model.predict({"x": x, "begin": np.array(begin, np.float32), "end": np.array(end, np.float32)})["out"])
+    np.testing.assert_array_equal(out, numpy_slice(x, begin, end, (1, 1, 1)))
+
+
+def test_slice_dynamic_refuses_unequal_strides_longer_than_the_rank(tmp_path):
+    with pytest.raises(Exception, match="strides has 4 entries for rank 3"):
+        load(tmp_path, {"x": (4, 6, 5), "begin": (3,), "end": (3,)},
+             lambda b: b.add_slice_dynamic("s", ["x", "begin", "end"], "out", strides=[1, 2, 1, 1],
+                                           begin_masks=[False] * 3, end_masks=[False] * 3))

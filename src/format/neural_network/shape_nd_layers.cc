@@ -270,8 +270,20 @@ int64_t sliced_size(int64_t n, int64_t begin, int64_t end, int64_t stride, bool 
   return b > e ? (b - e - stride - 1) / -stride : 0;
 }
 
+// A list longer than the rank whose entries are all equal: coremltools' NeuralNetworkBuilder
+// writes five default entries (strides 1, masks false) whatever the rank, and Core ML runs such
+// layers; whichever rank entries it reads, they are the same, so the rank-long list is exact.
+template <class Field>
+bool uniform_and_longer(const Field& field, int64_t rank) {
+  if (field.size() <= rank) return false;
+  for (int i = 1; i < field.size(); ++i)
+    if (field.Get(i) != field.Get(0)) return false;
+  return true;
+}
+
 template <class Field>
 std::vector<bool> flags(const Field& field, int64_t rank, const char* what) {
+  if (uniform_and_longer(field, rank)) return std::vector<bool>(rank, field.Get(0));
   require(field.size() == 0 || field.size() == rank, what, " has ", field.size(), " entries for rank ", rank);
   std::vector<bool> out(rank, false);
   for (int i = 0; i < field.size(); ++i) out[i] = field.Get(i);
@@ -280,6 +292,7 @@ std::vector<bool> flags(const Field& field, int64_t rank, const char* what) {
 
 template <class Field>
 std::vector<int64_t> ints(const Field& field, int64_t rank, int64_t fill, const char* what) {
+  if (uniform_and_longer(field, rank)) return std::vector<int64_t>(rank, field.Get(0));
   require(field.size() == 0 || field.size() == rank, what, " has ", field.size(), " entries for rank ", rank);
   std::vector<int64_t> out(rank, fill);
   for (int i = 0; i < field.size(); ++i) out[i] = field.Get(i);
