@@ -56,14 +56,8 @@ def test_batched_matmul_with_int8_dynamic_quantization_is_refused(tmp_path):
     assert "'bmm'" in message and "int8DynamicQuantize" in message
 
 
-@pytest.mark.parametrize("add", [
-    lambda b: b.add_random_normal_like("rnd", "data", "out", mean=0.0, stddev=1.0, seed=3),
-    lambda b: b.add_random_uniform_like("rnd", "data", "out", minval=0.0, maxval=1.0, seed=3),
-    lambda b: b.add_random_bernoulli_like("rnd", "data", "out", prob=0.5, seed=3),
-    lambda b: b.add_random_normal_static("rnd", "out", output_shape=[2, 3], seed=3),
-])
-def test_random_layers_are_refused(tmp_path, add):
+def test_categorical_distribution_is_refused(tmp_path):
     b = builder()
-    add(b)
+    b.add_categorical_distribution("rnd", "data", "out", num_samples=2, is_logits=True, seed=3)
     message = refusal(tmp_path, b)
-    assert "'rnd'" in message and "Core ML's own random number generator" in message
+    assert "'rnd'" in message and "categoricalDistribution is not lowered" in message

@@ -427,14 +427,6 @@ def test_rank_n_layer_with_the_rank5_mapping_is_refused(tmp_path):
         predict(tmp_path, b, {"data": np.zeros((2, 3, 4), np.float32)})
 
 
-def test_slice_dynamic_with_a_strides_input_is_refused(tmp_path):
-    b = make_builder({"x": (4, 4), "begin": (2,), "end": (2,), "strides": (2,)})
-    b.add_slice_dynamic("d", ["x", "begin", "end", "strides"], "out")
-    zeros = {n: np.zeros(s, np.float32) for n, s in (("x", (4, 4)), ("begin", (2,)), ("end", (2,)), ("strides", (2,)))}
-    with pytest.raises(coremlrt.Error, match=r"sliceDynamic.*has 4 inputs"):
-        predict(tmp_path, b, zeros)
-
-
 def test_converted_torch_data_movement(tmp_path):
     """ct.convert(..., convert_to="neuralnetwork") of torch's view, permute, cat, slicing, chunk,
     index_select, expand, repeat, pad, unsqueeze/squeeze and transpose, compared with torch."""

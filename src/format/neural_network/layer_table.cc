@@ -23,6 +23,7 @@ const LayerTable& layer_table() {
     register_reduction_layers(out);
     register_matrix_layers(out);
     register_control_flow_layers(out);
+    register_random_layers(out);
     return out;
   }();
   return table;

@@ -59,6 +59,33 @@ void reshape_dynamic(LayerContext& layer) {
                                   tensor_type(x.type.dtype, dims)));
 }
 
+// targetShape has one entry per axis of the input: 0 keeps that axis's size, -1 (at most one)
+// is inferred from the input's size. reshape reads 0 the same way when its shape has the
+// input's rank (format topic 5.12), so targetShape is passed as it is.
+void rank_preserving_reshape(LayerContext& layer) {
+  require_exact_layout(layer);
+  layer.expect_io(1, 1, 1);
+  const auto params = layer.parse_params<nn::RankPreservingReshapeLayerParams>();
+  const Value& x = ranked_input(layer, 0, 1);
+  const std::vector<int64_t> target(params.targetshape().begin(), params.targetshape().end());
+  require(static_cast<int64_t>(target.size()) == x.type.rank, "targetShape has ", target.size(),
+          " entries for an input of rank ", x.type.rank);
+  std::vector<int64_t> dims(target.size());
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    require(target[i] >= 0 || (target[i] == -1 && inferred < 0), "targetShape entry ", target[i], " is not supported");
+    dims[i] = target[i] == 0 ? x.type.dims[i] : target[i];
+    if (target[i] == -1) inferred = static_cast<int64_t>(i);
+    else if (known >= 0) known = dims[i] < 0 ? -1 : known * dims[i];
+  }
+  if (const int64_t total = product(x.type.dims); total >= 0 && known >= 0) {
+    require(inferred >= 0 ? known > 0 && total % known == 0 : total == known, "input ", x.type.str(),
+            " cannot take targetShape");
+    if (inferred >= 0) dims[inferred] = total / known;
+  }
+  layer.set_output(0, layer.emit1("reshape", {{"x", {x}}, {"shape", {int_vector(target)}}}, tensor_type(x.type.dtype, dims)));
+}
+
 // [d0 ... d(axis-1) | d(axis) ...] -> [product of the first, product of the rest].
 void flatten_to_2d(LayerContext& layer) {
   require_exact_layout(layer);
@@ -243,8 +270,20 @@ int64_t sliced_size(int64_t n, int64_t begin, int64_t end, int64_t stride, bool 
   return b > e ? (b - e - stride - 1) / -stride : 0;
 }
 
+// A list longer than the rank whose entries are all equal: coremltools' NeuralNetworkBuilder
+// writes five default entries (strides 1, masks false) whatever the rank, and Core ML runs such
+// layers; whichever rank entries it reads, they are the same, so the rank-long list is exact.
+template <class Field>
+bool uniform_and_longer(const Field& field, int64_t rank) {
+  if (field.size() <= rank) return false;
+  for (int i = 1; i < field.size(); ++i)
+    if (field.Get(i) != field.Get(0)) return false;
+  return true;
+}
+
 template <class Field>
 std::vector<bool> flags(const Field& field, int64_t rank, const char* what) {
+  if (uniform_and_longer(field, rank)) return std::vector<bool>(rank, field.Get(0));
   require(field.size() == 0 || field.size() == rank, what, " has ", field.size(), " entries for rank ", rank);
   std::vector<bool> out(rank, false);
   for (int i = 0; i < field.size(); ++i) out[i] = field.Get(i);
@@ -253,32 +292,34 @@ std::vector<bool> flags(const Field& field, int64_t rank, const char* what) {
 
 template <class Field>
 std::vector<int64_t> ints(const Field& field, int64_t rank, int64_t fill, const char* what) {
+  if (uniform_and_longer(field, rank)) return std::vector<int64_t>(rank, field.Get(0));
   require(field.size() == 0 || field.size() == rank, what, " has ", field.size(), " entries for rank ", rank);
   std::vector<int64_t> out(rank, fill);
   for (int i = 0; i < field.size(); ++i) out[i] = field.Get(i);
   return out;
 }
 
-// Shared by sliceStatic and sliceDynamic: slice_by_index with the layer's masks and strides.
+// Shared by sliceStatic and sliceDynamic: slice_by_index with the layer's masks. The strides
+// come from the parameters (`strides` set) or from a blob (`strides` null, `stride` its value).
 template <class Params>
 void emit_slice(LayerContext& layer, const Params& params, const Value& x, const Value& begin, const Value& end,
-                const std::vector<int64_t>* begin_ids, const std::vector<int64_t>* end_ids) {
+                const Value& stride, const std::vector<int64_t>* strides, const std::vector<int64_t>* begin_ids,
+                const std::vector<int64_t>* end_ids) {
   const int64_t rank = x.type.rank;
-  const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
   const std::vector<bool> begin_mask = flags(params.beginmasks(), rank, "beginMasks");
   const std::vector<bool> end_mask = flags(params.endmasks(), rank, "endMasks");
   const std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < rank; ++i) {
-    require(strides[i] != 0, "stride ", i, " is 0");
+    if (strides) require((*strides)[i] != 0, "stride ", i, " is 0");
     if (squeeze_mask[i]) continue;
-    dims.push_back(begin_ids && end_ids ? sliced_size(x.type.dims[i], (*begin_ids)[i], (*end_ids)[i], strides[i],
-                                                      begin_mask[i], end_mask[i])
-                                        : -1);
+    dims.push_back(begin_ids && end_ids && strides ? sliced_size(x.type.dims[i], (*begin_ids)[i], (*end_ids)[i],
+                                                                 (*strides)[i], begin_mask[i], end_mask[i])
+                                                   : -1);
   }
   require(!dims.empty(), "squeezes every axis; this build does not make rank-0 blobs");
   layer.set_output(0, layer.emit1("slice_by_index",
-                                  {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {int_vector(strides)}},
+                                  {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {stride}},
                                    {"begin_mask", {bool_vector(begin_mask)}}, {"end_mask", {bool_vector(end_mask)}},
                                    {"squeeze_mask", {bool_vector(squeeze_mask)}}},
                                   tensor_type(x.type.dtype, dims)));
@@ -293,28 +334,43 @@ void slice_static(LayerContext& layer) {
   require(params.beginids_size() == rank && params.endids_size() == rank, "beginIds and endIds need ", rank, " entries");
   const std::vector<int64_t> begin = ints(params.beginids(), rank, 0, "beginIds");
   const std::vector<int64_t> end = ints(params.endids(), rank, 0, "endIds");
-  emit_slice(layer, params, x, int_vector(begin), int_vector(end), &begin, &end);
+  const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
+  emit_slice(layer, params, x, int_vector(begin), int_vector(end), int_vector(strides), &strides, &begin, &end);
 }
 
-// Begins from input 1, ends from input 2 or endIds; a strides input is refused (the strides
-// decide the output's layout at load).
+// An index vector from input `index`: rank entries, cast from fp32 to int32.
+Value index_input(LayerContext& layer, int index, int64_t rank, const char* what) {
+  const Value& v = ranked_input(layer, index, 1, 1);
+  require(v.type.dims[0] < 0 || v.type.dims[0] == rank, "its ", what, " input ", v.type.str(), " needs ", rank, " entries");
+  return cast_to(layer, v, DType::Int32);
+}
+
+// Begins from input 1; ends from input 2, else endIds; strides from input 3, else the strides
+// parameter (a parameter is ignored when its input is present). slice_by_index needs its
+// strides at load, so a strides input must be computed from constants (loadConstantND, say);
+// the masks inputs (4 to 6) are refused.
 void slice_dynamic(LayerContext& layer) {
   require_exact_layout(layer);
-  layer.expect_io(2, 3, 1);
+  require(layer.input_count() <= 4, "takes its masks from inputs (", layer.input_count(),
+          " inputs); this build reads begins, ends and strides from inputs but masks only from the parameters");
+  layer.expect_io(2, 4, 1);
   const auto params = layer.parse_params<nn::SliceDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t rank = x.type.rank;
-  const Value& begin = ranked_input(layer, 1, 1, 1);
-  require(begin.type.dims[0] < 0 || begin.type.dims[0] == rank, "its begin input ", begin.type.str(), " needs ", rank,
-          " entries");
+  const Value begin = index_input(layer, 1, rank, "begin");
   Value end;
-  if (layer.input_count() == 3) {
-    end = cast_to(layer, ranked_input(layer, 2, 1, 1), DType::Int32);
+  if (layer.input_count() >= 3) {
+    end = index_input(layer, 2, rank, "end");
   } else {
     require(params.endids_size() == rank, "endIds needs ", rank, " entries");
     end = int_vector(ints(params.endids(), rank, 0, "endIds"));
   }
-  emit_slice(layer, params, x, cast_to(layer, begin, DType::Int32), end, nullptr, nullptr);
+  if (layer.input_count() == 4) {
+    emit_slice(layer, params, x, begin, end, index_input(layer, 3, rank, "strides"), nullptr, nullptr, nullptr);
+  } else {
+    const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
+    emit_slice(layer, params, x, begin, end, int_vector(strides), &strides, nullptr, nullptr);
+  }
 }
 
 // Windows of windowSize every step along axis: that axis becomes [windows, windowSize].
@@ -440,6 +496,7 @@ void register_shape_nd_layers(LayerTable& table) {
   table[1135] = reshape_like;
   table[1140] = reshape_static;
   table[1145] = reshape_dynamic;
+  table[1150] = rank_preserving_reshape;
   table[1155] = constant_pad;
 }
 
