@@ -13,10 +13,11 @@ far shorter than a millisecond would measure Python and scheduling overheads (an
 the actors' start) instead of the engine; one far longer only makes the run slow.
 Records are placed where each path reads them (Dask: persisted on the workers; Ray: in its
 object store) before the clock starts; the model loads, actor starts included, are timed.
-The goal (issue 14): each parallel path at >= 1.6x the plain loop with 2 workers. Each line
-also gives the CPU time the predicting processes spent per record: on cores shared with other
-work, wall-clock ratios follow the neighbours, while the CPU-time ratio projects what idle
-cores would give (workers x loop CPU per record / path CPU per record).
+Each line also gives the CPU time the predicting processes spent per record: on cores shared
+with other work, wall-clock ratios follow the neighbours. The CPU-time ratio (workers x loop CPU
+per record / path CPU per record) is each path against a loop that keeps one core busy. The
+plain loop here keeps every core busy already (one prediction spreads over the cores), so its
+wall-clock ratio cannot pass loop CPU / path CPU per record on an idle machine.
 """
 
 import argparse
