@@ -19,6 +19,10 @@ import coremlrt
 from mil_helpers import matmul_chain, matmul_chain_reference
 
 LINGER = 0.2  # seconds; short so that tests can wait past it cheaply
+# Under AddressSanitizer (scripts/lsan_python.sh preloads it) freed blocks wait in a quarantine
+# and every allocation carries shadow memory, so the process's RSS says nothing about what our
+# pools hold; the pool statistics are still checked there, the RSS figures only without it.
+RSS_TELLS_POOL_SIZE = "libasan" not in os.environ.get("LD_PRELOAD", "")
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +199,8 @@ def test_idle_contexts_are_reset_and_memory_returns(tmp_path):
     for round_ in range(2):
         busy, idle = predict_then_linger_out()
         # (OpenVINO fuses tile, exp and the sum: it needs no 16 MB intermediate at all.)
+        if not RSS_TELLS_POOL_SIZE:
+            continue
         assert busy > post_load + (24 << 20) or not ours, "the 32 MB of working buffers should be resident while pooled"
         assert idle < post_load + (4 << 20), f"round {round_}: memory did not return to the post-load level"
     assert m.statistics()["contexts_reset"] == 3
