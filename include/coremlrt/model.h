@@ -47,6 +47,9 @@ struct LoadOptions {
   int concurrent_predictions = 1;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
+  // Bytes the cache's entries may take: a load that adds entries removes the least recently
+  // used ones beyond it (src/runtime/compiled_cache.h). 0 = $COREMLRT_CACHE_LIMIT_BYTES, or 2 GiB.
+  uint64_t cache_limit_bytes = 0;
   // Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet
   // freed); 0 = the machine's physical memory. Memory-mapped weights are not counted.
   size_t memory_limit_bytes = 0;

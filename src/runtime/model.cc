@@ -11,6 +11,7 @@
 #include "format/spec_reader.h"
 #include "ops/classify.h"
 #include "ops/thread_pool.h"
+#include "runtime/compiled_cache.h"
 #include "runtime/context_pool.h"
 #include "runtime/default_input.h"
 #include "runtime/plan.h"
@@ -291,12 +292,16 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.force = options.backend != "auto";
   impl->backend = options.backend;
   impl->threads = options.threads;
+  const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);
   try {
     impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
                                      backends::select_backends(options.backend, backend_options));
   } catch (const Error& e) {
     fail("model '", path, "': ", e.what());
   }
+  if (!options.cache_dir.empty() && runtime::cache_folder_stamp(options.cache_dir) != cache_before)
+    runtime::keep_cache_within(options.cache_dir, options.cache_limit_bytes ? options.cache_limit_bytes
+                                                                             : runtime::default_cache_limit_bytes());
   impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
   impl->vocabularies = read_vocabularies(*impl->function, *impl->function_description,
                                          "model '" + path + "', function '" + name + "'");

@@ -7,6 +7,16 @@ sys.path.insert(0, os.path.dirname(__file__))  # mil_helpers
 
 import coremlrt  # noqa: E402
 
+# Compiled regions go to a cache of this run's own (tests/python/test_backends.py tests the
+# cache itself), not to the user's ~/.cache/coremlrt; subprocesses the tests start inherit it.
+if "COREMLRT_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["COREMLRT_CACHE_DIR"] = tempfile.mkdtemp(prefix="coremlrt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["COREMLRT_CACHE_DIR"], ignore_errors=True)
+
 # Suites that run once per execution backend (docs/architecture.md, "Backends"). Every model
 # they load takes its backend from COREMLRT_BACKEND, which the `coremlrt_backend` fixture sets
 # for the whole module run (module-scoped fixtures that load models take `coremlrt_backend`

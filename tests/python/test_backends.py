@@ -193,3 +193,39 @@ def test_region_whose_inputs_differ_from_the_declared_shapes_runs_on_our_kernels
     assert [p["backend"] for p in m.placements() if p["op_type"] == "mul"] == ["openvino"]
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     np.testing.assert_array_equal(m.predict({"x": x})["y"], np.cumsum(x[:, -2:], axis=1) * 2)
+
+
+@needs_openvino
+def test_compiled_cache_keeps_within_its_limit(models, tmp_path, monkeypatch):
+    """A load that writes a cache entry removes the least recently used entries beyond the
+    limit (src/runtime/compiled_cache.h); files that are not cache entries stay."""
+    import os
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale = []
+    for i in range(5):  # 5 old entries of 1 MiB, the first the least recently used
+        entry = cache / f"{i}.blob"
+        entry.write_bytes(b"\0" * (1 << 20))
+        os.utime(entry, (1_000_000 + i, 1_000_000 + i))
+        stale.append(entry)
+    other = cache / "notes.txt"
+    other.write_bytes(b"\0" * (3 << 20))
+    monkeypatch.setenv("COREMLRT_CACHE_LIMIT_BYTES", str((5 << 20) // 2))
+
+    m = coremlrt.MLModel(models["conv"], backend="openvino", cache_dir=cache)
+    written = [p for p in cache.glob("*.blob") if p not in stale]
+    assert len(written) == 1, "the compiled region should have been cached"
+    total = sum(p.stat().st_size for p in cache.glob("*.blob"))
+    assert total <= (5 << 20) // 2
+    kept = [p.exists() for p in stale]
+    assert kept == sorted(kept) and not kept[0], f"the oldest entries go first: {kept}"
+    assert other.exists()
+    reference = coremlrt.MLModel(models["conv"], backend="reference").predict({"x": models["x"]})["probs"]
+    np.testing.assert_allclose(m.predict({"x": models["x"]})["probs"], reference, rtol=1e-4, atol=1e-6)
+
+    # A load served from the cache writes nothing and removes nothing.
+    before = sorted(p.name for p in cache.iterdir())
+    monkeypatch.setenv("COREMLRT_CACHE_LIMIT_BYTES", "1")
+    coremlrt.MLModel(models["conv"], backend="openvino", cache_dir=cache)
+    assert sorted(p.name for p in cache.iterdir()) == before
