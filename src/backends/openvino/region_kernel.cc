@@ -55,7 +55,8 @@ class RegionKernel final : public ops::Kernel {
         const Port& port = inputs_[i];
         request.set_input_tensor(i, ov::Tensor(port.type, ov::Shape(t.shape.begin(), t.shape.end()), t.data));
       }
-      request.infer();
+      request.start_async();
+      request.wait();
       // Outputs are copied out of the request's own tensors. Handing OpenVINO our buffers with
       // set_output_tensor is not enough: an output the CPU plugin computes in place of an input
       // (a region ending in identity, or a reshape it drops) is then never written to them.
