@@ -32,7 +32,11 @@ void ContextPool::give_back(std::unique_ptr<ExecutionContext> context) {
     std::lock_guard<std::mutex> lock(mutex_);
     idle_.push_back({std::move(context), Clock::now()});
     if (linger_.count() < 0) return;  // lingering forever: no reaper
-    if (!reaper_.joinable()) reaper_ = std::thread([this] { reap_loop(); });
+    if (!reaper_.joinable()) {
+      reaper_ = std::thread([this] { reap_loop(); });
+      return;
+    }
+    if (!reaper_idle_) return;
   }
   wake_.notify_one();
 }
@@ -41,7 +45,9 @@ void ContextPool::reap_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     if (idle_.empty()) {
+      reaper_idle_ = true;
       wake_.wait(lock);  // until give_back or the destructor
+      reaper_idle_ = false;
       continue;
     }
     Clock::time_point oldest = idle_.front().since;

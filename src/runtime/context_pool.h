@@ -68,6 +68,10 @@ class ContextPool {
   size_t created_ = 0;
   size_t reset_ = 0;
   bool stopping_ = false;
+  // The reaper sleeps without a deadline (nothing idle). Only then does give_back wake it: a
+  // context given back expires last of all those idle, so a reaper already waiting for an
+  // earlier deadline needs no wake-up, and a tight predict loop costs it no thread switch.
+  bool reaper_idle_ = false;
   std::thread reaper_;  // started on the first give_back
 };
 
