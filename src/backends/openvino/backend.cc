@@ -272,7 +272,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
     if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
-    return make_region_kernel(std::move(compiled), region, std::move(kept));
+    return make_region_kernel(std::move(compiled), region, std::move(kept), throughput ? options_.concurrent_predictions : 1);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

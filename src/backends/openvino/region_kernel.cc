@@ -33,8 +33,9 @@ std::vector<Port> ports(const std::vector<ir::NamedValue>& values) {
 
 class RegionKernel final : public ops::Kernel {
  public:
-  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept)
-      : compiled_(std::move(compiled)), inputs_(ports(region.inputs)), outputs_(ports(region.outputs)), kept_(std::move(kept)) {}
+  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept, int streams)
+      : compiled_(std::move(compiled)), inputs_(ports(region.inputs)), outputs_(ports(region.outputs)), kept_(std::move(kept)),
+        direct_calls_(streams == 1) {}
 
   void run(ops::KernelContext& ctx) const override {
     std::unique_ptr<ops::KernelState>& state = ctx.kernel_state();
@@ -85,12 +86,14 @@ class RegionKernel final : public ops::Kernel {
   // allocator as it spawns the plugin's tasks keeps growing (+50 to +100 MiB within minutes, still
   // rising after 30), outside malloc's heap and our buffers; one calling thread stays flat, and so
   // does every thread when the call is handed to the stream's own threads (start_async + wait),
-  // which costs about 20 us a call. So the first thread to run the model keeps the direct call,
-  // the common single-threaded loop pays nothing, and every other thread hands its calls over.
+  // which costs about 20 us a call. So the first thread to run a one-stream model keeps the
+  // direct call, the common single-threaded loop pays nothing, and every other thread hands its
+  // calls over. A model compiled with several streams (concurrent_predictions > 1) is fed by
+  // hand-overs only: each call then goes to whichever stream is free.
   void run_request(ov::InferRequest& request) const {
     const std::thread::id me = std::this_thread::get_id();
     std::thread::id unset{};
-    if (home_thread_.compare_exchange_strong(unset, me) || unset == me) {
+    if (direct_calls_ && (home_thread_.compare_exchange_strong(unset, me) || unset == me)) {
       request.infer();
       return;
     }
@@ -101,13 +104,15 @@ class RegionKernel final : public ops::Kernel {
   ov::CompiledModel compiled_;
   std::vector<Port> inputs_, outputs_;
   std::vector<Tensor> kept_;
+  const bool direct_calls_;
   mutable std::atomic<std::thread::id> home_thread_{};
 };
 
 }  // namespace
 
-std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept) {
-  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept));
+std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept,
+                                                int streams) {
+  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept), streams);
 }
 
 }  // namespace coremlrt::backends::openvino

@@ -11,6 +11,9 @@
 namespace coremlrt::backends::openvino {
 
 // `kept` are the plan constants the compiled model was built from (views, not copies).
-std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept);
+// `streams`: the infer requests the compiled model runs side by side (ov::num_streams; 1 under
+// the latency hint). With several, every call is handed to the streams' own threads.
+std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept,
+                                                int streams);
 
 }  // namespace coremlrt::backends::openvino
