@@ -135,14 +135,15 @@ def _open_prediction_gates(mode):
     _real_macos_version = model_utils._macos_version
     model_utils._macos_version = lambda: PRETENDED_MACOS_VERSION
     testing_utils._IS_MACOS = True
-    _rebind_macos_version()
+    if mode == "models":
+        _rebind_macos_version()
 
 
 _real_macos_version = None
 
 
 def _rebind_macos_version():
-    """In mode models _is_macos() says True, so the real _macos_version, which coremltools'
+    """In mode models (only) _is_macos() says True, so the real _macos_version, which coremltools'
     modules bound by name at import (models/neural_network/quantization_utils.py, say), would run
     `sw_vers` and raise "Unable to determine the macOS version": every coremltools module
     loaded so far gets the pretended version in its place (called again after collection, for
@@ -205,7 +206,8 @@ def _is_neuralnetwork_case(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    _rebind_macos_version()
+    if config.getoption("--coremlrt-mode") == "models":
+        _rebind_macos_version()
     log = config._coremlrt_log
     done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
     applicable, drop = [], []
