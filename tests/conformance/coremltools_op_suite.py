@@ -131,8 +131,28 @@ def _open_prediction_gates(mode):
         model_utils._is_macos = lambda: True
     # _is_macos stays False: coremltools' own modules bound the real _macos_version at import,
     # and it runs `sw_vers` when _is_macos() says macOS. Only the test utilities' view changes.
+    global _real_macos_version
+    _real_macos_version = model_utils._macos_version
     model_utils._macos_version = lambda: PRETENDED_MACOS_VERSION
     testing_utils._IS_MACOS = True
+    if mode == "models":
+        _rebind_macos_version()
+
+
+_real_macos_version = None
+
+
+def _rebind_macos_version():
+    """In mode models (only) _is_macos() says True, so the real _macos_version, which coremltools'
+    modules bound by name at import (models/neural_network/quantization_utils.py, say), would run
+    `sw_vers` and raise "Unable to determine the macOS version": every coremltools module
+    loaded so far gets the pretended version in its place (called again after collection, for
+    the modules the test files imported)."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("coremltools") and getattr(module, "_macos_version", None) is _real_macos_version:
+            module._macos_version = lambda: PRETENDED_MACOS_VERSION
 
 
 def _watch_the_proxy():
@@ -186,6 +206,8 @@ def _is_neuralnetwork_case(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
+    if config.getoption("--coremlrt-mode") == "models":
+        _rebind_macos_version()
     log = config._coremlrt_log
     done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
     applicable, drop = [], []

@@ -56,8 +56,10 @@ def test_batched_matmul_with_int8_dynamic_quantization_is_refused(tmp_path):
     assert "'bmm'" in message and "int8DynamicQuantize" in message
 
 
-def test_categorical_distribution_is_refused(tmp_path):
+@pytest.mark.parametrize("params, reason", [({"temperature": 0.5}, "temperature 0.5 is not 1"),
+                                            ({"eps": 1e-3}, "eps 0.001 is not 1e-10")])
+def test_categorical_distribution_with_unspecified_eps_or_temperature_is_refused(tmp_path, params, reason):
     b = builder()
-    b.add_categorical_distribution("rnd", "data", "out", num_samples=2, is_logits=True, seed=3)
+    b.add_categorical_distribution("rnd", "data", "out", num_samples=2, is_logits=True, seed=3, **params)
     message = refusal(tmp_path, b)
-    assert "'rnd'" in message and "categoricalDistribution is not lowered" in message
+    assert "'rnd'" in message and reason in message

@@ -88,9 +88,8 @@ void fill_static(LayerContext& layer) {
 void fill_dynamic(LayerContext& layer) {
   require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
-  const Value& shape = ranked_input(layer, 0, 1, 1);
-  layer.set_output(0, fill(layer, cast_to(layer, shape, DType::Int32), layer.parse_params<nn::FillDynamicLayerParams>().value(),
-                           dims_of_shape_blob(shape)));
+  const ShapeInput shape = shape_input(layer, 0);
+  layer.set_output(0, fill(layer, shape.sizes, layer.parse_params<nn::FillDynamicLayerParams>().value(), shape.dims));
 }
 
 // x broadcast to `target` (numpy's broadcast_to): every known size of x is 1 or the target's.
@@ -129,8 +128,8 @@ void broadcast_to_dynamic(LayerContext& layer) {
   require_exact_layout(layer);
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::BroadcastToDynamicLayerParams>();
-  const Value& shape = ranked_input(layer, 1, 1, 1);
-  broadcast_to(layer, ranked_input(layer, 0, 0), cast_to(layer, shape, DType::Int32), dims_of_shape_blob(shape));
+  const ShapeInput shape = shape_input(layer, 1);
+  broadcast_to(layer, ranked_input(layer, 0, 0), shape.sizes, shape.dims);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ const LayerTable& layer_table() {
     register_resize_layers(out);
     register_shape_layers(out);
     register_shape_nd_layers(out);
+    register_reverse_layers(out);
     register_gather_layers(out);
     register_fill_layers(out);
     register_elementwise_layers(out);
@@ -33,7 +34,6 @@ const LayerTable& refusal_table() {
   static const LayerTable table = [] {
     LayerTable out;
     register_control_flow_refusals(out);
-    register_random_refusals(out);
     return out;
   }();
   return table;

@@ -5,7 +5,8 @@
 // random_uniform, random_bernoulli; src/ops/random.cc), which keeps the distribution and the
 // meaning of the seed (a seed >= 0 gives the same values at every prediction, -1 fresh values
 // each time) but not Core ML's values, whose generator the specification does not define.
-// categoricalDistribution is refused: its eps and temperature are not lowered.
+// categoricalDistribution lowers onto random_categorical for the eps and temperature that
+// coremltools' own lowering of random_categorical writes (see categorical_distribution).
 #include <cmath>
 #include <limits>
 
@@ -36,10 +37,10 @@ OutputShape like_shape(LayerContext& layer) {
   return {layer.emit1("shape", {{"x", {x}}}, tensor_type(DType::Int32, {x.type.rank})), x.type.dims};
 }
 
-// The shape blob holds fp32 sizes; they are cast to int32 as fillDynamic does (fill_layers.cc).
+// The shape blob's fp32 sizes, read as fillDynamic reads them (shape_values.h).
 OutputShape dynamic_shape(LayerContext& layer) {
-  const Value& shape = ranked_input(layer, 0, 1, 1);
-  return {cast_to(layer, shape, DType::Int32), dims_of_shape_blob(shape)};
+  const ShapeInput shape = shape_input(layer, 0);
+  return {shape.sizes, shape.dims};
 }
 
 // -1 is the unseeded stream; other seeds must fit the op's int32 seed.
@@ -95,9 +96,33 @@ void random_static_layer(LayerContext& layer) {
   Draw(layer, params, static_shape(params.outputshape()));
 }
 
-void categorical_distribution(LayerContext&) {
-  refuse("categoricalDistribution is not lowered by this build (its eps and temperature parameters have no",
-         " counterpart in random_categorical)");
+// numSamples class indices drawn along the last axis, whose sizes are logits (isLogits) or
+// probabilities: the output is the input's shape with the last axis numSamples long, the
+// indices as fp32. The specification does not say how eps and temperature enter the
+// distribution; coremltools lowers random_categorical (format topic 5.14) to this layer with
+// eps = 1e-10 and temperature = 1 (its NeuralNetworkBuilder defaults, which its op mapping
+// leaves as they are), so the two are the same distribution for those values, and other
+// values are refused rather than guessed at.
+constexpr float kLoweredEps = 1e-10f;
+
+void categorical_distribution(LayerContext& layer) {
+  require_exact_layout(layer);
+  layer.expect_io(1, 1, 1);
+  const auto params = layer.parse_params<nn::CategoricalDistributionLayerParams>();
+  require(params.temperature() == 1.0f, "temperature ", params.temperature(),
+          " is not 1; the specification does not define how temperature scales the distribution");
+  require(params.eps() == kLoweredEps, "eps ", params.eps(),
+          " is not 1e-10; the specification does not define how eps enters the distribution");
+  require(params.numsamples() >= 1 && params.numsamples() < (int64_t{1} << 31), "numSamples ", params.numsamples(),
+          " is out of range");
+  const Value& x = ranked_input(layer, 0, 1);
+  std::vector<int64_t> dims = x.type.dims;
+  dims.back() = params.numsamples();
+  layer.set_output(0, layer.emit1("random_categorical",
+                                  {{"x", {x}}, {"mode", {string_scalar(params.islogits() ? "logits" : "probs")}},
+                                   {"size", {int_scalar(static_cast<int32_t>(params.numsamples()))}},
+                                   {"seed", {seed_value(params.seed())}}},
+                                  tensor_type(DType::Float32, dims)));
 }
 
 }  // namespace
@@ -112,8 +137,7 @@ void register_random_layers(LayerTable& table) {
   table[1210] = random_layer<nn::RandomBernoulliLikeLayerParams, like_shape, bernoulli>;
   table[1215] = random_static_layer<nn::RandomBernoulliStaticLayerParams, bernoulli>;
   table[1220] = random_layer<nn::RandomBernoulliDynamicLayerParams, dynamic_shape, bernoulli>;
+  table[1230] = categorical_distribution;
 }
-
-void register_random_refusals(LayerTable& table) { table[1230] = categorical_distribution; }
 
 }  // namespace coremlrt::format::neural_network

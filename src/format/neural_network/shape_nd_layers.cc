@@ -53,10 +53,8 @@ void reshape_dynamic(LayerContext& layer) {
   layer.expect_io(2, 2, 1);
   layer.parse_params<nn::ReshapeDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 0);
-  const Value& shape = ranked_input(layer, 1, 1, 1);
-  const std::vector<int64_t> dims = dims_of_shape_blob(shape);
-  layer.set_output(0, layer.emit1("reshape", {{"x", {x}}, {"shape", {cast_to(layer, shape, DType::Int32)}}},
-                                  tensor_type(x.type.dtype, dims)));
+  const ShapeInput shape = shape_input(layer, 1);
+  layer.set_output(0, layer.emit1("reshape", {{"x", {x}}, {"shape", {shape.sizes}}}, tensor_type(x.type.dtype, shape.dims)));
 }
 
 // targetShape has one entry per axis of the input: 0 keeps that axis's size, -1 (at most one)
@@ -338,13 +336,6 @@ void slice_static(LayerContext& layer) {
   emit_slice(layer, params, x, int_vector(begin), int_vector(end), int_vector(strides), &strides, &begin, &end);
 }
 
-// An index vector from input `index`: rank entries, cast from fp32 to int32.
-Value index_input(LayerContext& layer, int index, int64_t rank, const char* what) {
-  const Value& v = ranked_input(layer, index, 1, 1);
-  require(v.type.dims[0] < 0 || v.type.dims[0] == rank, "its ", what, " input ", v.type.str(), " needs ", rank, " entries");
-  return cast_to(layer, v, DType::Int32);
-}
-
 // Begins from input 1; ends from input 2, else endIds; strides from input 3, else the strides
 // parameter (a parameter is ignored when its input is present). slice_by_index needs its
 // strides at load, so a strides input must be computed from constants (loadConstantND, say);
@@ -357,16 +348,16 @@ void slice_dynamic(LayerContext& layer) {
   const auto params = layer.parse_params<nn::SliceDynamicLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
   const int64_t rank = x.type.rank;
-  const Value begin = index_input(layer, 1, rank, "begin");
+  const Value begin = int_vector_input(layer, 1, rank, "begin");
   Value end;
   if (layer.input_count() >= 3) {
-    end = index_input(layer, 2, rank, "end");
+    end = int_vector_input(layer, 2, rank, "end");
   } else {
     require(params.endids_size() == rank, "endIds needs ", rank, " entries");
     end = int_vector(ints(params.endids(), rank, 0, "endIds"));
   }
   if (layer.input_count() == 4) {
-    emit_slice(layer, params, x, begin, end, index_input(layer, 3, rank, "strides"), nullptr, nullptr, nullptr);
+    emit_slice(layer, params, x, begin, end, int_vector_input(layer, 3, rank, "strides"), nullptr, nullptr, nullptr);
   } else {
     const std::vector<int64_t> strides = ints(params.strides(), rank, 1, "strides");
     emit_slice(layer, params, x, begin, end, int_vector(strides), &strides, nullptr, nullptr);
@@ -402,10 +393,8 @@ void tile(LayerContext& layer) {
   const auto params = layer.parse_params<nn::TileLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
   if (layer.input_count() == 2) {
-    const Value& reps = ranked_input(layer, 1, 1, 1);
-    require(reps.type.dims[0] < 0 || reps.type.dims[0] == x.type.rank, "its reps input ", reps.type.str(),
-            " needs one entry per axis of ", x.type.str());
-    layer.set_output(0, layer.emit1("tile", {{"x", {x}}, {"reps", {cast_to(layer, reps, DType::Int32)}}},
+    const Value reps = int_vector_input(layer, 1, x.type.rank, "reps");
+    layer.set_output(0, layer.emit1("tile", {{"x", {x}}, {"reps", {reps}}},
                                     tensor_type(x.type.dtype, std::vector<int64_t>(x.type.rank, -1))));
     return;
   }
@@ -441,10 +430,8 @@ void constant_pad(LayerContext& layer) {
   if (layer.input_count() == 2) {  // the amounts come from the second input
     require(!params.padtogivenoutputsizemode(), "padToGivenOutputSizeMode with amounts from an input is not supported "
             "by this build");
-    const Value& amounts = ranked_input(layer, 1, 1, 1);
-    require(amounts.type.dims[0] < 0 || amounts.type.dims[0] == 2 * x.type.rank, "its pad amounts input ",
-            amounts.type.str(), " needs 2 entries per axis of ", x.type.str());
-    layer.set_output(0, layer.emit1("pad", {{"x", {x}}, {"pad", {cast_to(layer, amounts, DType::Int32)}},
+    const Value amounts = int_vector_input(layer, 1, 2 * x.type.rank, "pad amounts");
+    layer.set_output(0, layer.emit1("pad", {{"x", {x}}, {"pad", {amounts}},
                                             {"mode", {string_scalar("constant")}},
                                             {"constant_val", {float_scalar(params.value())}}},
                                     tensor_type(x.type.dtype, std::vector<int64_t>(x.type.rank, -1))));

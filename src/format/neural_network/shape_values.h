@@ -91,11 +91,37 @@ inline Value cast_to(LayerContext& layer, const Value& x, DType dtype) {
   return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar(name)}}}, type);
 }
 
-// The shape a rank-1 shape blob describes: its length must be known at load.
-inline std::vector<int64_t> dims_of_shape_blob(const Value& shape) {
-  require(shape.type.rank == 1 && shape.type.dims[0] >= 0, "its shape input is ", shape.type.str(),
-          "; expected a vector of known length");
-  return std::vector<int64_t>(shape.type.dims[0], -1);
+// Sizes and indices read from a blob (a target shape, tile reps, pad amounts, slice bounds,
+// sequence lengths): the layer graph carries them as fp32 whole numbers and the ops take int32,
+// so each translator that reads one goes through here.
+//
+// Input `index` as an int32 vector of `count` entries (-1: any count; a length unknown at load
+// is checked at prediction by the op that reads it). `what` names it in refusals.
+inline Value int_vector_input(LayerContext& layer, int index, int64_t count, const char* what) {
+  const Value& v = ranked_input(layer, index, 1, 1);
+  require(count < 0 || v.type.dims[0] < 0 || v.type.dims[0] == count, "its ", what, " input ", v.type.str(), " needs ",
+          count, " entries");
+  return cast_to(layer, v, DType::Int32);
+}
+
+// A target shape read from input `index`: the int32 sizes, and the output's dims as known at
+// load (as many -1s as the blob has entries). The specification gives the shape as a vector;
+// a blob of higher rank whose axes all have size 1 but one ([10, 1], say: coremltools' own
+// tests feed such a blob to broadcastToDynamic) holds the same values in the same order, and is
+// read as that vector. The number of entries is the output's rank, so it must be known at load.
+struct ShapeInput {
+  Value sizes;                // int32 [rank]
+  std::vector<int64_t> dims;  // -1 for each size known only at prediction
+};
+
+inline ShapeInput shape_input(LayerContext& layer, int index) {
+  const Value& v = ranked_input(layer, index, 1);
+  const int64_t length = product(v.type.dims);
+  const auto non_unit = std::count_if(v.type.dims.begin(), v.type.dims.end(), [](int64_t d) { return d != 1; });
+  require(length >= 0 && (v.type.rank == 1 || non_unit <= 1), "its shape input is ", v.type.str(),
+          "; expected a vector whose length is known at load");
+  const Value vector = v.type.rank == 1 ? v : reshape_to(layer, v, {length});
+  return {cast_to(layer, vector, DType::Int32), std::vector<int64_t>(length, -1)};
 }
 
 }  // namespace coremlrt::format::neural_network
