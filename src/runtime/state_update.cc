@@ -55,18 +55,29 @@ class Matcher {
     // The update must have the state's dtype, or be fp32 beside casts (written rounded to fp16).
     const DType update_dtype = plan_.slot_types[update_value].dtype;
     if (update_dtype != (chain.narrow >= 0 ? DType::Float32 : state_dtype)) return false;
-    p = single_use_producer(source);
     if (chain.narrow >= 0) {
-      if (p < 0 || !is(block_.steps[p], "cast") || cast_target(p) != "fp32") return false;
-      chain.widen = p;
+      // The widened cache may have other readers too (the attention that the next layer's
+      // write follows): then the cast stays, and the update no longer needs its result.
+      auto widen = producer_.find(source);
+      if (widen == producer_.end()) return false;
+      p = widen->second;
+      if (!is(block_.steps[p], "cast") || cast_target(p) != "fp32") return false;
+      chain.widen = single_use_producer(source) == p ? p : -1;
       source = param_slot(block_.steps[p], "x");
       if (source < 0 || plan_.slot_types[source].dtype != DType::Float16) return false;
-      p = single_use_producer(source);
     }
-    if (p < 0 || !is(block_.steps[p], "read_state") || param_slot(block_.steps[p], "input") != state) return false;
-    chain.read = p;
+    // The value read may have other readers as well: then the read_state stays. Readers that run after the update
+    // still see the old contents: the update writes into a copy while another value views the
+    // state's buffer (KernelContext::writable_state).
+    auto reader = producer_.find(source);
+    if (reader == producer_.end()) return false;
+    const int read = reader->second;
+    if (!is(block_.steps[read], "read_state") || param_slot(block_.steps[read], "input") != state) return false;
+    // A cast that stays still reads the value, so its read_state stays too.
+    const bool widen_stays = chain.narrow >= 0 && chain.widen < 0;
+    chain.read = !widen_stays && single_use_producer(source) == read ? read : -1;
     // The value read must be the one the write replaces: no other write to the state between.
-    for (int i = chain.read + 1; i < write; ++i)
+    for (int i = read + 1; i < write; ++i)
       if (is(block_.steps[i], "write_state") && param_slot(block_.steps[i], "input") == state) return false;
     return true;
   }
