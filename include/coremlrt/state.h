@@ -8,6 +8,8 @@
 // prediction at a time: a second prediction that tries to use it concurrently gets an
 // Error instead of racing.
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -24,7 +26,9 @@ class State {
   explicit State(std::vector<FeatureDescription> declarations);
 
   const std::vector<FeatureDescription>& declarations() const { return declarations_; }
-  // A copy of the current value. Throws Error for an unknown name (listing the names).
+  // A copy of the current value. Throws Error for an unknown name (listing the names). While
+  // a prediction uses the state it waits for that prediction to end: a prediction may write
+  // into the state's buffers in place (a KV-cache step), and a read sees only committed values.
   Tensor read(const std::string& name) const;
   // Replaces the value with a copy of `value`, which must have the declared dtype and shape.
   void write(const std::string& name, const Tensor& value);
@@ -47,9 +51,22 @@ class State {
  private:
   const FeatureDescription& declaration(const std::string& name) const;
   std::vector<FeatureDescription> declarations_;
-  mutable std::mutex mutex_;  // guards values_ against read/write from other threads
+  mutable std::mutex mutex_;  // guards values_ and in_use_ changes against other threads
+  mutable std::condition_variable released_;  // signalled when a prediction stops using the state
   std::map<std::string, Tensor> values_;
   std::atomic<bool> in_use_{false};
 };
+
+// Bytes of state that predictions copied and wrote, counted since the process started: a
+// state updated in place (a KV-cache step writing one position) copies only the bytes it
+// overwrites, kept to restore them if the prediction fails; a state given a whole new value
+// counts that value's bytes as both. benchmarks/bench_peers.py reads the counts around a step.
+struct StateTraffic {
+  uint64_t bytes_copied = 0;
+  uint64_t bytes_written = 0;
+};
+StateTraffic state_traffic();
+// Called by the runtime's kernels (src/runtime/execute.cc).
+void add_state_traffic(size_t copied, size_t written);
 
 }  // namespace coremlrt

@@ -12,12 +12,12 @@ it. MLModel(..., threads=n) caps what one prediction of that model takes from it
     compiled = coremlrt.compile_model("model.mlpackage", "model.mlmodelc")
 """
 
-from ._core import Error, available_backends, num_threads, set_num_threads
+from ._core import Error, available_backends, num_threads, set_num_threads, state_traffic
 from .batch import BatchResult, predict_dataset
 from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
 # coremlrt.dask and coremlrt.ray are imported on demand: they need the optional extras.
 __all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "compile_model",
-           "num_threads", "predict_dataset", "set_num_threads"]
+           "num_threads", "predict_dataset", "set_num_threads", "state_traffic"]
 __version__ = "0.1.0"

@@ -180,7 +180,11 @@ Tensor view_of(nb::handle value, const std::string& name) {
 class PyState {
  public:
   explicit PyState(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  nb::object read_state(const std::string& name) const { return to_numpy(state_->read(name)); }
+  // Waits for a prediction using the state to end (include/coremlrt/state.h): without the GIL.
+  nb::object read_state(const std::string& name) const {
+    Tensor value = without_gil([&] { return state_->read(name); });
+    return to_numpy(value);
+  }
   void write_state(const std::string& name, nb::handle array) {
     Tensor value = view_of(array, name);
     without_gil([&] {
@@ -344,6 +348,14 @@ NB_MODULE(_core, m) {
   // threads, so the GIL is released meanwhile.
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());
   m.def("num_threads", &num_threads);
+  // Bytes of state copied and written by predictions so far (include/coremlrt/state.h).
+  m.def("state_traffic", [] {
+    const StateTraffic t = state_traffic();
+    nb::dict out;
+    out["bytes_copied"] = t.bytes_copied;
+    out["bytes_written"] = t.bytes_written;
+    return out;
+  });
   bind_structure(m);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.

@@ -44,6 +44,20 @@ class KernelContext {
   // Gives the state bound to input `index` a new value for the rest of this prediction
   // (write_state). The caller's state object takes it only if the whole prediction succeeds.
   virtual void replace_state(int index, Tensor value) = 0;
+  // The state bound to input `index` when this step may write into its buffer in place: no
+  // value of this prediction other than the state itself views that buffer, and nothing but
+  // the caller's state object holds it. nullptr otherwise: the kernel then writes a copy and
+  // hands it on with replace_state. A kernel that writes in place first records, with
+  // on_failure, how to put back what it overwrites, so that a prediction that fails leaves the
+  // state as it was (docs/architecture.md: a state changes only when a prediction succeeds).
+  virtual Tensor* writable_state(int index) = 0;
+  // Runs `undo` if this prediction fails, after the undos recorded after it (newest first),
+  // when the state bound to input `index` is still the caller's buffer (the buffer a
+  // writable_state() pointer pointed to stays alive until then).
+  virtual void on_failure(int index, std::function<void()> undo) = 0;
+  // Adds to the process-wide counts of state bytes copied and written by predictions
+  // (coremlrt::state_traffic(), include/coremlrt/state.h).
+  virtual void count_state_bytes(size_t copied, size_t written) = 0;
   // "function 'main', op 'x' (add) producing 'y'", for errors raised while running.
   virtual std::string where() const = 0;
   // This step's state in this execution context: empty until the kernel first fills it. Only

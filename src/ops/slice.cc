@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/register.h"
+#include "ops/state_update.h"
 #include "ops/strided.h"
 #include "ops/util.h"
 
@@ -129,6 +130,49 @@ std::unique_ptr<Kernel> slice_update(KernelBuilder& b) {
 }
 
 }  // namespace
+
+std::unique_ptr<Kernel> in_place_state_slice_update(KernelBuilder& b, int state_input) {
+  const int update = b.input("update"), begin = b.input("begin"), end = b.input("end");
+  const SliceMasks masks = read_masks(b);
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& current = ctx.input(state_input);
+    const Tensor& up = ctx.input(update);
+    const Slice s = resolve_slice(ctx, current.shape, read_ints(ctx.input(begin)), read_ints(ctx.input(end)), masks);
+    if (up.shape != s.out_shape && up.shape != s.shape)
+      ctx.fail("update has shape ", shape_str(up.shape), " but the slice has shape ", shape_str(s.out_shape));
+    const size_t elem = dtype_size(current.dtype);
+    const StridedView packed = contiguous_view(s.shape);
+    // The update in the state's dtype, contiguous.
+    Tensor rounded;
+    const void* source = up.data;
+    if (up.dtype != current.dtype) {
+      if (up.dtype != DType::Float32 || current.dtype != DType::Float16)
+        ctx.fail("writes a ", dtype_name(up.dtype), " update into a state of ", dtype_name(current.dtype));
+      rounded = Tensor::empty(DType::Float16, up.shape);
+      const float* in = up.ptr<float>();
+      half* out = rounded.ptr<half>();
+      for (int64_t i = 0; i < up.numel(); ++i) out[i] = static_cast<half>(in[i]);
+      source = rounded.data;
+    }
+    const size_t written = static_cast<size_t>(shape_numel(s.shape)) * elem;
+    if (Tensor* target = ctx.writable_state(state_input)) {
+      // Keep what the update overwrites, to put it back if the prediction fails.
+      Tensor saved = Tensor::empty(current.dtype, s.shape);
+      copy_strided(elem, s.shape, target->data, s.view, saved.data, packed);
+      ctx.on_failure(state_input, [data = target->data, saved, s, elem, packed] {
+        copy_strided(elem, s.shape, saved.data, packed, data, s.view);
+      });
+      copy_strided(elem, s.shape, source, packed, target->data, s.view);
+      ctx.count_state_bytes(written, written);
+      return;
+    }
+    // Something else still views the state's buffer: the new value is a copy.
+    Tensor copy = current.clone();
+    copy_strided(elem, s.shape, source, packed, copy.data, s.view);
+    ctx.count_state_bytes(copy.nbytes(), written);
+    ctx.replace_state(state_input, std::move(copy));
+  });
+}
 
 void register_slice_kernels(KernelRegistry& registry) {
   registry.add("slice_by_index", kAnyDType, slice_by_index);

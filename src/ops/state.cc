@@ -26,6 +26,8 @@ void register_state_kernels(KernelRegistry& registry) {
       if (value.shape != current.shape || value.dtype != current.dtype)
         ctx.fail("writes ", dtype_name(value.dtype), " ", shape_str(value.shape), " into a state of ",
                  dtype_name(current.dtype), " ", shape_str(current.shape));
+      // A whole new value: every byte of the state passed through another buffer.
+      if (value.storage != current.storage) ctx.count_state_bytes(value.nbytes(), value.nbytes());
       ctx.replace_state(state, value);
     });
   }, 18).traits = {.never_fold = true, .binds_state = true};

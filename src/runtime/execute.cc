@@ -1,6 +1,10 @@
 #include "runtime/execute.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+
+#include "coremlrt/state.h"
 
 namespace coremlrt::runtime {
 
@@ -52,14 +56,28 @@ bool matches_declared(const Tensor& t, const ir::ValueType& type) {
 
 using KernelStates = std::vector<std::unique_ptr<ops::KernelState>>;
 
+}  // namespace
+
+// What one run knows about its state inputs' buffers, and how to undo in-place writes into
+// them if it fails (KernelContext::writable_state, on_failure).
+struct RunJournal {
+  // Per state input: the value bound (kept here, so its buffer outlives every undo) and the
+  // references to its buffer other than this one when it was bound: the caller's state object
+  // and the slot. A buffer nobody else holds may be written in place.
+  std::map<int, std::pair<Tensor, long>> bound;
+  std::vector<std::function<void()>> undos;
+};
+
+namespace {
+
 void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool,
-               KernelStates* states);
+               KernelStates* states, RunJournal* journal);
 
 class StepContext final : public ops::KernelContext {
  public:
   StepContext(const Plan& plan, const PlannedStep& step, std::vector<Tensor>& slots, BufferPool* pool,
-              KernelStates* states)
-      : plan_(plan), step_(step), slots_(slots), pool_(pool), states_(states) {}
+              KernelStates* states, RunJournal* journal)
+      : plan_(plan), step_(step), slots_(slots), pool_(pool), states_(states), journal_(journal) {}
 
   const Tensor& input(int index) const override {
     if (index < 0 || index >= static_cast<int>(step_.input_slots.size()))
@@ -80,7 +98,7 @@ class StepContext final : public ops::KernelContext {
     if (inputs.size() != block.input_slots.size())
       fail("block #", index, " takes ", block.input_slots.size(), " inputs; got ", inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) slots_[block.input_slots[i]] = std::move(inputs[i]);
-    run_steps(plan_, block, slots_, pool_, states_);
+    run_steps(plan_, block, slots_, pool_, states_, journal_);
     std::vector<Tensor> outputs;
     for (int slot : block.output_slots) {
       const Tensor& constant = plan_.constants[slot];
@@ -95,6 +113,26 @@ class StepContext final : public ops::KernelContext {
     if (plan_.slot_types[slot].kind != ir::TypeKind::State) fail("input #", index, " is not a state");
     slots_[slot] = std::move(value);
   }
+  Tensor* writable_state(int index) override {
+    if (!journal_ || index < 0 || index >= static_cast<int>(step_.input_slots.size())) return nullptr;
+    const int slot = step_.input_slots[index];
+    if (plan_.slot_types[slot].kind != ir::TypeKind::State) return nullptr;
+    Tensor& t = slots_[slot];
+    const Storage* storage = t.storage.get();
+    if (!storage || !storage->engine_owned() || t.data != storage->data() || storage->size() < t.nbytes()) return nullptr;
+    // Writable when the only holders are the ones it had when bound (the caller's state object
+    // and this slot), or, for a buffer made during this run, this slot alone: then no other
+    // value of the prediction (a read_state result still to be read, a view of one) sees it.
+    const long allowed = bound_buffer(slot) ? journal_->bound[slot].second + 1 : 1;
+    return t.storage.use_count() <= allowed ? &t : nullptr;
+  }
+  void on_failure(int index, std::function<void()> undo) override {
+    if (!journal_ || index < 0 || index >= static_cast<int>(step_.input_slots.size()))
+      fail("recorded an undo outside a prediction");
+    // A buffer made during this run is dropped with it if the run fails: nothing to undo.
+    if (bound_buffer(step_.input_slots[index])) journal_->undos.push_back(std::move(undo));
+  }
+  void count_state_bytes(size_t copied, size_t written) override { add_state_traffic(copied, written); }
   std::string where() const override { return "function '" + plan_.function->name + "', " + step_.describe(); }
   std::unique_ptr<ops::KernelState>& kernel_state() override {
     if (step_.kernel_state < 0 || !states_ || step_.kernel_state >= static_cast<int>(states_->size()))
@@ -127,6 +165,11 @@ class StepContext final : public ops::KernelContext {
   }
 
  private:
+  // Whether the state in `slot` still has the buffer the caller bound (kept alive by the journal).
+  bool bound_buffer(int slot) const {
+    auto it = journal_->bound.find(slot);
+    return it != journal_->bound.end() && it->second.first.storage == slots_[slot].storage;
+  }
   Tensor& output_slot(int index) {
     if (index < 0 || index >= static_cast<int>(step_.output_slots.size()))
       fail("kernel wrote output #", index, ", which the op does not have");
@@ -137,12 +180,13 @@ class StepContext final : public ops::KernelContext {
   std::vector<Tensor>& slots_;
   BufferPool* pool_;
   KernelStates* states_;
+  RunJournal* journal_;
 };
 
 void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& slots, BufferPool* pool,
-               KernelStates* states) {
+               KernelStates* states, RunJournal* journal) {
   for (const PlannedStep& step : block.steps) {
-    StepContext context(plan, step, slots, pool, states);
+    StepContext context(plan, step, slots, pool, states, journal);
     try {
       step.kernel->run(context);
     } catch (const Error& e) {
@@ -164,7 +208,15 @@ void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& sl
 ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
   COREMLRT_CHECK(inputs.size() == plan_.input_slots.size(), "function '", plan_.function->name, "' takes ",
                  plan_.input_slots.size(), " inputs; got ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) slots_[plan_.input_slots[i]] = std::move(inputs[i]);
+  RunJournal journal;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int slot = plan_.input_slots[i];
+    slots_[slot] = std::move(inputs[i]);
+    // A state the caller's state object and this slot share (two holders) may be written in
+    // place; one anybody else also holds may not.
+    if (plan_.slot_types[slot].kind == ir::TypeKind::State && slots_[slot].storage)
+      journal.bound[slot] = {slots_[slot], std::min<long>(slots_[slot].storage.use_count(), 2)};
+  }
   struct ClearSlots {  // whatever happens, no caller tensor stays referenced after run()
     std::vector<Tensor>& slots;
     BufferPool& pool;
@@ -173,7 +225,14 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
         if (t.defined()) pool.recycle(std::move(t));
     }
   } clear{slots_, pool_};
-  run_steps(plan_, plan_.body, slots_, &pool_, &kernel_states_);
+  try {
+    run_steps(plan_, plan_.body, slots_, &pool_, &kernel_states_, &journal);
+  } catch (...) {
+    // Put back what steps wrote into the caller's state buffers, newest first: a failed
+    // prediction leaves its state as it was.
+    for (auto undo = journal.undos.rbegin(); undo != journal.undos.rend(); ++undo) (*undo)();
+    throw;
+  }
   // Results that view memory the caller does not own outright (its inputs, constants)
   // are copied.
   auto owned = [](Tensor t, bool constant) {
@@ -204,7 +263,7 @@ ExecutionContext::Result ExecutionContext::run(std::vector<Tensor> inputs) {
 
 std::vector<Tensor> run_step_once(const Plan& plan, const PlannedStep& step) {
   std::vector<Tensor> slots(plan.slot_count());
-  StepContext context(plan, step, slots, nullptr, nullptr);
+  StepContext context(plan, step, slots, nullptr, nullptr, nullptr);
   step.kernel->run(context);
   context.check_outputs();
   std::vector<Tensor> outputs;

@@ -5,6 +5,8 @@
 
 #include "runtime/execute.h"
 #include "runtime/partition.h"
+#include "runtime/state_update.h"
+#include "ops/state_update.h"
 
 namespace coremlrt::runtime {
 
@@ -87,10 +89,15 @@ class PlanBuilder {
     current_ = &out;
     for (const ir::Operation& op : block.operations) add_step(op);
     for (const std::string& name : block.outputs) out.output_slots.push_back(slot_of(name));
+    std::vector<std::pair<const ir::Operation*, std::string>> fused;
+    if (backends) fused = fuse_state_updates(out);
     if (backends && !backends->empty()) {
       Values values(*this);
       partition_body(*plan_, values, *backends, [this](const std::string& name) { return slot_of(name); });
     }
+    for (Placement& p : plan_->placements)
+      for (const auto& [op, why] : fused)
+        if (p.op == op) p.reason = why;
     for (const PlannedStep& step : out.steps)
       own_slots.insert(own_slots.end(), step.output_slots.begin(), step.output_slots.end());
     compute_releases(out, own_slots);
@@ -198,6 +205,43 @@ class PlanBuilder {
       return;
     }
     current_->steps.push_back(std::move(step));
+  }
+
+  // Replaces each KV-cache chain of `block` (src/runtime/state_update.h) by one step that
+  // updates the state's buffer in place, at the chain's write_state. Returns the chain's ops
+  // with the reason their placement reports.
+  std::vector<std::pair<const ir::Operation*, std::string>> fuse_state_updates(BlockPlan& block) {
+    Values values(*this);
+    std::vector<StateUpdateChain> chains =
+        find_state_update_chains(*plan_, block, values, [this](const std::string& name) { return slot_of(name); });
+    std::vector<std::pair<const ir::Operation*, std::string>> fused;
+    if (chains.empty()) return fused;
+    std::vector<bool> removed(block.steps.size(), false);
+    for (const StateUpdateChain& chain : chains) {
+      PlannedStep& update = block.steps[chain.update];
+      PlannedStep& write = block.steps[chain.write];
+      PlannedStep step;
+      step.op = update.op;
+      step.traits = write.traits;  // binds a state: no backend takes it
+      StepBuilder builder(*this, *update.op, false);
+      builder.input_slots.push_back(chain.state_slot);
+      step.kernel = ops::in_place_state_slice_update(builder, 0);
+      step.input_slots = std::move(builder.input_slots);
+      const std::string why = "with the read_state, casts and write_state around it, one update of state '" +
+                              plan_->slot_names[chain.state_slot] + "' in place (src/runtime/state_update.h)";
+      for (int index : {chain.read, chain.widen, chain.update, chain.narrow, chain.write}) {
+        if (index < 0) continue;
+        fused.emplace_back(block.steps[index].op, why);
+        removed[index] = true;
+      }
+      removed[chain.write] = false;
+      write = std::move(step);
+    }
+    std::vector<PlannedStep> kept;
+    for (size_t i = 0; i < block.steps.size(); ++i)
+      if (!removed[i]) kept.push_back(std::move(block.steps[i]));
+    block.steps = std::move(kept);
+    return fused;
   }
 
   // Every slot a step reads, its nested blocks included.

@@ -32,7 +32,8 @@ const FeatureDescription& State::declaration(const std::string& name) const {
 
 Tensor State::read(const std::string& name) const {
   declaration(name);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  released_.wait(lock, [this] { return !in_use_.load(); });
   return values_.at(name).clone();
 }
 
@@ -43,22 +44,28 @@ void State::write(const std::string& name, const Tensor& value) {
   COREMLRT_CHECK(value.shape == d.shape, "state '", name, "' has shape ", shape_str(d.shape), "; cannot write shape ",
                  shape_str(value.shape));
   Tensor copy = value.clone();
-  // Claim the state like a prediction does, so that a prediction starting meanwhile fails
-  // instead of overwriting this write with its own result.
-  COREMLRT_CHECK(!in_use_.exchange(true), "state '", name, "' cannot be written while a prediction is using it");
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[name] = std::move(copy);
-  }
-  in_use_.store(false);
+  // Under the lock a prediction needs to start, so none starts meanwhile; one already running
+  // would commit over this write, so the write is refused instead.
+  std::lock_guard<std::mutex> lock(mutex_);
+  COREMLRT_CHECK(!in_use_.load(), "state '", name, "' cannot be written while a prediction is using it");
+  values_[name] = std::move(copy);
 }
 
 State::Use::Use(State& state, const std::string& where) : state_(state) {
+  // Taken under the lock so that a read copying the values finishes before the prediction
+  // may write into their buffers.
+  std::lock_guard<std::mutex> lock(state_.mutex_);
   COREMLRT_CHECK(!state_.in_use_.exchange(true), where,
                  ": the state is already in use by another prediction (a state serves one prediction at a time)");
 }
 
-State::Use::~Use() { state_.in_use_.store(false); }
+State::Use::~Use() {
+  {
+    std::lock_guard<std::mutex> lock(state_.mutex_);
+    state_.in_use_.store(false);
+  }
+  state_.released_.notify_all();
+}
 
 Tensor State::Use::value(const std::string& name) const {
   std::lock_guard<std::mutex> lock(state_.mutex_);
@@ -68,6 +75,17 @@ Tensor State::Use::value(const std::string& name) const {
 void State::Use::commit(const std::string& name, Tensor value) {
   std::lock_guard<std::mutex> lock(state_.mutex_);
   state_.values_[name] = std::move(value);
+}
+
+namespace {
+std::atomic<uint64_t> g_state_bytes_copied{0}, g_state_bytes_written{0};
+}  // namespace
+
+StateTraffic state_traffic() { return {g_state_bytes_copied.load(), g_state_bytes_written.load()}; }
+
+void add_state_traffic(size_t copied, size_t written) {
+  g_state_bytes_copied += copied;
+  g_state_bytes_written += written;
 }
 
 }  // namespace coremlrt

@@ -80,6 +80,16 @@ std::string resolve_slice(const OpReader& op, SliceSpec& s) {
 Value slice(const Value& x, const SliceSpec& s) {
   std::vector<int64_t> axes(s.start.size());
   for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+  // A slice of a conversion is the conversion of the slice, element for element: slicing
+  // first converts only what is kept. A KV cache read from an fp16 state is widened to fp32
+  // (by the program's cast, or at the region's edge) and then sliced to one layer, and the
+  // CPU plugin does not reorder the two itself (benchmarks/peer_models.py, GPT-2).
+  if (auto convert = ov::as_type_ptr<ov::op::v0::Convert>(x.get_node_shared_ptr())) {
+    const Value narrow = convert->input_value(0);
+    Value sliced = std::make_shared<ov::op::v8::Slice>(narrow, Lowerer::i64s(s.start), Lowerer::i64s(s.stop),
+                                                       Lowerer::i64s(s.step), Lowerer::i64s(axes));
+    return std::make_shared<ov::op::v0::Convert>(sliced, convert->get_destination_type());
+  }
   return std::make_shared<ov::op::v8::Slice>(x, Lowerer::i64s(s.start), Lowerer::i64s(s.stop), Lowerer::i64s(s.step),
                                              Lowerer::i64s(axes));
 }
