@@ -33,9 +33,6 @@ python3 scripts/coremltools_op_tests.py --suite neural_network --sample 20 --che
 # tests/conformance/data/ (no download).
 python3 scripts/coremltools_op_tests.py --suite pipeline --check
 python3 scripts/coremltools_op_tests.py --suite sklearn --sample 10 --check
-# coremltools' XGBoost converter tests, every 5th case, with XGBoost 1.4.2 (the version coremltools
-# 9 tested; scripts/xgboost_tested_env.sh puts it in build/xgboost-1.4.2, the system's stay as is).
-PYTHONPATH="$(bash scripts/xgboost_tested_env.sh)" python3 scripts/coremltools_op_tests.py --suite xgboost --sample 5 --check
 
 bash scripts/test_sanitizers.sh
 
