@@ -17,7 +17,15 @@ The sklearn suite's SVM files import libsvm's modules by their old top-level nam
 (``import svmutil``); tests/conformance/libsvm_toplevel/ gives those names to libsvm-official's
 ``libsvm.svmutil`` and ``libsvm.svm`` for its test processes. Cases that cannot run here because
 their data set download fails (coremltools/test/utils.py's load_boston needs the network) are
-counted as "unavailable", apart from passes and failures.
+counted as "unavailable", apart from passes and failures; load_boston (the Boston housing
+data) reads tests/conformance/data/ instead of the network (tests/conformance/offline_datasets.py),
+so no case of these suites needs it.
+
+coremltools 9 names XGBoost 1.4.2 as the newest version it tested; 1.4.2 predates numpy 2.
+scripts/xgboost_tested_env.sh installs it, with the numpy 1 and pandas 2 it runs on, into
+build/xgboost-1.4.2 (pip --target, the system's packages stay as they are); the xgboost suite
+runs on it with ``PYTHONPATH=build/xgboost-1.4.2:<coremlrt> python3 scripts/coremltools_op_tests.py
+--suite xgboost``. The report names the library versions the tests ran with.
 
 ``--suite runtime`` runs coremltools' runtime API tests instead (``coremltools/test/api``,
 ``test/modelpackage``, ``test/ml_program``, ``test/blob``: compiled models, compute plans,
@@ -283,7 +291,8 @@ def finish(args, records, version, seconds, file_count):
     if args.report:
         if args.suite in MODEL_SUITES:
             write_suite_section(args.suite, records, pathlib.Path(args.report), version, args.sample, seconds,
-                                _known_differences(known_differences_path(args.suite)))
+                                _known_differences(known_differences_path(args.suite)),
+                                library_versions(args.suite))
         elif args.suite == "runtime":
             write_runtime_report(records, pathlib.Path(args.report), version, seconds,
                                  _known_differences(KNOWN_RUNTIME_DIFFERENCES))
@@ -300,6 +309,34 @@ def finish(args, records, version, seconds, file_count):
         if problems:
             sys.exit(1)
         print("no regression from the recorded run")
+
+
+# The libraries each classic-model suite's tests convert from, named in its report.
+SUITE_LIBRARIES = {
+    "sklearn": ("scikit-learn", "libsvm-official", "numpy", "pandas"),
+    "xgboost": ("xgboost", "scikit-learn", "numpy", "pandas"),
+    "pipeline": ("scikit-learn", "libsvm-official", "numpy"),
+}
+
+
+def library_versions(suite):
+    """"xgboost 1.4.2, numpy 1.26.4, ..." as this process imports them (the test processes get
+    the same PYTHONPATH), or None for a suite without such a list."""
+    import importlib
+
+    versions = []
+    for name in SUITE_LIBRARIES.get(suite, ()):
+        module = {"scikit-learn": "sklearn", "libsvm-official": None}.get(name, name)
+        try:
+            if module is None:
+                import importlib.metadata
+                version = importlib.metadata.version(name)
+            else:
+                version = importlib.import_module(module).__version__
+        except Exception:  # noqa: BLE001 - a library that is missing is reported as such
+            version = "not installed"
+        versions.append(f"{name} {version}")
+    return ", ".join(versions) or None
 
 
 def _known_differences(path=None):

@@ -29,7 +29,8 @@ python3 scripts/coremltools_op_tests.py --suite ops_neuralnetwork --sample 20 --
 # builder, quantization), every 20th case, against the recorded every-10th run.
 python3 scripts/coremltools_op_tests.py --suite neural_network --sample 20 --check
 # coremltools' pipeline tests (whole: under a minute) and scikit-learn converter tests (every
-# 10th case), against their recorded runs; cases that need a data set download are counted apart.
+# 10th case), against their recorded runs; the Boston housing data they use comes from
+# tests/conformance/data/ (no download).
 python3 scripts/coremltools_op_tests.py --suite pipeline --check
 python3 scripts/coremltools_op_tests.py --suite sklearn --sample 10 --check
 

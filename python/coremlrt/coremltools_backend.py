@@ -67,11 +67,25 @@ def _as_core_ml_prediction_error():
         raise RuntimeError(f"{_CORE_ML_PREDICTION_ERROR}: {exc}") from exc
 
 
-def _as_core_ml_outputs(outputs):
+def _python_number_types(model):
+    """{output name: float or int} for the outputs declared as a double or int64 feature (a
+    regressor's prediction, an int64 class label): Core ML hands those to Python as a number,
+    not an array (coremlrt's own API gives a rank-0 array)."""
+    types = {"double": float, "int64": int}
+    return {o["name"]: types[o["kind"]] for o in model._function["outputs"] if o["kind"] in types}
+
+
+def _as_core_ml_outputs(outputs, number_types):
     """Core ML has no rank-0 multi-arrays: a rank-0 program output reaches coremltools' predict
-    on macOS as shape (1,)."""
-    return {name: value.reshape(1) if isinstance(value, np.ndarray) and value.ndim == 0 else value
-            for name, value in outputs.items()}
+    on macOS as shape (1,). A double or int64 feature reaches it as a Python float or int."""
+    def core_ml_value(name, value):
+        if not isinstance(value, np.ndarray) or value.ndim != 0:
+            return value
+        if name in number_types:
+            return number_types[name](value)
+        return value.reshape(1)
+
+    return {name: core_ml_value(name, value) for name, value in outputs.items()}
 
 
 class _MLModelProxy:
@@ -82,7 +96,8 @@ class _MLModelProxy:
     with float16 already turned into float32, Python scalars, PIL images) and outputs are
     returned as Core ML returns them: a dict of numpy arrays, float16 outputs as float32, and
     rank-0 outputs as shape (1,) (Core ML's multi-arrays have rank 1 or more; the native
-    coremlrt API keeps the program's rank 0, see the README).
+    coremlrt API keeps the program's rank 0, see the README); double and int64 features
+    (a regressor's prediction, say) as a Python float or int.
     """
 
     def __init__(self, path, compute_units="ALL", function_name="", optimization_hints=None, asset=None):
@@ -106,6 +121,7 @@ class _MLModelProxy:
         except OSError as exc:  # the engine's own load errors are already RuntimeErrors
             raise RuntimeError(str(exc)) from exc
         self._load_ns = time.perf_counter_ns() - start
+        self._number_types = _python_number_types(self._model)
         self._last_predict_ns = None
         self._compiled_lock = threading.Lock()
         self._compiled_dir = None  # a TemporaryDirectory holding get_compiled_model_path()'s folder
@@ -121,14 +137,14 @@ class _MLModelProxy:
         with _as_core_ml_prediction_error():
             outputs = self._model.predict(data, state)
         self._last_predict_ns = time.perf_counter_ns() - start
-        return _as_core_ml_outputs(outputs)
+        return _as_core_ml_outputs(outputs, self._number_types)
 
     def batchPredict(self, data):  # noqa: N802 - the name coremltools calls
         start = time.perf_counter_ns()
         with _as_core_ml_prediction_error():
             outputs = [self._model.predict(d) for d in data]
         self._last_predict_ns = time.perf_counter_ns() - start
-        return [_as_core_ml_outputs(o) for o in outputs]
+        return [_as_core_ml_outputs(o, self._number_types) for o in outputs]
 
     def newState(self):  # noqa: N802 - the name coremltools calls
         # coremlrt.MLState already has read_state/write_state with coremltools' behaviour

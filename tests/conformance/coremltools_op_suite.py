@@ -11,7 +11,12 @@ in the two places where the test utilities decide whether prediction is possible
   and the version skips test modules evaluate at import),
 
 and installs ``coremlrt.coremltools_backend`` so that ``MLModel.predict`` reaches coremlrt.
-Nothing else of coremltools is touched; its test files are run as installed.
+The ``models`` mode (below) goes further, as a macOS host would answer: ``_is_macos()`` says
+macOS, and the ``_macos_version`` coremltools' own modules bound by name gives the same
+pretended version (_answer_macos_version_queries()); coremltools/test/utils.py's load_boston
+reads a copy of its data set from this repository (offline_datasets.py); libsvm gets the
+``__version__`` coremltools' libsvm converter reads (_name_the_libsvm_version()). Nothing else
+of coremltools is touched; its test files are run as installed.
 
 Loaded by scripts/coremltools_op_tests.py as ``-p coremltools_op_suite``; it writes one JSON
 line per case to ``--coremlrt-results``.
@@ -26,9 +31,11 @@ line per case to ``--coremlrt-results``.
   directly, e.g. ``if _is_macos() and _macos_version() >= (10, 13):`` before predicting in
   test/sklearn_tests/test_SVC.py).
 
-A case whose data set download fails for want of network access (coremltools/test/utils.py's
-load_boston, say) is recorded as "unavailable", with the failed download as its detail: it
-neither passes nor counts as coremlrt's failure (unavailable_download()).
+In the ``models`` mode coremltools/test/utils.py's load_boston (the Boston housing data, which
+it downloads) returns the copy in tests/conformance/data/ instead (offline_datasets.py). A case
+whose data set download still fails for want of network access is recorded as "unavailable",
+with the failed download as its detail: it neither passes nor counts as coremlrt's failure
+(unavailable_download()).
 
 In the last two modes a refused model fails its case, with the refusal as the cause
 ("refused layer: <kind>", "refused model type: <type>"), so that the report counts what is
@@ -124,35 +131,57 @@ def _open_prediction_gates(mode):
     import coremltools.converters.mil.testing_utils as testing_utils
     import coremltools.models.utils as model_utils
 
+    global _real_macos_version
+    _real_macos_version = model_utils._macos_version
     if mode == "models":
         # The model test files bind `_is_macos` by name at import (after this runs) and ask it
         # before predicting and in class-level skips; coremltools' own modules imported it
-        # earlier and keep the real one (so nothing runs `sw_vers`).
+        # earlier and keep the real one.
         model_utils._is_macos = lambda: True
-    # _is_macos stays False: coremltools' own modules bound the real _macos_version at import,
-    # and it runs `sw_vers` when _is_macos() says macOS. Only the test utilities' view changes.
-    global _real_macos_version
-    _real_macos_version = model_utils._macos_version
-    model_utils._macos_version = lambda: PRETENDED_MACOS_VERSION
+    # In the other modes _is_macos stays False: coremltools' own modules bound the real
+    # _macos_version at import, and it runs `sw_vers` when _is_macos() says macOS. Only the test
+    # utilities' view changes.
+    model_utils._macos_version = _pretended_macos_version
     testing_utils._IS_MACOS = True
     if mode == "models":
-        _rebind_macos_version()
+        _answer_macos_version_queries()
 
 
 _real_macos_version = None
 
 
-def _rebind_macos_version():
-    """In mode models (only) _is_macos() says True, so the real _macos_version, which coremltools'
-    modules bound by name at import (models/neural_network/quantization_utils.py, say), would run
-    `sw_vers` and raise "Unable to determine the macOS version": every coremltools module
-    loaded so far gets the pretended version in its place (called again after collection, for
-    the modules the test files imported)."""
+def _pretended_macos_version():
+    return PRETENDED_MACOS_VERSION
+
+
+def _answer_macos_version_queries():
+    """In the models mode the real _macos_version, which coremltools' own modules bound by name
+    (models/model.py, models/_compiled_model.py, models/neural_network/quantization_utils.py),
+    would see the patched _is_macos() say macOS and run `sw_vers`, which Linux lacks: it raises
+    "Unable to determine the macOS version" (quantize_weights asks it, e.g., in
+    test/pipeline/test_model_updatable.py). Those modules get the answer a macOS host gives,
+    the same version the test utilities see. Run at configure time and again after collection
+    (test modules import more of coremltools)."""
     import sys
 
     for name, module in list(sys.modules.items()):
         if name.startswith("coremltools") and getattr(module, "_macos_version", None) is _real_macos_version:
-            module._macos_version = lambda: PRETENDED_MACOS_VERSION
+            module._macos_version = _pretended_macos_version
+
+
+def _name_the_libsvm_version():
+    """coremltools' libsvm converter records `libsvm.__version__` in the model's metadata, an
+    attribute libsvm-official's package does not define (tests/conformance/libsvm_toplevel/
+    svmutil.py sets it for the sklearn suite's `import svmutil`; test/pipeline/test_pipeline.py
+    imports `from libsvm import svmutil`). Set from the installed distribution's version."""
+    import importlib.metadata
+
+    try:
+        import libsvm
+    except ImportError:
+        return
+    if not hasattr(libsvm, "__version__"):
+        libsvm.__version__ = importlib.metadata.version("libsvm-official")
 
 
 def _watch_the_proxy():
@@ -190,6 +219,12 @@ def pytest_configure(config):
     global _mode
     _mode = config.getoption("--coremlrt-mode")
     _open_prediction_gates(_mode)
+    if _mode == "models":
+        # The model suites' data set comes from this repository, not the network.
+        import offline_datasets
+
+        offline_datasets.install()
+        _name_the_libsvm_version()
     _watch_the_proxy()
     config._coremlrt_log = _ResultLog(config.getoption("--coremlrt-results"))
 
@@ -206,8 +241,8 @@ def _is_neuralnetwork_case(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    if config.getoption("--coremlrt-mode") == "models":
-        _rebind_macos_version()
+    if _mode == "models":
+        _answer_macos_version_queries()
     log = config._coremlrt_log
     done = log.recorded_ids() if config.getoption("--coremlrt-resume") else set()
     applicable, drop = [], []

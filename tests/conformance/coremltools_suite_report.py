@@ -23,6 +23,12 @@ TITLES = {
     "pipeline": ("coremltools' pipeline tests", "`coremltools/test/pipeline`"),
 }
 ORDER = list(TITLES)
+# The suites whose cases use coremltools/test/utils.py's load_boston, which downloads its data.
+DATA_SET_SUITES = ("sklearn", "xgboost", "pipeline")
+BOSTON_NOTE = ("The Boston housing data coremltools/test/utils.py's `load_boston()` downloads from StatLib "
+               "is read from tests/conformance/data/boston_house_prices.csv instead, in the same format "
+               "(tests/conformance/offline_datasets.py; the file's origin and checksum are in "
+               "tests/conformance/data/README.md).")
 _SECTION = re.compile(r"<!-- suite:(\w+) -->\n.*?<!-- /suite:\1 -->\n", re.S)
 
 
@@ -43,7 +49,7 @@ def is_refusal(record):
     return (record.get("cause") or "").startswith("refused ")
 
 
-def section(suite, records, version, sample, seconds, known):
+def section(suite, records, version, sample, seconds, known, libraries=None):
     title, what = TITLES[suite]
     counts = collections.Counter(r["outcome"] for r in records)
     ran = counts["passed"] + counts["failed"] + counts["crash"]
@@ -64,6 +70,10 @@ def section(suite, records, version, sample, seconds, known):
         "not run here because downloading their data set failed (no network access; \"unavailable\").",
         "",
     ]
+    if libraries:
+        lines[-1:-1] = [f"Libraries the tests ran with: {libraries}.", ""]
+    if suite in DATA_SET_SUITES:
+        lines[-1:-1] = [BOSTON_NOTE, ""]
     lines += _table(["outcome", "cases"], [
         ["passed", counts["passed"]],
         ["failed: model refused", len(refused)],
@@ -105,6 +115,6 @@ def section(suite, records, version, sample, seconds, known):
     return "\n".join(lines)
 
 
-def write_suite_section(suite, records, path, version, sample, seconds, known):
+def write_suite_section(suite, records, path, version, sample, seconds, known, libraries=None):
     text = path.read_text() if path.exists() else "# coremltools' tests on coremlrt\n"
-    path.write_text(splice(text, suite, section(suite, records, version, sample, seconds, known)))
+    path.write_text(splice(text, suite, section(suite, records, version, sample, seconds, known, libraries)))

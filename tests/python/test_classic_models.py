@@ -442,3 +442,30 @@ def test_glm_probit_link_matches_the_normal_cdf(tmp_path, data, encoding):
     for out, z in zip(_predict(model, x), sk.decision_function(x)):
         p = norm.cdf(z)
         np.testing.assert_allclose([out["classProbability"][c] for c in sk.classes_], [1 - p, p], rtol=1e-6, atol=1e-7)
+
+
+def test_regressor_through_coremltools_predicts_a_python_float(tmp_path, data):
+    """A double output feature reaches coremltools' predict as a Python float, as Core ML hands
+    it over on macOS (coremltools.models.utils.evaluate_regressor does float arithmetic on it);
+    coremlrt's own API keeps the rank-0 array."""
+    import coremlrt.coremltools_backend as backend
+
+    x, y, _, _ = data
+    sk = SVR(kernel="rbf").fit(x[:, :2], y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlmodel = ct.converters.sklearn.convert(sk, ["x1", "x2"], "target")
+    path = str(tmp_path / "svr.mlmodel")
+    mlmodel.save(path)
+    rows = [{"x1": a, "x2": b} for a, b in x[:5, :2]]
+    backend.enable()
+    try:
+        model = ct.models.MLModel(path)
+        got = [model.predict(row)["target"] for row in rows]
+        batch = [o["target"] for o in model.predict(rows)]
+    finally:
+        backend.disable()
+    assert all(type(v) is float for v in got + batch)
+    np.testing.assert_allclose(got, sk.predict(x[:5, :2]), rtol=1e-12, atol=1e-12)
+    assert batch == got
+    assert coremlrt.MLModel(path).predict(rows[0])["target"].shape == ()
