@@ -224,7 +224,9 @@ class MLState:
         self._declarations = {d["name"]: d for d in declarations}
 
     def read_state(self, name):
-        """A copy of the named state as a numpy array (float16 states come back as float32)."""
+        """A copy of the named state as a numpy array (float16 states come back as float32). While a
+        prediction is using the state, this waits for it to end (a KV-cache update writes the
+        state's buffer in place during the prediction: src/runtime/state_update.h)."""
         value = self._state.read_state(name)
         return value.astype(np.float32) if value.dtype == np.float16 else value
 
