@@ -3,28 +3,23 @@ add_loop) and run by coremlrt: branch becomes a `cond` op and loop a `while_loop
 values come from the same computation written as a Python loop or if/else over numpy."""
 
 import os
-import warnings
 
 import numpy as np
 import pytest
 
 import coremlrt
 
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("coremltools")
 
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import save_and_load  # noqa: E402
 
 RTOL, ATOL = 1e-6, 1e-6
 
 
 def save(tmp_path, builder):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return save_and_load(tmp_path, builder)
 
 
 def nested(nn_spec):

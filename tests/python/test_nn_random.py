@@ -5,18 +5,15 @@ standard errors, so a correct sampler fails about once in 10^8 runs), by the see
 (a seed >= 0 repeats its values at every prediction, -1 does not) and by exact edge cases
 (bernoulli with prob 0 and 1, uniform inside [minVal, maxVal))."""
 
-import os
-import warnings
 
 import numpy as np
 import pytest
 
 import coremlrt
 
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("coremltools")
 
-from coremltools.models import datatypes  # noqa: E402
-from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import build_and_load  # noqa: E402
 
 SHAPE = (4, 250, 200)  # 200,000 samples
 N = int(np.prod(SHAPE))
@@ -24,15 +21,7 @@ SIGMAS = 6.0
 
 
 def load(tmp_path, add_layer, inputs={"x": SHAPE}):
-    builder = NeuralNetworkBuilder([(n, datatypes.Array(*s)) for n, s in inputs.items()], [("out", None)],
-                                   disable_rank5_shape_mapping=True)
-    add_layer(builder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return build_and_load(tmp_path, inputs, add_layer)
 
 
 def feeds():

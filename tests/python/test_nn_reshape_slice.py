@@ -1,32 +1,21 @@
 """neuralNetwork rankPreservingReshape and sliceDynamic with a strides input, built with
 coremltools' NeuralNetworkBuilder, run by coremlrt and compared with numpy."""
 
-import os
-import warnings
 
 import numpy as np
 import pytest
 
 import coremlrt
 
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("coremltools")
 
-from coremltools.models import datatypes  # noqa: E402
-from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import build_and_load  # noqa: E402
 
 rng = np.random.default_rng(0)
 
 
 def load(tmp_path, inputs, add_layers):
-    builder = NeuralNetworkBuilder([(n, datatypes.Array(*s)) for n, s in inputs.items()], [("out", None)],
-                                   disable_rank5_shape_mapping=True)
-    add_layers(builder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return build_and_load(tmp_path, inputs, add_layers)
 
 
 def numpy_rank_preserving_reshape(x, target):

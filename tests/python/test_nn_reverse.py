@@ -3,30 +3,19 @@ with a shape blob of rank 2, built with coremltools' NeuralNetworkBuilder and ru
 expected values come from numpy (np.flip, a per-slice reversal, np.broadcast_to) and, for the
 random layer, from the distribution's probabilities."""
 
-import os
-import warnings
 
 import numpy as np
 import pytest
 
 import coremlrt
 
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("coremltools")
 
-from coremltools.models import datatypes  # noqa: E402
-from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import build_and_load  # noqa: E402
 
 
 def load(tmp_path, inputs, add_layers, outputs=("out",)):
-    builder = NeuralNetworkBuilder([(n, datatypes.Array(*s)) for n, s in inputs.items()],
-                                   [(o, None) for o in outputs], disable_rank5_shape_mapping=True)
-    add_layers(builder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return build_and_load(tmp_path, inputs, add_layers, outputs)
 
 
 @pytest.mark.parametrize("shape, flags", [((5,), [True]), ((3, 4), [False, True]), ((2, 3, 4), [True, False, True]),
