@@ -15,18 +15,14 @@ ct = pytest.importorskip("coremltools")
 
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import save_and_load  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 rng = np.random.default_rng(0)
 
 
 def save(tmp_path, builder, name="model.mlmodel"):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), name)
-    mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return save_and_load(tmp_path, builder, name)
 
 
 def softmax(z):

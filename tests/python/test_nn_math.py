@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import save_and_load  # noqa: E402
 from coremltools.models.neural_network import quantization_utils  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-5
@@ -38,12 +39,7 @@ def exact_builder(inputs, outputs=("out",)):
 
 
 def predict(tmp_path, builder, feeds):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path).predict({k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()})
+    return save_and_load(tmp_path, builder).predict({k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()})
 
 
 def run(tmp_path, builder, feeds, layout):

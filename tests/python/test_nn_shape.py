@@ -15,6 +15,7 @@ ct = pytest.importorskip("coremltools")
 
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import save_and_load  # noqa: E402
 
 rng = np.random.default_rng(0)
 LAYOUTS = ["rank5", "exact"]
@@ -27,12 +28,7 @@ def make_builder(inputs, outputs=("out",), exact=True):
 
 
 def predict(tmp_path, builder, feeds):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), "model.mlmodel")
-    mlmodel.save(path)
-    return coremlrt.MLModel(path).predict(feeds)
+    return save_and_load(tmp_path, builder).predict(feeds)
 
 
 def check(actual, expected):
