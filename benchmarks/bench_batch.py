@@ -3,7 +3,7 @@
 (map_batches, 2 actors), on the same records. Prints records/s, the ratio of each to the plain
 loop, and the peak RSS of each process that predicted.
 
-    python3 benchmarks/bench_batch.py [--records 2000] [--size 96] [--width 96] [--workers 2] [--rounds 1]
+    python3 benchmarks/bench_batch.py [--model cnn|lstm] [--records 2000] [--size 96] [--width 96] [--workers 2] [--rounds 1]
 
 The model is a small image CNN converted from torch (4 conv+ReLU stages, global average
 pooling, a linear classifier) on 3x96x96 inputs: the same kind of work as resnet18 (conv
@@ -18,6 +18,11 @@ with other work, wall-clock ratios follow the neighbours. The CPU-time ratio (wo
 per record / path CPU per record) is each path against a loop that keeps one core busy. The
 plain loop here keeps every core busy already (one prediction spreads over the cores), so its
 wall-clock ratio cannot pass loop CPU / path CPU per record on an idle machine.
+
+`--model lstm` is the other kind of network: a 2-layer LSTM (256 -> 512, 64 steps, as
+benchmarks/peer_models.py's lstm2) with a linear head. Its steps are sequential and each step's
+matrices are small, so one prediction cannot spread over the cores: the plain loop keeps one core
+busy, and the parallel paths have the other to gain.
 """
 
 import argparse
@@ -40,11 +45,14 @@ def peak_rss_mib():
     return float("nan")
 
 
-def make_model(directory, size, width):
+def make_model(directory, kind, size, width):
+    """Converts the network and saves it; returns its path and the shape of one record."""
     import coremltools as ct
     import torch
 
     torch.manual_seed(0)
+    if kind == "lstm":
+        return make_lstm(directory, ct, torch)
     layers, channels = [], 3
     for stage, out_channels in enumerate((width, width, 2 * width, 2 * width)):
         layers += [torch.nn.Conv2d(channels, out_channels, 3, stride=1 if stage == 0 else 2, padding=1),
@@ -59,7 +67,27 @@ def make_model(directory, size, width):
                        compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS17)
     path = os.path.join(directory, "cnn.mlpackage")
     model.save(path)
-    return path
+    return path, tuple(example.shape)
+
+
+def make_lstm(directory, ct, torch):
+    class LstmClassifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(256, 512, num_layers=2)
+            self.head = torch.nn.Linear(512, 10)
+
+        def forward(self, x):
+            return self.head(self.lstm(x)[0][-1])
+
+    example = torch.zeros(64, 1, 256)
+    traced = torch.jit.trace(LstmClassifier().eval(), example)
+    model = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=example.shape)],
+                       outputs=[ct.TensorType(name="y")], convert_to="mlprogram",
+                       compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS17)
+    path = os.path.join(directory, "lstm.mlpackage")
+    model.save(path)
+    return path, tuple(example.shape)
 
 
 def plain_loop(path, data):
@@ -81,6 +109,12 @@ def local_batch(path, data, workers):
     assert result.failed == 0
     return seconds, np.concatenate([result.outputs[i]["y"] for i in range(len(data))]), \
         {"this process": peak_rss_mib()}, cpu
+
+
+def without_unit_axes(data):
+    """The records as Dask and Ray hand them over, without the input's axes of size 1 (the
+    batch axis): the partition functions fit each one back to the input's shape."""
+    return data.reshape(len(data), *[d for d in data.shape[1:] if d != 1])
 
 
 def _worker_rss():
@@ -114,7 +148,8 @@ def with_dask(path, data, workers, glibc_defaults=False):
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         client.run(_preload, path)  # each worker loads the model once, as a first task would
-        array = da.from_array(data[:, 0], chunks=(len(data) // (8 * workers), None, None, None))
+        rows = without_unit_axes(data)
+        array = da.from_array(rows, chunks=(len(data) // (8 * workers),) + (-1,) * (rows.ndim - 1))
         array = client.persist(array)  # the records already on the workers, as if read there
         distributed.wait(array)
         cpu_before = client.run(_worker_cpu)
@@ -147,7 +182,8 @@ def with_ray(path, data, workers):
                 return out
 
         # The records already in Ray's object store, as if read there; each keeps its index.
-        dataset = ray.data.from_items([{"id": i, "x": data[i, 0]} for i in range(len(data))])
+        items = without_unit_axes(data)
+        dataset = ray.data.from_items([{"id": i, "x": items[i]} for i in range(len(data))])
         dataset = dataset.repartition(8 * workers).materialize()
 
         def run(records):
@@ -173,18 +209,23 @@ def with_ray(path, data, workers):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["cnn", "lstm"], default="cnn")
     parser.add_argument("--records", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=96, help="input height and width")
-    parser.add_argument("--width", type=int, default=96, help="channels of the first conv stage")
+    parser.add_argument("--size", type=int, default=96, help="cnn: input height and width")
+    parser.add_argument("--width", type=int, default=96, help="cnn: channels of the first conv stage")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1, help="run every path this many times; best counts")
     parser.add_argument("--skip", action="append", default=[], choices=["dask", "ray"])
     args = parser.parse_args()
     directory = tempfile.mkdtemp()
-    path = make_model(directory, args.size, args.width)
-    data = np.random.default_rng(0).standard_normal((args.records, 1, 3, args.size, args.size)).astype(np.float32)
-    print(f"model: CNN 3x{args.size}x{args.size}, widths {args.width}/{2 * args.width}, "
-          f"{args.records} records, {args.workers} workers, {os.cpu_count()} cores")
+    path, record_shape = make_model(directory, args.model, args.size, args.width)
+    # data[i] is one input, in the model's input shape.
+    data = np.random.default_rng(0).standard_normal((args.records, *record_shape)).astype(np.float32)
+    if args.model == "lstm":
+        described = "2-layer LSTM 256->512, 64 steps, linear head"
+    else:
+        described = f"CNN 3x{args.size}x{args.size}, widths {args.width}/{2 * args.width}"
+    print(f"model: {described}, {args.records} records, {args.workers} workers, {os.cpu_count()} cores")
 
     paths = [("plain loop", plain_loop), (f"predict_dataset ({args.workers} threads)", local_batch)]
     if "dask" not in args.skip:

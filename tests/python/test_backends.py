@@ -2,6 +2,8 @@
 "auto", the ops that stay on our kernels and why, and the results of each backend against our
 reference kernels on the same model."""
 
+import ast
+import os
 import subprocess
 import sys
 
@@ -229,3 +231,57 @@ def test_compiled_cache_keeps_within_its_limit(models, tmp_path, monkeypatch):
     monkeypatch.setenv("COREMLRT_CACHE_LIMIT_BYTES", "1")
     coremlrt.MLModel(models["conv"], backend="openvino", cache_dir=cache)
     assert sorted(p.name for p in cache.iterdir()) == before
+
+
+PINNING_PROBE = r"""
+import glob, os, sys, threading, time
+import numpy as np
+import coremlrt
+
+model = coremlrt.MLModel(sys.argv[1], backend="openvino", cache_dir=None, threads=int(sys.argv[2]))
+x = np.random.default_rng(1).standard_normal((1, 4, 32, 32)).astype(np.float32)
+seen, done = set(), threading.Event()
+
+def watch():  # the affinity of every thread of this process, while predictions run
+    while not done.is_set():
+        for status in glob.glob("/proc/self/task/*/status"):
+            try:
+                with open(status) as f:
+                    seen.update(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+            except OSError:
+                pass  # a thread that ended
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+end = time.monotonic() + 1.0
+while time.monotonic() < end:
+    model.predict({"x": x})
+done.set()
+watcher.join()
+print(sorted(seen))
+"""
+
+
+@needs_openvino
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores or more")
+def test_a_model_given_a_share_of_the_cores_leaves_them_unpinned(models):
+    """A model loaded for fewer threads than the machine's cores (a Dask worker or Ray actor
+    per core) must not pin its threads: the CPU plugin pins from the first core in every process,
+    so two such processes shared core 0 (src/backends/openvino/backend.cc,
+    takes_a_share_of_the_machine). The calling thread runs a one-stream region itself and is
+    pinned only while it does, so the affinities are read while predictions run."""
+    allowed = len(os.sched_getaffinity(0))
+    out = subprocess.run([sys.executable, "-c", PINNING_PROBE, str(models["conv"]), str(allowed - 1)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    masks = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert masks and all(cpu_count(mask) == allowed for mask in masks), masks
+
+
+def cpu_count(mask):
+    """CPUs in a Cpus_allowed_list such as "0-3,6"."""
+    count = 0
+    for part in mask.split(","):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count

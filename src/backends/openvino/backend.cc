@@ -9,7 +9,9 @@
 #include <openvino/runtime/core.hpp>
 #include <openvino/runtime/properties.hpp>
 
+#include <algorithm>
 #include <map>
+#include <thread>
 
 #include "backends/openvino/lowering.h"
 #include "backends/openvino/openvino_backend.h"
@@ -243,6 +245,18 @@ class RegionBuilder {
   std::vector<Tensor> kept_;
 };
 
+// A model loaded for fewer threads than the machine has cores shares the machine with other
+// work: a Dask worker or Ray actor per core, several serving processes. The CPU plugin pins each
+// stream's threads to cores, counting from the first, and processes do not coordinate: two
+// one-thread processes each predicting mobilenet_v2 both ran on core 0, at 2.3x the wall time of
+// the same two processes unpinned (benchmarks/bench_batch.py, whose Dask and Ray paths load
+// their model this way). Such a model leaves its threads to the OS scheduler.
+bool takes_a_share_of_the_machine(const BackendOptions& options) {
+  const long cores = static_cast<long>(std::thread::hardware_concurrency());
+  const long wanted = static_cast<long>(options.threads) * std::max(options.concurrent_predictions, 1);
+  return options.threads > 0 && cores > 0 && wanted < cores;
+}
+
 ov::Core& core() {
   static ov::Core instance;
   return instance;
@@ -270,6 +284,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     };
     if (options_.threads > 0) config.emplace(ov::inference_num_threads(options_.threads));
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
+    if (takes_a_share_of_the_machine(options_)) config.emplace(ov::hint::enable_cpu_pinning(false));
     if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
     return make_region_kernel(std::move(compiled), region, std::move(kept), throughput ? options_.concurrent_predictions : 1);
