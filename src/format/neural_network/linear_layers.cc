@@ -21,8 +21,8 @@ void inner_product_folded(LayerContext& layer, const std::string& op_type, OpInp
           " values per row; expected inputChannels = ", in);
   int unknown_lead = 0;
   for (size_t i = 0; i < lead; ++i) unknown_lead += x.dims[i] < 0;
-  require(unknown_lead == 0 || (unknown_lead == 1 && lead == 1), "input ", x.str(),
-          " has unknown leading sizes this build cannot restore");
+  // One unknown leading size (a sequence length, say) is restored by the output reshape's -1.
+  require(unknown_lead <= 1, "input ", x.str(), " has unknown leading sizes this build cannot restore");
   std::vector<int64_t> rows(x.dims.begin(), x.dims.begin() + lead);
   int64_t row_count = 1;
   for (int64_t d : rows) row_count = d < 0 ? -1 : row_count * d;
