@@ -24,6 +24,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_detection_kernels(registry);
   register_random_kernels(registry);
   register_quantization_kernels(registry);
+  register_dynamic_quantization_kernels(registry);
   register_classify_kernels(registry);
   register_glm_kernels(registry);
   register_feature_engineering_kernels(registry);

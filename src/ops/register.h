@@ -27,6 +27,7 @@ void register_sampling_kernels(KernelRegistry& registry);
 void register_detection_kernels(KernelRegistry& registry);
 void register_random_kernels(KernelRegistry& registry);
 void register_quantization_kernels(KernelRegistry& registry);
+void register_dynamic_quantization_kernels(KernelRegistry& registry);
 void register_classify_kernels(KernelRegistry& registry);
 void register_glm_kernels(KernelRegistry& registry);
 void register_feature_engineering_kernels(KernelRegistry& registry);

@@ -100,6 +100,18 @@ bool shape_allowed(const Shape& shape, const FeatureDescription& feature, const 
   return true;
 }
 
+// A neuralNetwork array input in the rank-5 layout whose program input is the blob
+// [Seq, 1, C, H, W] itself (src/format/neural_network/reader.cc: networks that need Seq known
+// only at prediction) takes an array of the declared [C, H, W] (or [C]) shape as Seq 1: a view
+// of it as [1, 1, C, H, W] (or [1, 1, C, 1, 1]). Any other feed is bound as it is.
+Tensor bind_rank5_sequence(const Tensor& t, const FeatureDescription& feature, const ir::ValueType& type) {
+  const size_t declared = feature.shape.size();
+  if (feature.kind != FeatureKind::MultiArray || type.rank != 5 || (declared != 1 && declared != 3) ||
+      t.shape != feature.shape)
+    return t;
+  return t.reshaped(declared == 1 ? Shape{1, 1, t.shape[0], 1, 1} : Shape{1, 1, t.shape[0], t.shape[1], t.shape[2]});
+}
+
 // The labels of the function's class-label op (classify: the last op of a classifier, so at
 // the top level of its block; OpTraits::class_index_label in src/ops/kernel.h); empty when it
 // has none. `classes` is bound inline (as coremltools writes it) or to a const op of the block.
@@ -389,7 +401,7 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
     COREMLRT_CHECK(it != inputs.end(), m.where(), ": missing input '", input.name, "' (expected ",
                    dtype_name(input.type.dtype), " ", expected_shape(*feature, input.type), "); the model's inputs are ",
                    names_of(desc.inputs));
-    const Tensor& t = it->second;
+    const Tensor& t = bind_rank5_sequence(it->second, *feature, input.type);
     COREMLRT_CHECK(input.type.kind == ir::TypeKind::Tensor, m.where(), ": input '", input.name, "' has type ",
                    input.type.str(), ", which this build cannot bind");
     COREMLRT_CHECK(t.dtype == input.type.dtype, m.where(), ": input '", input.name, "' has dtype ",

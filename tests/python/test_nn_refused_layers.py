@@ -31,31 +31,6 @@ def builder():
     return NeuralNetworkBuilder([("data", datatypes.Array(4))], [("out", None)], disable_rank5_shape_mapping=True)
 
 
-def int8_weights():
-    w = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
-    return w.tobytes(), np.array([0.5])
-
-
-def test_inner_product_with_int8_dynamic_quantization_is_refused(tmp_path):
-    b = builder()
-    w, scale = int8_weights()
-    b.add_inner_product("ip", W=w, b=None, input_channels=4, output_channels=3, has_bias=False, input_name="data",
-                        output_name="out", int_8_dynamic_quantize=True, is_quantized_weight=True,
-                        quantization_type="linear", nbits=8, quant_scale=scale)
-    message = refusal(tmp_path, b)
-    assert "'ip'" in message and "int8DynamicQuantize" in message and "cannot be reproduced exactly" in message
-
-
-def test_batched_matmul_with_int8_dynamic_quantization_is_refused(tmp_path):
-    b = builder()
-    w, scale = int8_weights()
-    b.add_batched_mat_mul("bmm", ["data"], "out", weight_matrix_rows=4, weight_matrix_columns=3, W=w,
-                          int_8_dynamic_quantize=True, is_quantized_weight=True, quantization_type="linear", nbits=8,
-                          quant_scale=scale)
-    message = refusal(tmp_path, b)
-    assert "'bmm'" in message and "int8DynamicQuantize" in message
-
-
 @pytest.mark.parametrize("params, reason", [({"temperature": 0.5}, "temperature 0.5 is not 1"),
                                             ({"eps": 1e-3}, "eps 0.001 is not 1e-10")])
 def test_categorical_distribution_with_unspecified_eps_or_temperature_is_refused(tmp_path, params, reason):

@@ -80,11 +80,17 @@ Value as_float_blob(LayerContext& layer, const Value& x);
 // through here.
 std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count, const char* what);
 
-// innerProduct and batchedMatmul with int8DynamicQuantize: Core ML quantizes the input blob
-// to int8 at run time before multiplying by the int8 weights, by a scheme (scale, rounding,
-// saturation) the specification leaves undefined, so the results cannot be reproduced
-// exactly; the layer is refused rather than run in fp32 with the dequantized weights.
-[[noreturn]] void refuse_int8_dynamic_quantize();
+// innerProduct and batchedMatmul with int8DynamicQuantize run as the op int8_dynamic_linear
+// (src/ops/dynamic_quantization.cc states the run-time input quantization rule). These are
+// its weight and weight_scale inputs: the [out, in] int8 codes of weights.int8RawValue and
+// their one scale. Refuses every form NeuralNetwork.proto's requirements for the flag rule
+// out: hasBias set, weights not in int8RawValue (rawValue, floatValue or float16Value set),
+// quantization other than linear with numberOfBits 8, one scale and no linear bias.
+struct Int8DynamicWeights {
+  Value weight;        // int8 [out, in]
+  Value weight_scale;  // fp32 scalar
+};
+Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, bool has_bias, int64_t in, int64_t out);
 
 // The arguments of one op, by parameter name (a variadic parameter holds several values).
 using OpInputs = std::vector<std::pair<std::string, std::vector<Value>>>;

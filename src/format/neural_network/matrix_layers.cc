@@ -32,7 +32,8 @@ std::vector<float> transposed(const std::vector<float>& w, int64_t rows, int64_t
 void batched_matmul(LayerContext& layer) {
   layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::BatchedMatMulLayerParams>();
-  if (params.int8dynamicquantize()) refuse_int8_dynamic_quantize();
+  require(!params.int8dynamicquantize() || layer.input_count() == 1,
+          "int8DynamicQuantize requires one input (NeuralNetwork.proto); this layer has 2");
   if (layer.input_count() == 2) {
     // A vector A is a row [1, K] and a vector B a column [K, 1]; the product keeps those axes.
     auto as_matrix = [&](const Value& v, int64_t axis) {
@@ -65,11 +66,18 @@ void batched_matmul(LayerContext& layer) {
   const int64_t out = checked_size(params.weightmatrixseconddimension(), "weightMatrixSecondDimension");
   require(a.type.rank >= 1 && (a.type.dims.back() < 0 || a.type.dims.back() == in), "input ", a.type.str(),
           " does not end in weightMatrixFirstDimension = ", in);
-  // Stored as W^T, [Cout, Cin]: the layout of linear's weight.
-  OpInputs inputs{{"x", {a}}, {"weight", {float_tensor(read_weights(params.weights(), in * out, "weights"), {out, in})}}};
-  if (params.hasbias()) inputs.push_back({"bias", {float_tensor(read_weights(params.bias(), out, "bias values"), {out})}});
   ir::ValueType y = a.type;
   y.dims.back() = out;
+  // Stored as W^T, [Cout, Cin]: the layout of linear's weight (and of int8_dynamic_linear's,
+  // src/ops/dynamic_quantization.cc, which runs the layer when int8DynamicQuantize is set).
+  if (params.int8dynamicquantize()) {
+    const Int8DynamicWeights w = read_int8_dynamic_weights(params.weights(), params.hasbias(), in, out);
+    layer.set_output(0, layer.emit1("int8_dynamic_linear",
+                                    {{"x", {a}}, {"weight", {w.weight}}, {"weight_scale", {w.weight_scale}}}, y));
+    return;
+  }
+  OpInputs inputs{{"x", {a}}, {"weight", {float_tensor(read_weights(params.weights(), in * out, "weights"), {out, in})}}};
+  if (params.hasbias()) inputs.push_back({"bias", {float_tensor(read_weights(params.bias(), out, "bias values"), {out})}});
   layer.set_output(0, layer.emit1("linear", inputs, y));
 }
 

@@ -125,7 +125,10 @@ std::string runnable_kinds() {
 
 class Translator final : public LayerContext {
  public:
-  Translator(const nn::NeuralNetwork& network, bool has_image_inputs, ir::Function& function) : function_(function) {
+  // `sequence_unknown`: in the rank-5 layout, array inputs take the blob [Seq, 1, C, H, W]
+  // with Seq known only at prediction (read_neural_network's second attempt).
+  Translator(const nn::NeuralNetwork& network, bool has_image_inputs, ir::Function& function, bool sequence_unknown)
+      : function_(function), sequence_unknown_(sequence_unknown) {
     // RANK4_IMAGE_MAPPING puts a network with image inputs in Core ML's rank-generic mode even
     // when the array mapping is left at RANK5 (allowed only without multi-array inputs, which
     // read_neural_network checks).
@@ -141,10 +144,26 @@ class Translator final : public LayerContext {
   // An input without a type cannot run; layers reading it are still judged by their kind.
   // In the rank-5 layout a [C] or [C, H, W] array becomes the blob [1, 1, C, 1, 1] or
   // [1, 1, C, H, W] (the mapping NeuralNetwork.proto's arrayInputShapeMapping describes).
+  // With sequence_unknown_ the program input itself is that rank-5 blob, [-1, 1, C, H, W]
+  // (or [-1, 1, C, 1, 1]); the runtime views an array fed with the declared shape as Seq 1
+  // (src/runtime/model.cc, bind_rank5_sequence).
   void declare_input(const std::string& name, std::optional<ir::ValueType> type) {
     reserved_.insert(name);
     if (!type) {
       blobs_[name] = std::nullopt;
+      return;
+    }
+    if (rank5_ && sequence_unknown_) {
+      require(type->rank == 1 || type->rank == 3, "input '", name, "' has rank ", type->rank,
+              "; the rank-5 blob layout takes arrays of rank 1 or 3");
+      const std::vector<int64_t>& d = type->dims;
+      const ir::ValueType framed =
+          tensor_type(type->dtype, type->rank == 1 ? std::vector<int64_t>{-1, 1, d[0], 1, 1}
+                                                   : std::vector<int64_t>{-1, 1, d[0], d[1], d[2]});
+      function_.inputs.push_back({name, framed});
+      Value blob{name, nullptr, framed};
+      if (framed.dtype == DType::Float64) blob = cast_to_fp32(blob);
+      blobs_[name] = blob;
       return;
     }
     function_.inputs.push_back({name, *type});
@@ -519,6 +538,7 @@ class Translator final : public LayerContext {
   }
 
   ir::Function& function_;
+  bool sequence_unknown_ = false;
   bool rank5_ = false;
   bool image_rank5_ = true;
   std::map<std::string, int> definitions_left_;
@@ -636,11 +656,12 @@ bool is_neural_network_type(const std::string& model_type) {
          model_type == "neuralNetworkRegressor";
 }
 
-NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& description,
-                                         NetworkRole role) {
+namespace {
+
+NeuralNetworkReading translate_network(const std::string& serialized, const nn::NeuralNetwork& network,
+                                       const FunctionDescription& description, NetworkRole role,
+                                       bool sequence_unknown) {
   NeuralNetworkReading out;
-  nn::NeuralNetwork network;
-  COREMLRT_CHECK(network.ParseFromString(serialized), "the neuralNetwork message does not parse");
   for (const auto& layer : network.layers())
     out.layers.push_back({kind_name(layer_kind(layer).field), layer.name(), layer.output_size() ? layer.output(0) : "", ""});
 
@@ -650,7 +671,7 @@ NeuralNetworkReading read_neural_network(const std::string& serialized, const Fu
   function.ios_version = ir::ios_version_of_opset(function.opset);
   bool has_image_inputs = false;
   for (const FeatureDescription& feature : description.inputs) has_image_inputs |= feature.kind == FeatureKind::Image;
-  Translator translator(network, has_image_inputs, function);
+  Translator translator(network, has_image_inputs, function, sequence_unknown);
   std::map<std::string, ImagePreprocessing> preprocessing;
   try {
     preprocessing = read_image_preprocessing(network, description);
@@ -715,6 +736,30 @@ NeuralNetworkReading read_neural_network(const std::string& serialized, const Fu
   }
   out.program.functions.emplace(function.name, std::move(function));
   return out;
+}
+
+}  // namespace
+
+// In the rank-5 layout the first attempt frames each array input as [1, 1, C, H, W]: Seq and
+// Batch 1, as the description's [C, H, W] (or [C]) says. Core ML also takes arrays fed as
+// [Seq, Batch, C, H, W] (NeuralNetwork.proto, RANK5_ARRAY_MAPPING), and some networks only
+// make sense with a longer sequence (an innerProduct sized for Seq x C values after a permute
+// and flatten, say), so their layers refuse Seq 1. Such a network is translated again with Seq
+// unknown until prediction; it runs when every layer then translates, with Batch 1.
+NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& description,
+                                         NetworkRole role) {
+  nn::NeuralNetwork network;
+  COREMLRT_CHECK(network.ParseFromString(serialized), "the neuralNetwork message does not parse");
+  NeuralNetworkReading first = translate_network(serialized, network, description, role, false);
+  const bool rank5 = network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING;
+  bool array_inputs = false;
+  for (const FeatureDescription& feature : description.inputs) array_inputs |= feature.kind == FeatureKind::MultiArray;
+  bool layer_refused = false;
+  for (const NetworkLayer& layer : first.layers) layer_refused |= !layer.problem.empty();
+  if (!first.program.functions.empty() || !first.problem.empty() || !rank5 || !array_inputs || !layer_refused)
+    return first;
+  NeuralNetworkReading second = translate_network(serialized, network, description, role, true);
+  return second.program.functions.empty() ? first : second;
 }
 
 }  // namespace coremlrt::format

@@ -56,14 +56,18 @@ void reshape(LayerContext& layer) {
   }
 }
 
-// [..., C, H, W] -> [..., C*H*W, 1, 1], in C-major (CHANNEL_FIRST) or [H, W, C] order.
+// [..., C, H, W] -> [..., C*H*W, 1, 1], in C-major (CHANNEL_FIRST) or [H, W, C] order. C*H*W
+// may be unknown until prediction (a sequence permuted into W, say) when the leading sizes are
+// known: the reshape infers it.
 void flatten(LayerContext& layer) {
   layer.expect_io(1, 1, 1);
   const auto params = layer.parse_params<nn::FlattenLayerParams>();
   Value x = ranked_input(layer, 0, 3);
   const int64_t rank = x.type.rank;
   const std::vector<int64_t> tail(x.type.dims.end() - 3, x.type.dims.end());
-  require(product(tail) >= 0, "input ", x.type.str(), " has C, H or W unknown before prediction");
+  const std::vector<int64_t> lead(x.type.dims.begin(), x.type.dims.end() - 3);
+  require(product(tail) >= 0 || product(lead) >= 0, "input ", x.type.str(),
+          " has C, H or W and a leading size unknown before prediction");
   if (params.mode() == nn::FlattenLayerParams::CHANNEL_LAST) {
     std::vector<int64_t> perm;
     for (int64_t i = 0; i < rank - 3; ++i) perm.push_back(i);

@@ -1,5 +1,6 @@
 // Inline constants and weight decoding shared by the layer translators (layer_translator.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -146,9 +147,30 @@ Value as_float_blob(LayerContext& layer, const Value& x) {
   return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, type);
 }
 
-void refuse_int8_dynamic_quantize() {
-  refuse("int8DynamicQuantize: Core ML quantizes the input to int8 at run time by a scheme the specification does not",
-         " define (scale, rounding, saturation), so its results cannot be reproduced exactly");
+Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, bool has_bias, int64_t in, int64_t out) {
+  const char* rule = "int8DynamicQuantize requires ";
+  require(!has_bias, rule, "hasBias == false (NeuralNetwork.proto); this layer sets hasBias");
+  require(weights.has_quantization() && weights.quantization().has_linearquantization(), rule,
+          "linearly quantized weights; these have ",
+          weights.quantization().has_lookuptablequantization() ? "a lookup table"
+          : weights.has_quantization()                         ? "no quantization mapping"
+                                                               : "no quantization");
+  const nn::QuantizationParams& q = weights.quantization();
+  require(q.numberofbits() == 8, rule, "numberOfBits == 8; these have ", q.numberofbits());
+  const auto& linear = q.linearquantization();
+  require(linear.scale_size() == 1, rule, "one linear-quantization scale; these have ", linear.scale_size());
+  require(linear.bias_size() == 0, rule, "an empty linear-quantization bias; these have ", linear.bias_size(), " values");
+  require(weights.rawvalue().empty() && weights.floatvalue_size() == 0 && weights.float16value().empty(), rule,
+          "the weights in int8RawValue only; rawValue, floatValue or float16Value is set");
+  const std::string& codes = weights.int8rawvalue();
+  require(static_cast<uint64_t>(codes.size()) == static_cast<uint64_t>(in) * static_cast<uint64_t>(out),
+          "int8RawValue holds ", codes.size(), " weights; expected ", in, " x ", out);
+  const float scale = linear.scale(0);
+  require(std::isfinite(scale), rule, "a finite scale; this one is ", scale);
+  Int8DynamicWeights result;
+  result.weight = constant_tensor(DType::Int8, std::vector<int8_t>(codes.begin(), codes.end()), {out, in});
+  result.weight_scale = float_scalar(scale);
+  return result;
 }
 
 void LayerContext::expect_io(int min_inputs, int max_inputs, int outputs) const {
