@@ -2,8 +2,9 @@
 the input is quantized to int8 per tensor at run time (scale max|x| / 127, round half to even,
 clamp to [-127, 127]), multiplied by the int8 weights with int32 accumulation and dequantized.
 Expected values come from a numpy emulation of that scheme and, as coremltools' own
-test_quantization.py checks, from the float model within an SNR bound. Forms
-NeuralNetwork.proto rules out for the flag are refused at load with the reason."""
+test_quantization.py checks, from the float model within an SNR bound. A layer's float bias is
+added after the product, as Core ML does although NeuralNetwork.proto asks for none; the other
+forms it rules out for the flag are refused at load with the reason."""
 
 import contextlib
 import io
@@ -179,21 +180,30 @@ def refusal(tmp_path, builder):
     return str(info.value)
 
 
-def test_bias_is_refused(tmp_path):
-    # NeuralNetwork.proto lists hasBias == false among the flag's requirements, for both layers;
-    # activate_int8_int8_matrix_multiplications sets the flag on a biased layer all the same.
-    builder = exact_builder((C_IN,))
-    builder.add_inner_product("ip", W=weights(), b=np.ones(C_OUT), input_channels=C_IN, output_channels=C_OUT,
-                              has_bias=True, input_name="data", output_name="out")
+@pytest.mark.parametrize("kind", ["inner_product", "batched_matmul"])
+def test_a_bias_is_added_to_the_dequantized_product(tmp_path, kind):
+    # NeuralNetwork.proto lists hasBias == false among the flag's requirements, yet
+    # activate_int8_int8_matrix_multiplications sets the flag on biased layers, and coremltools'
+    # tests of them pass on macOS: Core ML adds the fp32 bias after dequantizing.
+    bias = np.random.default_rng(3).uniform(-10, 10, C_OUT)
+    builder = exact_builder((5, C_IN))
+    W = weights()
+    if kind == "inner_product":
+        builder.add_inner_product("ip", W=W, b=bias, input_channels=C_IN, output_channels=C_OUT,
+                                  has_bias=True, input_name="data", output_name="out")
+    else:
+        add_batched_matmul(builder, W, bias=bias)
     activate(builder)
-    message = refusal(tmp_path, builder)
-    assert "'ip'" in message and "hasBias == false" in message
-
-    builder = exact_builder((C_IN,))
-    add_batched_matmul(builder, weights(), bias=np.ones(C_OUT))
-    activate(builder)
-    message = refusal(tmp_path, builder)
-    assert "'bmm'" in message and "hasBias == false" in message
+    codes, weight_scale = matmul_params(builder)
+    model = save_and_load(tmp_path, builder)
+    x = np.random.default_rng(7).random((5, C_IN)).astype(np.float32)
+    got = model.predict({"data": x})["out"]
+    np.testing.assert_array_equal(got, emulate(x, codes, weight_scale) + bias.astype(np.float32))
+    snr, psnr = snr_db(x.astype(np.float64) @ W.T + bias, got)
+    assert snr >= 40 and psnr >= 40, (snr, psnr)
+    # An all-zero input quantizes to nothing: the bias alone.
+    np.testing.assert_array_equal(model.predict({"data": np.zeros((5, C_IN), np.float32)})["out"],
+                                  np.tile(bias.astype(np.float32), (5, 1)))
 
 
 def mutated(edit):

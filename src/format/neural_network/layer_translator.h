@@ -83,14 +83,18 @@ std::vector<float> read_weights(const nn::WeightParams& weights, uint64_t count,
 // innerProduct and batchedMatmul with int8DynamicQuantize run as the op int8_dynamic_linear
 // (src/ops/dynamic_quantization.cc states the run-time input quantization rule). These are
 // its weight and weight_scale inputs: the [out, in] int8 codes of weights.int8RawValue and
-// their one scale. Refuses every form NeuralNetwork.proto's requirements for the flag rule
-// out: hasBias set, weights not in int8RawValue (rawValue, floatValue or float16Value set),
-// quantization other than linear with numberOfBits 8, one scale and no linear bias.
+// their one scale, and the layer's float bias when it has one (`bias` null otherwise: the
+// specification asks for none, Core ML adds it, src/ops/dynamic_quantization.cc). Refuses
+// every other form NeuralNetwork.proto's requirements for the flag rule out: weights not in
+// int8RawValue (rawValue, floatValue or float16Value set), quantization other than linear with
+// numberOfBits 8, one scale and no linear bias.
 struct Int8DynamicWeights {
   Value weight;        // int8 [out, in]
   Value weight_scale;  // fp32 scalar
+  std::optional<Value> bias;  // fp32 [out]
 };
-Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, bool has_bias, int64_t in, int64_t out);
+Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, const nn::WeightParams* bias, int64_t in,
+                                             int64_t out);
 
 // The arguments of one op, by parameter name (a variadic parameter holds several values).
 using OpInputs = std::vector<std::pair<std::string, std::vector<Value>>>;

@@ -48,9 +48,11 @@ void inner_product(LayerContext& layer) {
   OpInputs inputs{{"x", {layer.input(0)}}};
   if (params.int8dynamicquantize()) {
     op_type = "int8_dynamic_linear";
-    const Int8DynamicWeights w = read_int8_dynamic_weights(params.weights(), params.hasbias(), in_dim, out_dim);
+    const Int8DynamicWeights w =
+        read_int8_dynamic_weights(params.weights(), params.hasbias() ? &params.bias() : nullptr, in_dim, out_dim);
     inputs.push_back({"weight", {w.weight}});
     inputs.push_back({"weight_scale", {w.weight_scale}});
+    if (w.bias) inputs.push_back({"bias", {*w.bias}});
   } else {
     inputs.push_back({"weight", {float_tensor(read_weights(params.weights(), in * out, "weights"), {out_dim, in_dim})}});
     if (params.hasbias())

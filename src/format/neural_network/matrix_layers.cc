@@ -71,9 +71,11 @@ void batched_matmul(LayerContext& layer) {
   // Stored as W^T, [Cout, Cin]: the layout of linear's weight (and of int8_dynamic_linear's,
   // src/ops/dynamic_quantization.cc, which runs the layer when int8DynamicQuantize is set).
   if (params.int8dynamicquantize()) {
-    const Int8DynamicWeights w = read_int8_dynamic_weights(params.weights(), params.hasbias(), in, out);
-    layer.set_output(0, layer.emit1("int8_dynamic_linear",
-                                    {{"x", {a}}, {"weight", {w.weight}}, {"weight_scale", {w.weight_scale}}}, y));
+    const Int8DynamicWeights w =
+        read_int8_dynamic_weights(params.weights(), params.hasbias() ? &params.bias() : nullptr, in, out);
+    OpInputs inputs{{"x", {a}}, {"weight", {w.weight}}, {"weight_scale", {w.weight_scale}}};
+    if (w.bias) inputs.push_back({"bias", {*w.bias}});
+    layer.set_output(0, layer.emit1("int8_dynamic_linear", inputs, y));
     return;
   }
   OpInputs inputs{{"x", {a}}, {"weight", {float_tensor(read_weights(params.weights(), in * out, "weights"), {out, in})}}};

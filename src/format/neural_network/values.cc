@@ -147,9 +147,9 @@ Value as_float_blob(LayerContext& layer, const Value& x) {
   return layer.emit1("cast", {{"x", {x}}, {"dtype", {string_scalar("fp32")}}}, type);
 }
 
-Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, bool has_bias, int64_t in, int64_t out) {
+Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, const nn::WeightParams* bias, int64_t in,
+                                             int64_t out) {
   const char* rule = "int8DynamicQuantize requires ";
-  require(!has_bias, rule, "hasBias == false (NeuralNetwork.proto); this layer sets hasBias");
   require(weights.has_quantization() && weights.quantization().has_linearquantization(), rule,
           "linearly quantized weights; these have ",
           weights.quantization().has_lookuptablequantization() ? "a lookup table"
@@ -170,6 +170,7 @@ Int8DynamicWeights read_int8_dynamic_weights(const nn::WeightParams& weights, bo
   Int8DynamicWeights result;
   result.weight = constant_tensor(DType::Int8, std::vector<int8_t>(codes.begin(), codes.end()), {out, in});
   result.weight_scale = float_scalar(scale);
+  if (bias) result.bias = float_tensor(read_weights(*bias, static_cast<uint64_t>(out), "bias values"), {out});
   return result;
 }
 
