@@ -171,6 +171,37 @@ def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path)
 
 
 @needs_openvino
+@pytest.mark.parametrize("rows, expected", [(1, "reference"), (4, "reference"), (5, "openvino")])
+def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expected):
+    """A decode-like fp16 step (linear layers on a few rows) is memory-bound: auto keeps it on our
+    kernels, which read the fp16 weights; with more rows OpenVINO takes it. The fp32 program
+    goes to OpenVINO either way, and forced OpenVINO takes the fp16 one too."""
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(4)
+    w1 = (rng.standard_normal((1024, 256)) / 16).astype(np.float32)
+    w2 = (rng.standard_normal((256, 1024)) / 32).astype(np.float32)
+
+    def program():  # a fresh one per conversion: coremltools' passes rewrite the program they convert
+        @mb.program(input_specs=[mb.TensorSpec((rows, 256))])
+        def prog(x):
+            return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
+
+        return prog
+
+    fp16 = save_program(program(), tmp_path, name="fp16", fp16=True)
+    placed = coremlrt.MLModel(fp16, backend="auto", cache_dir=None).placements()
+    linear = [p for p in placed if p["op_type"] == "linear"]
+    assert {p["backend"] for p in linear} == {expected}
+    if expected == "reference":
+        assert all("matrix-vector" in p["reason"] for p in linear)
+    forced = coremlrt.MLModel(fp16, backend="openvino", cache_dir=None).placements()
+    assert {p["backend"] for p in forced if p["op_type"] == "linear"} == {"openvino"}
+    fp32 = coremlrt.MLModel(save_program(program(), tmp_path, name="fp32"), backend="auto", cache_dir=None).placements()
+    assert {p["backend"] for p in fp32 if p["op_type"] == "linear"} == {"openvino"}
+
+
+@needs_openvino
 def test_fp16_embedding_and_projection_on_openvino_compute_in_fp32(tmp_path):
     """An fp16 program's embedding gather (ids computed at run time) and linear layer on OpenVINO:
     the rows are gathered from the fp16 table and widened exactly, so the results are fp32
