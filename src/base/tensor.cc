@@ -32,6 +32,7 @@ namespace {
 // Buffers from this size up are mapped directly, so that freeing them always gives the
 // pages back to the system (malloc may keep large freed chunks in its heap).
 constexpr size_t kMapThreshold = 256 << 10;
+constexpr size_t kHugePage = 2 << 20;
 }  // namespace
 
 HeapStorage::HeapStorage(size_t bytes, std::shared_ptr<MemoryBudget> charged) : charged_(std::move(charged)) {
@@ -49,6 +50,11 @@ void HeapStorage::allocate(size_t bytes) {
   if (bytes >= kMapThreshold) {
     void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) throw std::bad_alloc();
+    // Buffers of 2 MiB and more in huge pages where the system allows them (transparent huge
+    // pages in "madvise" mode): a fresh mapping is faulted in page by page, and a prediction's
+    // large outputs are always fresh (the caller keeps them). A GPT-2 prefill's logits
+    // ([1, 128, 50257] fp32) took 6,280 faults of 4 KiB a prediction, ~8% of its time.
+    if (bytes >= kHugePage) ::madvise(mapped, bytes, MADV_HUGEPAGE);  // advice only: errors are ignored
     data_ = mapped;
     return;
   }

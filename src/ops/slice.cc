@@ -149,9 +149,7 @@ std::unique_ptr<Kernel> in_place_state_slice_update(KernelBuilder& b, int state_
       if (up.dtype != DType::Float32 || current.dtype != DType::Float16)
         ctx.fail("writes a ", dtype_name(up.dtype), " update into a state of ", dtype_name(current.dtype));
       rounded = Tensor::empty(DType::Float16, up.shape);
-      const float* in = up.ptr<float>();
-      half* out = rounded.ptr<half>();
-      for (int64_t i = 0; i < up.numel(); ++i) out[i] = static_cast<half>(in[i]);
+      float_to_half(up.ptr<float>(), rounded.ptr<half>(), up.numel());
       source = rounded.data;
     }
     const size_t written = static_cast<size_t>(shape_numel(s.shape)) * elem;

@@ -124,7 +124,10 @@ def test_low_precision_mode_is_opt_in_and_close(models):
 
 
 @needs_openvino
-def test_states_and_runtime_indices_stay_ours_with_reasons(tmp_path):
+def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path):
+    """State ops stay ours; a gather whose indices are computed at run time goes to OpenVINO,
+    whose region checks the indices: wrapped negative ones match our kernel, and one out of range
+    sends the region to our kernels, which report it (OpenVINO alone would yield zeros)."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
@@ -151,18 +154,84 @@ def test_states_and_runtime_indices_stay_ours_with_reasons(tmp_path):
         by_type.setdefault(p["op_type"], set()).add((p["backend"], p["reason"].split(":")[0] if p["reason"] else ""))
     assert by_type["read_state"] == {("reference", "binds a state, which our MLState owns")}
     assert by_type["write_state"] == {("reference", "binds a state, which our MLState owns")}
-    assert by_type["gather"] == {("reference", "openvino")}
+    assert by_type["gather"] == {("openvino", "")}
     assert by_type["matmul"] == {("openvino", "")}
     ref = coremlrt.MLModel(path, backend="reference")
     states = (m.make_state(), ref.make_state())
-    for step in range(3):
-        idx = np.array([step * 3], np.int32)
+    for step, index in enumerate([0, 3, -1, -10, 9]):
+        idx = np.array([index], np.int32)
         got, expected = m.predict({"idx": idx}, state=states[0])["y"], ref.predict({"idx": idx}, state=states[1])["y"]
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(states[0].read_state("acc"), states[1].read_state("acc"))
-    # An index out of range is still our kernel's clear error, not OpenVINO's silent zeros.
-    with pytest.raises(coremlrt.Error, match="out of range|index"):
-        m.predict({"idx": np.array([12], np.int32)}, state=states[0])
+    # An index out of range is still our kernel's clear error, not OpenVINO's silent zeros
+    # (coremltools adds D to a negative index before the gather: -21 reaches it as -11).
+    for index in (10, 12, -21):
+        with pytest.raises(coremlrt.Error, match="gather index .* is out of range"):
+            m.predict({"idx": np.array([index], np.int32)}, state=states[0])
+    # A failed prediction leaves the state as it was.
+    np.testing.assert_array_equal(states[0].read_state("acc"), states[1].read_state("acc"))
+
+
+@needs_openvino
+@pytest.mark.parametrize("rows, expected", [(1, "reference"), (4, "reference"), (5, "openvino")])
+def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expected):
+    """A decode-like fp16 step (linear layers on a few rows) is memory-bound: auto keeps it on our
+    kernels, which read the fp16 weights; with more rows OpenVINO takes it. The fp32 program
+    goes to OpenVINO either way, and forced OpenVINO takes the fp16 one too."""
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(4)
+    w1 = (rng.standard_normal((1024, 256)) / 16).astype(np.float32)
+    w2 = (rng.standard_normal((256, 1024)) / 32).astype(np.float32)
+
+    def program():  # a fresh one per conversion: coremltools' passes rewrite the program they convert
+        @mb.program(input_specs=[mb.TensorSpec((rows, 256))])
+        def prog(x):
+            return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
+
+        return prog
+
+    fp16 = save_program(program(), tmp_path, name="fp16", fp16=True)
+    placed = coremlrt.MLModel(fp16, backend="auto", cache_dir=None).placements()
+    linear = [p for p in placed if p["op_type"] == "linear"]
+    assert {p["backend"] for p in linear} == {expected}
+    if expected == "reference":
+        assert all("matrix-vector" in p["reason"] for p in linear)
+    forced = coremlrt.MLModel(fp16, backend="openvino", cache_dir=None).placements()
+    assert {p["backend"] for p in forced if p["op_type"] == "linear"} == {"openvino"}
+    fp32 = coremlrt.MLModel(save_program(program(), tmp_path, name="fp32"), backend="auto", cache_dir=None).placements()
+    assert {p["backend"] for p in fp32 if p["op_type"] == "linear"} == {"openvino"}
+
+
+@needs_openvino
+def test_fp16_embedding_and_projection_on_openvino_compute_in_fp32(tmp_path):
+    """An fp16 program's embedding gather (ids computed at run time) and linear layer on OpenVINO:
+    the rows are gathered from the fp16 table and widened exactly, so the results are fp32
+    arithmetic on the fp16 constants (docs/architecture.md, law 6), never bf16."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((100, 64)).astype(np.float32)
+    w = (rng.standard_normal((256, 64)) / 8).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec((5,), dtype=types.int32)])
+    def prog(ids):
+        rows = mb.gather(x=table, indices=mb.add(x=ids, y=np.int32(1)), axis=0)
+        return mb.linear(x=rows, weight=w, bias=b, name="y")
+
+    path = save_program(prog, tmp_path, fp16=True)
+    m = coremlrt.MLModel(path, backend="openvino", cache_dir=None)
+    placed = {p["op_type"]: p["backend"] for p in m.placements()}
+    assert placed["gather"] == "openvino" and placed["linear"] == "openvino"
+    ids = np.array([0, 41, 98, -3, -100], np.int32)
+    got = np.asarray(m.predict({"ids": ids})["y"], np.float32)
+    widened = [a.astype(np.float16).astype(np.float32) for a in (table, w, b)]
+    expected = widened[0][ids + 1] @ widened[1].T + widened[2]
+    np.testing.assert_allclose(got, expected, rtol=2e-3, atol=2e-3)
+    with pytest.raises(coremlrt.Error, match="gather index .* is out of range"):
+        m.predict({"ids": np.array([0, 1, 2, 3, 99], np.int32)})
 
 
 @needs_openvino

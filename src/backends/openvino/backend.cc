@@ -4,6 +4,7 @@
 #include <openvino/core/model.hpp>
 #include <openvino/op/constant.hpp>
 #include <openvino/op/convert.hpp>
+#include <openvino/op/logical_and.hpp>
 #include <openvino/op/parameter.hpp>
 #include <openvino/op/result.hpp>
 #include <openvino/runtime/core.hpp>
@@ -102,6 +103,48 @@ double macs(const ir::Operation& op, const ValueInfo& values) {
   return 0;
 }
 
+// Rows of the left operand of a linear or matmul op, per product (batch dims not counted for
+// matmul); -1 for any other op.
+int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
+  auto it = op.inputs.find("x");
+  if (it == op.inputs.end() || it->second.empty()) return -1;
+  const ir::ValueType& x = values.type(it->second[0]);
+  if (x.dims.empty()) return 1;
+  if (op.type == "linear") return static_cast<int64_t>(numel(x) / static_cast<double>(x.dims.back()));
+  if (op.type != "matmul") return -1;
+  if (x.dims.size() == 1) return 1;
+  bool transpose_x = false;
+  if (auto t = op.inputs.find("transpose_x"); t != op.inputs.end() && !t->second.empty())
+    if (const ir::ConstValue* v = values.constant(t->second[0]); v && v->tensor.defined() && v->tensor.numel() == 1)
+      transpose_x = *static_cast<const uint8_t*>(v->tensor.data) != 0;
+  return transpose_x ? x.dims.back() : x.dims[x.dims.size() - 2];
+}
+
+// The cost rule's exception for fp16 programs computed in fp32 (backend.cc, RegionBuilder): a
+// region whose only multiply-adds are fp16 linear or matmul products of at most kMaxVectorRows
+// rows (a decode step of a language model) is memory-bound, and OpenVINO reads its weights
+// widened to fp32 where our GEMM reads fp16: twice the bytes. Measured on
+// benchmarks/peer_models.py's gpt2_decode fp16 (1 thread, medians of 15, interleaved, two runs):
+// all-OpenVINO regions 26.0 and 20.5 ms, our kernels alone 17.7 and 16.6 ms. (Keeping the fp16
+// weights behind a Convert marked as decompression, rt_info "decompression", did not help with
+// this CPU plugin, measured through OpenVINO's Python API: a [1, 768] x [768, 50257] product took
+// 11.8 ms against 11.9 ms with fp32 weights, and the [128, 768] one 126 ms against 103 ms.) Recurrent layers and convolutions are not matrix-vector
+// work of this kind (lstm2 fp16 is faster on OpenVINO) and keep the region there.
+constexpr int64_t kMaxVectorRows = 4;
+
+bool only_fp16_matrix_vector_work(const Region& region) {
+  bool any = false;
+  for (const ir::Operation* op : region.ops) {
+    if (macs(*op, region.values) == 0) continue;
+    const int64_t rows = matrix_rows(*op, region.values);
+    if (rows < 0 || rows > kMaxVectorRows) return false;
+    auto x = op->inputs.find("x");
+    if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
+    any = true;
+  }
+  return any;
+}
+
 class OpenVinoBackend final : public Backend {
  public:
   explicit OpenVinoBackend(const BackendOptions& options) : options_(options) {}
@@ -127,6 +170,11 @@ class OpenVinoBackend final : public Backend {
       total_macs += macs(*op, region.values);
       for (const ir::NamedValue& out : op->outputs) elements += numel(out.type);
     }
+    if (!options_.low_precision && only_fp16_matrix_vector_work(region))
+      return "every multiply-add of the region is in fp16 matrix-vector products (at most " +
+             std::to_string(kMaxVectorRows) +
+             " rows), which are memory-bound: our kernels read the fp16 weights, OpenVINO would read them widened to "
+             "fp32 (backend=\"auto\"; backend=\"openvino\" forces it)";
     if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return {};
     return "the region does about " + std::to_string(static_cast<int64_t>(total_macs)) + " multiply-adds over " +
            std::to_string(static_cast<int64_t>(elements)) +
@@ -149,6 +197,9 @@ class OpenVinoBackend final : public Backend {
 class RegionBuilder {
  public:
   RegionBuilder(const Region& region, bool keep_fp16) : region_(region), keep_fp16_(keep_fp16) {}
+
+  // Whether the built model has the guard output of Lowerer::require.
+  bool guarded() const { return guarded_; }
 
   ov::element::Type compute_type(DType dtype) const {
     return dtype == DType::Float16 && !keep_fp16_ ? ov::element::f32 : *element_type(dtype);
@@ -174,6 +225,14 @@ class RegionBuilder {
       if (value.get_element_type() != type) value = std::make_shared<ov::op::v0::Convert>(value, type);
       results.push_back(std::make_shared<ov::op::v0::Result>(value));
     }
+    // The conditions of Lowerer::require, all in one boolean scalar after the region's outputs
+    // (region_kernel.h).
+    guarded_ = !guards_.empty();
+    if (guarded_) {
+      Value all = guards_[0];
+      for (size_t i = 1; i < guards_.size(); ++i) all = std::make_shared<ov::op::v1::LogicalAnd>(all, guards_[i]);
+      results.push_back(std::make_shared<ov::op::v0::Result>(all));
+    }
     kept_constants = std::move(kept_);
     return std::make_shared<ov::Model>(results, parameters, region_.function.name);
   }
@@ -183,6 +242,8 @@ class RegionBuilder {
    public:
     OpLowerer(const ir::Operation& op, RegionBuilder& builder) : Lowerer(op, builder.region_.values), builder_(builder) {}
     Value input(const std::string& param, size_t index) override { return builder_.value_of(binding(param, index)); }
+    Value stored(const std::string& param) override { return builder_.stored(binding(param, 0)); }
+    void require(const Value& condition) override { builder_.guards_.push_back(condition); }
     ov::element::Type compute_type(DType dtype) const override { return builder_.compute_type(dtype); }
 
    private:
@@ -218,6 +279,26 @@ class RegionBuilder {
     return node;
   }
 
+  // An fp16 constant of a region computed in fp32 as a view in fp16 (shared by its readers);
+  // value_of() for every other value.
+  Value stored(const ir::Binding& binding) {
+    const ir::ConstValue* constant = region_.values.constant(binding);
+    if (!constant || !constant->tensor.defined() || constant->tensor.dtype != DType::Float16 ||
+        compute_type(DType::Float16) == ov::element::f16)
+      return value_of(binding);
+    const std::string key = binding.value ? std::string() : binding.name;
+    if (!key.empty()) {
+      auto it = stored_.find(key);
+      if (it != stored_.end()) return it->second;
+    }
+    const Tensor& t = constant->tensor;
+    ov::Tensor view(ov::element::f16, ov::Shape(t.shape.begin(), t.shape.end()), t.data);
+    kept_.push_back(t);
+    Value node = std::make_shared<ov::op::v0::Constant>(view);
+    if (!key.empty()) stored_[key] = node;
+    return node;
+  }
+
   void lower(const ir::Operation& op) {
     const OpLowering& lowering = lowerings().at(op.type);
     OpLowerer lowerer(op, *this);
@@ -241,7 +322,10 @@ class RegionBuilder {
 
   const Region& region_;
   const bool keep_fp16_;
+  bool guarded_ = false;
   std::map<std::string, Value> graph_;
+  std::map<std::string, Value> stored_;  // fp16 views of constants, by name
+  std::vector<Value> guards_;  // Lowerer::require's conditions
   std::vector<Tensor> kept_;
 };
 
@@ -269,7 +353,8 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
   for (const ir::Operation* op : region.ops)
     for (const ir::NamedValue& out : op->outputs) fp16_program = fp16_program || out.type.dtype == DType::Float16;
   try {
-    model = RegionBuilder(region, options_.low_precision).build(kept);
+    RegionBuilder builder(region, options_.low_precision);
+    model = builder.build(kept);
     // One stream runs one infer request at a time: requests from predictions running together
     // queue on it. With concurrent_predictions > 1 the plugin makes that many streams and splits
     // the threads between them, so side-by-side predictions run without waiting and without
@@ -287,7 +372,8 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     if (takes_a_share_of_the_machine(options_)) config.emplace(ov::hint::enable_cpu_pinning(false));
     if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
-    return make_region_kernel(std::move(compiled), region, std::move(kept), throughput ? options_.concurrent_predictions : 1);
+    return make_region_kernel(std::move(compiled), region, std::move(kept), throughput ? options_.concurrent_predictions : 1,
+                              builder.guarded());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -69,6 +69,13 @@ class Lowerer : public OpReader {
   using OpReader::OpReader;
   // The value bound to `param` (a region input, an earlier op's output, or a constant).
   virtual Value input(const std::string& param, size_t index = 0) = 0;
+  // The constant bound to `param` in the element type it is stored in (an fp16 view where the
+  // region computes fp16 values in fp32); input() for any other value.
+  virtual Value stored(const std::string& param) = 0;
+  // A boolean scalar the region's results depend on: when it is false at run time, the region's
+  // results are dropped and its ops run on our kernels instead, which then decide (report an index
+  // out of range, say). For facts OpenVINO cannot report itself.
+  virtual void require(const Value& condition) = 0;
   // The element type values of `dtype` have inside the region: fp16 values are computed in
   // fp32 unless the caller chose the low-precision mode (docs/architecture.md, law 6).
   virtual ov::element::Type compute_type(DType dtype) const = 0;

@@ -33,21 +33,17 @@ std::vector<Port> ports(const std::vector<ir::NamedValue>& values) {
 
 class RegionKernel final : public ops::Kernel {
  public:
-  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept, int streams)
+  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept, int streams, bool guarded)
       : compiled_(std::move(compiled)), inputs_(ports(region.inputs)), outputs_(ports(region.outputs)), kept_(std::move(kept)),
-        direct_calls_(streams == 1) {}
+        direct_calls_(streams == 1), guarded_(guarded) {}
 
   void run(ops::KernelContext& ctx) const override {
     std::unique_ptr<ops::KernelState>& state = ctx.kernel_state();
     try {
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));
-        if (t.dtype != inputs_[i].dtype || t.shape != inputs_[i].shape) {
-          // Not the shapes the program declared (and the region was compiled for): our kernels.
-          std::vector<Tensor> outputs = ctx.run_block(0, {});
-          for (size_t j = 0; j < outputs.size(); ++j) ctx.set_output(static_cast<int>(j), std::move(outputs[j]));
-          return;
-        }
+        // Not the shapes the program declared (and the region was compiled for): our kernels.
+        if (t.dtype != inputs_[i].dtype || t.shape != inputs_[i].shape) return run_ours(ctx);
       }
       if (!state) state = std::make_unique<InferState>(const_cast<ov::CompiledModel&>(compiled_).create_infer_request());
       ov::InferRequest& request = static_cast<InferState&>(*state).request;
@@ -59,6 +55,14 @@ class RegionKernel final : public ops::Kernel {
         request.set_input_tensor(i, ov::Tensor(port.type, ov::Shape(t.shape.begin(), t.shape.end()), t.data));
       }
       run_request(request);
+      if (guarded_) {
+        const ov::Tensor guard = request.get_output_tensor(outputs_.size());
+        if (guard.get_element_type() != ov::element::boolean || guard.get_size() != 1)
+          ctx.fail("OpenVINO returned the region's guard as ", guard.get_element_type().get_type_name(), " ",
+                   guard.get_shape().to_string());
+        // A condition of the lowering does not hold (an index out of range): our kernels decide.
+        if (!*static_cast<const char*>(guard.data())) return run_ours(ctx);
+      }
       // Outputs are copied out of the request's own tensors. Handing OpenVINO our buffers with
       // set_output_tensor is not enough: an output the CPU plugin computes in place of an input
       // (a region ending in identity, or a reshape it drops) is then never written to them.
@@ -80,6 +84,11 @@ class RegionKernel final : public ops::Kernel {
   }
 
  private:
+  static void run_ours(ops::KernelContext& ctx) {
+    std::vector<Tensor> outputs = ctx.run_block(0, {});
+    for (size_t j = 0; j < outputs.size(); ++j) ctx.set_output(static_cast<int>(j), std::move(outputs[j]));
+  }
+
   // A synchronous infer runs the compiled model on the calling thread, which joins the stream's
   // TBB arena for the call. Measured with benchmarks/soak.py (4 threads predicting on one-stream
   // models): when several threads do that, memory that TBB allocates through its scalable
@@ -105,14 +114,15 @@ class RegionKernel final : public ops::Kernel {
   std::vector<Port> inputs_, outputs_;
   std::vector<Tensor> kept_;
   const bool direct_calls_;
+  const bool guarded_;
   mutable std::atomic<std::thread::id> home_thread_{};
 };
 
 }  // namespace
 
 std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept,
-                                                int streams) {
-  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept), streams);
+                                                int streams, bool guarded) {
+  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept), streams, guarded);
 }
 
 }  // namespace coremlrt::backends::openvino

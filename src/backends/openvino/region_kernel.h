@@ -13,7 +13,9 @@ namespace coremlrt::backends::openvino {
 // `kept` are the plan constants the compiled model was built from (views, not copies).
 // `streams`: the infer requests the compiled model runs side by side (ov::num_streams; 1 under
 // the latency hint). With several, every call is handed to the streams' own threads.
+// `guarded`: the model has one more output after the region's, a boolean scalar; when a run
+// yields false, its results are dropped and the region's ops run on our kernels (nested block 0).
 std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept,
-                                                int streams);
+                                                int streams, bool guarded);
 
 }  // namespace coremlrt::backends::openvino
