@@ -1,5 +1,6 @@
-"""neuralNetwork rankPreservingReshape and sliceDynamic with a strides input, built with
-coremltools' NeuralNetworkBuilder, run by coremlrt and compared with numpy."""
+"""neuralNetwork rankPreservingReshape, sliceDynamic with a strides input, sliceBySize and tile
+with a reps input shorter than the rank, built with coremltools' NeuralNetworkBuilder, run by
+coremlrt and compared with numpy."""
 
 
 import numpy as np
@@ -16,6 +17,13 @@ rng = np.random.default_rng(0)
 
 def load(tmp_path, inputs, add_layers):
     return build_and_load(tmp_path, inputs, add_layers)
+
+
+def fresh_dir(tmp_path, name):
+    """One folder per model when a test builds several."""
+    path = tmp_path / name
+    path.mkdir()
+    return path
 
 
 def numpy_rank_preserving_reshape(x, target):
@@ -105,3 +113,75 @@ def test_slice_dynamic_refuses_unequal_strides_longer_than_the_rank(tmp_path):
         load(tmp_path, {"x": (4, 6, 5), "begin": (3,), "end": (3,)},
              lambda b: b.add_slice_dynamic("s", ["x", "begin", "end"], "out", strides=[1, 2, 1, 1],
                                            begin_masks=[False] * 3, end_masks=[False] * 3))
+
+
+# ---- sliceBySize: x[..., begin:begin + size, ...] along axis, begin from the second input ----
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 4), (2, 5, 6), (3, 5, 2, 4), (4, 5, 3, 6, 7)])
+def test_slice_by_size_along_every_axis(tmp_path, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    for axis in range(len(shape)):
+        dim = shape[axis]
+        size = int(rng.integers(1, dim + 1))
+        begin = int(rng.integers(0, dim - size + 1))
+        model = load(fresh_dir(tmp_path, str(axis)), {"x": shape, "begin": (1,)},
+                     lambda b: b.add_slice_by_size("s", ["x", "begin"], "out", axis=axis, size=size))
+        out = np.asarray(model.predict({"x": x, "begin": np.array([begin], np.float32)})["out"])
+        expected = np.take(x, np.arange(begin, begin + size), axis=axis)
+        assert out.shape == expected.shape
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_slice_by_size_reuses_one_model_for_several_begins_and_a_negative_axis(tmp_path):
+    x = rng.standard_normal((3, 7, 2)).astype(np.float32)
+    model = load(tmp_path, {"x": (3, 7, 2), "begin": (1,)},
+                 lambda b: b.add_slice_by_size("s", ["x", "begin"], "out", axis=-2, size=3))
+    for begin in range(0, 5):
+        out = np.asarray(model.predict({"x": x, "begin": np.array([begin], np.float32)})["out"])
+        np.testing.assert_array_equal(out, x[:, begin:begin + 3])
+    # A negative begin counts from the end of the axis (the output keeps its size 3).
+    out = np.asarray(model.predict({"x": x, "begin": np.array([-4], np.float32)})["out"])
+    np.testing.assert_array_equal(out, x[:, -4:-1])
+
+
+def test_slice_by_size_running_past_the_end_fails_at_prediction(tmp_path):
+    model = load(tmp_path, {"x": (3, 7), "begin": (1,)},
+                 lambda b: b.add_slice_by_size("s", ["x", "begin"], "out", axis=1, size=3))
+    with pytest.raises(Exception, match="out of range"):
+        model.predict({"x": np.zeros((3, 7), np.float32), "begin": np.array([5], np.float32)})
+
+
+@pytest.mark.parametrize("axis,size,reason", [
+    (2, 1, "axis 2 does not fit an input of rank 2"),
+    (1, 8, "size 8 exceeds axis 1"),
+    (0, 0, "size 0 must be positive"),
+])
+def test_slice_by_size_refusals(tmp_path, axis, size, reason):
+    def layers(b):
+        b.add_slice_by_size("s", ["x", "begin"], "out", axis=axis, size=1)
+        b.spec.neuralNetwork.layers[-1].sliceBySize.size = size  # the builder itself refuses a size of 0
+
+    with pytest.raises(Exception, match=reason):
+        load(tmp_path, {"x": (3, 7), "begin": (1,)}, layers)
+
+
+# ---- tile with its reps from an input: a short reps vector is padded with leading 1s ----------
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 4), (3, 2, 4), (2, 3, 2, 2), (2, 2, 3, 2, 2)])
+def test_tile_with_reps_input_of_every_length_up_to_the_rank(tmp_path, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    for count in range(1, len(shape) + 1):
+        reps = rng.integers(1, 4, size=count)
+        model = load(fresh_dir(tmp_path, str(count)), {"x": shape, "reps": (count,)},
+                     lambda b: b.add_tile("t", ["x", "reps"], "out"))
+        out = np.asarray(model.predict({"x": x, "reps": reps.astype(np.float32)})["out"])
+        expected = np.tile(x, list(reps))
+        assert out.shape == expected.shape
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_tile_refuses_a_reps_input_longer_than_the_rank(tmp_path):
+    with pytest.raises(Exception, match="more entries than the input's rank 2"):
+        load(tmp_path, {"x": (2, 3), "reps": (3,)}, lambda b: b.add_tile("t", ["x", "reps"], "out"))

@@ -1,6 +1,6 @@
 // The rank-N data-movement layers of the exact-rank layout (NeuralNetwork.proto): copy,
 // reshapeStatic/Like/Dynamic, flattenTo2D, squeeze, expandDims, transpose, concatND, stack, splitND,
-// sliceStatic/Dynamic, slidingWindows, tile, getShape and constantPad. Each maps onto the op
+// sliceStatic/Dynamic/BySize, slidingWindows, tile, getShape and constantPad. Each maps onto the op
 // of the same meaning; shapes read from blobs are cast from fp32 (shape_values.h).
 #include "format/neural_network/shape_values.h"
 #include "nn_shape_nd.pb.h"
@@ -364,6 +364,35 @@ void slice_dynamic(LayerContext& layer) {
   }
 }
 
+// x[..., begin:begin + size, ...] along axis, begin read from input 1 (one entry) at
+// prediction: lowered onto slice_by_size with begin 0 and size -1 (to the end) on the other
+// axes. A negative begin counts from the end of the axis, as slice_by_size reads it (src/ops/
+// slice.cc); a slice running past the end fails at prediction.
+void slice_by_size(LayerContext& layer) {
+  require_exact_layout(layer);
+  layer.expect_io(2, 2, 1);
+  const auto params = layer.parse_params<nn::SliceBySizeLayerParams>();
+  const Value& x = ranked_input(layer, 0, 1);
+  const int64_t rank = x.type.rank, axis = positive_axis(params.axis(), rank);
+  require(params.size() > 0, "size ", params.size(), " must be positive");
+  const int64_t dim = x.type.dims[axis];
+  require(dim < 0 || params.size() <= dim, "size ", params.size(), " exceeds axis ", axis, " of ", x.type.str());
+  const Value begin_at_axis = int_vector_input(layer, 1, 1, "begin");
+  std::vector<Value> begin_parts;
+  if (axis > 0) begin_parts.push_back(int_vector(std::vector<int64_t>(axis, 0)));
+  begin_parts.push_back(begin_at_axis);
+  if (axis + 1 < rank) begin_parts.push_back(int_vector(std::vector<int64_t>(rank - axis - 1, 0)));
+  const Value begin = begin_parts.size() == 1
+                          ? begin_at_axis
+                          : layer.emit1("concat", {{"values", begin_parts}, {"axis", {int_scalar(0)}},
+                                                   {"interleave", {bool_scalar(false)}}},
+                                        tensor_type(DType::Int32, {rank}));
+  std::vector<int64_t> sizes(rank, -1), dims = x.type.dims;
+  sizes[axis] = dims[axis] = params.size();
+  layer.set_output(0, layer.emit1("slice_by_size", {{"x", {x}}, {"begin", {begin}}, {"size", {int_vector(sizes)}}},
+                                  tensor_type(x.type.dtype, dims)));
+}
+
 // Windows of windowSize every step along axis: that axis becomes [windows, windowSize].
 void sliding_windows(LayerContext& layer) {
   require_exact_layout(layer);
@@ -386,14 +415,20 @@ void sliding_windows(LayerContext& layer) {
                                   tensor_type(x.type.dtype, dims)));
 }
 
-// reps from the parameter (padded with leading 1s to the input's rank) or the second input.
+// reps from the parameter or the second input, padded with leading 1s to the input's rank.
 void tile(LayerContext& layer) {
   require_exact_layout(layer);
   layer.expect_io(1, 2, 1);
   const auto params = layer.parse_params<nn::TileLayerParams>();
   const Value& x = ranked_input(layer, 0, 1);
   if (layer.input_count() == 2) {
-    const Value reps = int_vector_input(layer, 1, x.type.rank, "reps");
+    // As with the parameter, a reps vector shorter than the rank is padded with leading 1s
+    // (the tile op does it at prediction, src/ops/shape.cc); a longer one would add axes.
+    const Value& reps_blob = ranked_input(layer, 1, 1, 1);
+    const int64_t count = reps_blob.type.dims[0];
+    require(count <= x.type.rank, "its reps input ", reps_blob.type.str(), " has more entries than the input's rank ",
+            x.type.rank);
+    const Value reps = int_vector_input(layer, 1, -1, "reps");
     layer.set_output(0, layer.emit1("tile", {{"x", {x}}, {"reps", {reps}}},
                                     tensor_type(x.type.dtype, std::vector<int64_t>(x.type.rank, -1))));
     return;
@@ -475,6 +510,7 @@ void register_shape_nd_layers(LayerTable& table) {
   table[985] = transpose_nd;
   table[995] = slice_static;
   table[1000] = slice_dynamic;
+  table[1470] = slice_by_size;
   table[1005] = sliding_windows;
   table[1065] = get_shape;
   table[1120] = squeeze;
