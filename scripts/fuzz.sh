@@ -14,7 +14,8 @@ shift 2
 
 CXX_FOR_FUZZ=${CXX_FOR_FUZZ:-clang++-16}
 if [ ! -f build/fuzz/build.ninja ]; then
-  CXX=$CXX_FOR_FUZZ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_BUILD_FUZZERS=ON >/dev/null
+  CXX=$CXX_FOR_FUZZ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_BUILD_FUZZERS=ON \
+    -DCMAKE_UNITY_BUILD=ON >/dev/null
 fi
 cmake --build build/fuzz --parallel 2 --target "fuzz_$target" >/dev/null
 

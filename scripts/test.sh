@@ -5,35 +5,50 @@
 # (ASan+UBSan, TSan: scripts/test_sanitizers.sh) and a smoke run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+source scripts/steps.sh
+# COREMLRT_SKIP_SETUP=1 skips scripts/setup.sh when it has already run (re-runs on a set-up machine).
+if [ "${COREMLRT_SKIP_SETUP:-0}" != 1 ]; then
+  step setup
+  bash scripts/setup.sh
+fi
 
-cmake -S . -B build/tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMLRT_BUILD_TESTS=ON >/dev/null
+# Every build tree of the test run is a unity build (-DCMAKE_UNITY_BUILD=ON: CMakeLists.txt).
+step "build/tests (Release, GoogleTest)"
+cmake -S . -B build/tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMLRT_BUILD_TESTS=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build build/tests --parallel 2
+step ctest
 ctest --test-dir build/tests --output-on-failure
 
 # The source tree keeps the package under python/, so `import coremlrt` finds the
 # installed package. Tests marked slow (full-size model variants) are left out; run them with
 # `python3 -m pytest -m slow tests/python/models`.
-python3 -m pytest -q -p no:cacheprovider -m "not slow" tests/python
+step pytest
+python3 -m pytest -q -p no:cacheprovider -m "not slow" --durations=15 tests/python
 
 # coremltools' own op tests, every 10th case, predicting through coremlrt: fails when a case
 # that passed in the recorded full run (docs/conformance.md) fails or crashes.
+step "coremltools op tests"
 python3 scripts/coremltools_op_tests.py --sample 10 --check
 # coremltools' runtime API tests (compiled models, compute plans, structure, assets), every 10th
 # case, against tests/conformance/recorded_runtime_results.json (docs/coremltools-runtime-tests.md).
+step "coremltools runtime tests"
 python3 scripts/coremltools_op_tests.py --suite runtime --sample 10 --check
 # The op tests' neuralnetwork-backend cases (models of the neuralNetwork type), every 20th case:
 # a subset of the recorded every-10th run (tests/conformance/recorded_ops_neuralnetwork_results.json).
+step "coremltools ops_neuralnetwork tests"
 python3 scripts/coremltools_op_tests.py --suite ops_neuralnetwork --sample 20 --check
 # coremltools' neuralNetwork model tests (test/neural_network: layer-by-layer numpy tests, the
 # builder, quantization), every 20th case, against the recorded every-10th run.
+step "coremltools neural_network tests"
 python3 scripts/coremltools_op_tests.py --suite neural_network --sample 20 --check
 # coremltools' pipeline tests (whole: under a minute) and scikit-learn converter tests (every
 # 10th case), against their recorded runs; the Boston housing data they use comes from
 # tests/conformance/data/ (no download).
+step "coremltools pipeline and sklearn tests"
 python3 scripts/coremltools_op_tests.py --suite pipeline --check
 python3 scripts/coremltools_op_tests.py --suite sklearn --sample 10 --check
 
+step sanitizers
 bash scripts/test_sanitizers.sh
 
 # A short smoke run of each fuzz target (libFuzzer, ASan, UBSan, LSan; fuzz/README.md): the same
@@ -41,5 +56,6 @@ bash scripts/test_sanitizers.sh
 # every machine; 60 s at most each. Inputs that crashed once are replayed by ctest above
 # (fuzz_regressions.*). Long runs: bash scripts/fuzz.sh TARGET SECONDS.
 for target in package blob program neural_network predict; do
+  step "fuzz smoke run: $target$([ "$target" = package ] && echo ', after building build/fuzz')"
   bash scripts/fuzz.sh "$target" 60 -runs=20000 -seed=1 2>&1 | grep -E "^(Done|stat::|==|SUMMARY)" || { echo "fuzz target $target failed"; exit 1; }
 done

@@ -11,23 +11,27 @@
 # the reference-backend-only variant of the build that CI checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/steps.sh
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=abort_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
+step "build/asan (ASan+UBSan)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=address,undefined \
-  -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_BUILD_PYTHON=ON -DCOREMLRT_WITH_OPENVINO=OFF >/dev/null
-cmake --build build/asan --parallel 2
-echo "== C++ suite under ASan+UBSan, with LeakSanitizer"
+  -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_BUILD_PYTHON=ON -DCOREMLRT_WITH_OPENVINO=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
+# Only what the runs below use (the fuzz replay binaries are ctest's, in build/tests).
+cmake --build build/asan --parallel 2 --target coremlrt_tests _core coremlrt_python_files
+step "C++ suite under ASan+UBSan, with LeakSanitizer"
 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 build/asan/coremlrt_tests --gtest_brief=1
 
-echo "== Python lifetime, error and corpus tests under ASan+UBSan, with LeakSanitizer"
+step "Python lifetime, error and corpus tests under ASan+UBSan, with LeakSanitizer"
 # The whole Python suite runs the same way with `bash scripts/lsan_python.sh` (longer).
 bash scripts/lsan_python.sh tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
 
+step "build/tsan (TSan)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOREMLRT_SANITIZE=thread \
-  -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_WITH_OPENVINO=OFF >/dev/null
+  -DCOREMLRT_BUILD_TESTS=ON -DCOREMLRT_WITH_OPENVINO=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build build/tsan --parallel 2 --target coremlrt_tests
-echo "== C++ threading tests under TSan"
+step "C++ threading tests under TSan"
 build/tsan/coremlrt_tests --gtest_brief=1 --gtest_filter='ContextPool.*:Model.Concurrent*:Partition.*:ThreadPool.*:HalfConversion.*'

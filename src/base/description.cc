@@ -48,4 +48,12 @@ std::string FeatureDescription::type_str() const {
   return out.str();
 }
 
+// Here with the rest of description.h, not in the runtime library: format/ (below runtime)
+// calls it too.
+const FunctionDescription* ModelDescription::find_function(const std::string& name) const {
+  for (const auto& f : functions)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
 }  // namespace coremlrt

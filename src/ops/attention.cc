@@ -12,8 +12,6 @@ namespace coremlrt::ops {
 
 namespace {
 
-bool float_dtype(DType d) { return d == DType::Float32 || d == DType::Float16; }
-
 // The mask as additive floats: bool True (attend) -> 0, False -> -inf; float masks as is.
 std::vector<float> additive_mask(const Tensor& m) {
   std::vector<float> out(static_cast<size_t>(m.numel()));
@@ -32,12 +30,12 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
   const int q = b.input("query"), k = b.input("key"), v = b.input("value");
   const int mask = b.optional_input("attn_mask");
   const DType dq = b.input_type("query").dtype;
-  b.check(float_dtype(dq), "query must be fp16 or fp32, got ", dtype_name(dq));
+  b.check(is_fp32_or_fp16(dq), "query must be fp16 or fp32, got ", dtype_name(dq));
   b.check(b.input_type("key").dtype == dq && b.input_type("value").dtype == dq, "query, key and value must share a dtype");
   b.check(b.output_type(0).dtype == dq, "output dtype must equal query's");
   if (mask >= 0) {
     const DType dm = b.input_type("attn_mask").dtype;
-    b.check(dm == DType::Bool || float_dtype(dm), "attn_mask must be bool, fp16 or fp32, got ", dtype_name(dm));
+    b.check(dm == DType::Bool || is_fp32_or_fp16(dm), "attn_mask must be bool, fp16 or fp32, got ", dtype_name(dm));
   }
   return make_kernel([q, k, v, mask](KernelContext& ctx) {
     const Tensor& tq = ctx.input(q);

@@ -20,7 +20,7 @@ namespace coremlrt::ops {
 
 namespace {
 
-std::vector<double> widen(const Tensor& t) {
+std::vector<double> widen_to_doubles(const Tensor& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
   dispatch_float(t.dtype, "non_maximum_suppression", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -49,7 +49,7 @@ double iou(const Box& a, const Box& b) {
   return uni > 0 ? inter / uni : 0;
 }
 
-struct Params {
+struct NmsParams {
   bool ios17 = false;
   double iou_threshold = 0;
   bool has_score_threshold = false;
@@ -61,7 +61,7 @@ struct Params {
 // Indices of the kept boxes of one batch entry, best first. box(i, c) is coordinate c of
 // box i; score(i, k) is its score for class k.
 template <class BoxAt, class ScoreAt>
-std::vector<int64_t> select(const Params& p, int64_t count, int64_t classes, BoxAt box, ScoreAt score) {
+std::vector<int64_t> select(const NmsParams& p, int64_t count, int64_t classes, BoxAt box, ScoreAt score) {
   std::vector<double> best(static_cast<size_t>(count), -INFINITY);
   std::vector<int64_t> label(static_cast<size_t>(count), 0);
   std::vector<int64_t> order;
@@ -93,13 +93,13 @@ std::vector<int64_t> select(const Params& p, int64_t count, int64_t classes, Box
 }
 
 template <class T>
-void write_selection(const Params& p, const Tensor& boxes, const Tensor& scores, KernelContext& ctx) {
+void write_selection(const NmsParams& p, const Tensor& boxes, const Tensor& scores, KernelContext& ctx) {
   // Layout: iOS15 [n, B, 4] / [n, B, K]; iOS17 [n, 4, B] / [n, K, B].
   const int64_t n = boxes.shape[0];
   const int64_t count = p.ios17 ? boxes.shape[2] : boxes.shape[1];
   const int64_t classes = p.ios17 ? scores.shape[1] : scores.shape[2];
   const int64_t m = p.max_boxes;
-  const std::vector<double> bx = widen(boxes), sc = widen(scores);
+  const std::vector<double> bx = widen_to_doubles(boxes), sc = widen_to_doubles(scores);
   Tensor& out_boxes = ctx.allocate_output(0, boxes.dtype, p.ios17 ? Shape{n, 4, m} : Shape{n, m, 4});
   Tensor& out_scores = ctx.allocate_output(1, scores.dtype, p.ios17 ? Shape{n, classes, m} : Shape{n, m, classes});
   Tensor& out_indices = ctx.allocate_output(2, DType::Int32, {n, m});
@@ -141,7 +141,7 @@ KernelFactory nms_factory(bool ios17) {
     const DType db = b.input_type("boxes").dtype, ds = b.input_type("scores").dtype;
     b.check(db == DType::Float32 || db == DType::Float16, "boxes must be fp16 or fp32, got ", dtype_name(db));
     b.check(ds == db, "scores (", dtype_name(ds), ") must have the dtype of boxes (", dtype_name(db), ")");
-    Params p;
+    NmsParams p;
     p.ios17 = ios17;
     p.iou_threshold = b.const_float("iou_threshold");
     if (!ios17) {

@@ -16,8 +16,6 @@ namespace coremlrt::ops {
 
 namespace {
 
-bool float_dtype(DType d) { return d == DType::Float32 || d == DType::Float16; }
-
 // Integer matmul of one [M,K] x [K,N] pair into c [M,N] (+ bias[N] if given). Unsigned
 // arithmetic wraps modulo 2^32, which gives the two's-complement int32 result without
 // signed-overflow undefined behaviour.
@@ -64,7 +62,7 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
                  out.ptr<int32_t>());
     });
   }
-  b.check(float_dtype(dx), "unsupported x dtype ", dtype_name(dx));
+  b.check(is_fp32_or_fp16(dx), "unsupported x dtype ", dtype_name(dx));
   // iOS17 lets weight and bias have another dtype than x, int32 included.
   const auto float_or_int = [](DType d) { return is_float(d) || d == DType::Int32; };
   b.check(float_or_int(w.dtype) && (!bias || float_or_int(bias->dtype)), "weight and bias must be fp16, fp32 or int32, got ",
@@ -102,7 +100,7 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
   const bool tx = b.const_bool("transpose_x", false), ty = b.const_bool("transpose_y", false);
   const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype, dout = b.output_type(0).dtype;
   const bool x_const = b.is_constant("x"), y_const = b.is_constant("y");
-  const auto float_or_int = [](DType d) { return float_dtype(d) || d == DType::Int32; };
+  const auto float_or_int = [](DType d) { return is_fp32_or_fp16(d) || d == DType::Int32; };
   const bool int_path = dx == DType::Int32 && dy == DType::Int32;
   if (int_path) {
     b.check(dout == DType::Int32, "int32 matmul needs an int32 output, got ", dtype_name(dout));
@@ -118,8 +116,8 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
   // is never widened or transposed into a copy, transpose flags just swap strides. Only an
   // int32 operand of a float product is widened: a constant once here, an input per call.
   std::optional<Tensor> x_widened, y_widened;
-  if (!int_path && x_const && !float_dtype(dx)) x_widened = matrix_source(b.constant("x")->tensor);
-  if (!int_path && y_const && !float_dtype(dy)) y_widened = matrix_source(b.constant("y")->tensor);
+  if (!int_path && x_const && !is_fp32_or_fp16(dx)) x_widened = matrix_source(b.constant("x")->tensor);
+  if (!int_path && y_const && !is_fp32_or_fp16(dy)) y_widened = matrix_source(b.constant("y")->tensor);
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& x_in = x_widened ? *x_widened : ctx.input(x);
     const Tensor& y_in = y_widened ? *y_widened : ctx.input(y);
@@ -209,7 +207,7 @@ std::unique_ptr<Kernel> make_einsum(KernelBuilder& b) {
     if (static_cast<size_t>(ta.rank()) != rank || static_cast<size_t>(tb.rank()) != rank)
       ctx.fail("inputs must be rank ", rank, ", got ", shape_str(ta.shape), " and ", shape_str(tb.shape));
     if (ta.dtype != tb.dtype) ctx.fail("inputs must share a dtype");
-    if (!float_dtype(ta.dtype)) ctx.fail("inputs must be fp16 or fp32, got ", dtype_name(ta.dtype));
+    if (!is_fp32_or_fp16(ta.dtype)) ctx.fail("inputs must be fp16 or fp32, got ", dtype_name(ta.dtype));
     // View both as rank 4 (n = 1 for rank 3).
     Shape sa = ta.shape, sb = tb.shape;
     if (rank == 3) sa.insert(sa.begin(), 1), sb.insert(sb.begin(), 1);

@@ -13,7 +13,7 @@ namespace coremlrt::ops {
 namespace {
 
 using Dims = std::array<int64_t, 3>;
-enum class Pool { Avg, Max, L2 };
+enum class PoolKind { Avg, Max, L2 };
 
 struct PoolParams {
   int spatial = 0;
@@ -29,7 +29,7 @@ Dims to_dims(const std::vector<int64_t>& v) {
   return d;
 }
 
-template <Pool kPool>
+template <PoolKind kPool>
 std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
   const int x = b.input("x");
   const DType dx = b.input_type("x").dtype;
@@ -38,7 +38,7 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
   PoolParams p;
   const auto kernel = b.const_ints("kernel_sizes");
   p.spatial = static_cast<int>(kernel.size());
-  b.check(p.spatial >= 1 && p.spatial <= (kPool == Pool::L2 ? 2 : 3), "unsupported number of spatial dims ", p.spatial);
+  b.check(p.spatial >= 1 && p.spatial <= (kPool == PoolKind::L2 ? 2 : 3), "unsupported number of spatial dims ", p.spatial);
   const auto strides = b.const_ints("strides", std::vector<int64_t>(p.spatial, 1));
   b.check(strides.size() == kernel.size(), "strides must have ", p.spatial, " values");
   for (int i = 0; i < p.spatial; ++i) b.check(kernel[i] >= 1 && strides[i] >= 1, "kernel sizes and strides must be >= 1");
@@ -59,7 +59,7 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
   }
   p.ceil_mode = b.const_bool("ceil_mode", false);
   b.check(!p.ceil_mode || p.pad_type == "valid" || p.pad_type == "custom", "ceil_mode needs pad_type valid or custom");
-  if constexpr (kPool == Pool::Avg) p.exclude_padding = b.const_bool("exclude_padding_from_average", false);
+  if constexpr (kPool == PoolKind::Avg) p.exclude_padding = b.const_bool("exclude_padding_from_average", false);
 
   return make_kernel([x, p](KernelContext& ctx) {
     const Tensor& tx = ctx.input(x);
@@ -110,22 +110,22 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
             const Range rh = window(1, oh);
             for (int64_t ow = 0; ow < out[2]; ++ow) {
               const Range rw = window(2, ow);
-              float acc = kPool == Pool::Max ? -std::numeric_limits<float>::infinity() : 0.0f;
+              float acc = kPool == PoolKind::Max ? -std::numeric_limits<float>::infinity() : 0.0f;
               for (int64_t d = rd.lo; d < rd.hi; ++d)
                 for (int64_t h = rh.lo; h < rh.hi; ++h) {
                   const float* row = src + (d * in[1] + h) * in[2];
                   for (int64_t w = rw.lo; w < rw.hi; ++w) {
-                    if constexpr (kPool == Pool::Max) acc = (row[w] > acc || std::isnan(row[w])) ? row[w] : acc;  // NaN wins
-                    else if constexpr (kPool == Pool::Avg) acc += row[w];
+                    if constexpr (kPool == PoolKind::Max) acc = (row[w] > acc || std::isnan(row[w])) ? row[w] : acc;  // NaN wins
+                    else if constexpr (kPool == PoolKind::Avg) acc += row[w];
                     else acc += row[w] * row[w];
                   }
                 }
-              if constexpr (kPool == Pool::Avg) {
+              if constexpr (kPool == PoolKind::Avg) {
                 const int64_t count = p.exclude_padding
                                           ? (rd.hi - rd.lo) * (rh.hi - rh.lo) * (rw.hi - rw.lo)
                                           : rd.padded * rh.padded * rw.padded;
                 acc = count > 0 ? acc / static_cast<float>(count) : 0.0f;
-              } else if constexpr (kPool == Pool::L2) {
+              } else if constexpr (kPool == PoolKind::L2) {
                 acc = std::sqrt(acc);
               }
               *dst++ = acc;
@@ -141,9 +141,9 @@ std::unique_ptr<Kernel> make_pool(KernelBuilder& b) {
 }  // namespace
 
 void register_pool_kernels(KernelRegistry& registry) {
-  registry.add("avg_pool", kFloat, make_pool<Pool::Avg>);
-  registry.add("max_pool", kFloat, make_pool<Pool::Max>);
-  registry.add("l2_pool", kFloat, make_pool<Pool::L2>);
+  registry.add("avg_pool", kFloat, make_pool<PoolKind::Avg>);
+  registry.add("max_pool", kFloat, make_pool<PoolKind::Max>);
+  registry.add("l2_pool", kFloat, make_pool<PoolKind::L2>);
 }
 
 }  // namespace coremlrt::ops

@@ -30,15 +30,15 @@ std::vector<float> const_values(const KernelBuilder& b, const std::string& name)
 }
 
 // scale and zero_point as read at load, and the axis they run along (if any is a vector).
-struct Params {
+struct QuantParams {
   std::vector<float> scale, zero_point;  // size 1 (per tensor) or the axis length
   bool vector = false;
   int64_t axis = 0;  // as given; normalized against the input rank at run time
 
   // Reads the parameters of quantize or dequantize; `zp_dtype` is the zero point's
   // required dtype (the quantized type).
-  static Params read(KernelBuilder& b, DType zp_dtype) {
-    Params p;
+  static QuantParams read(KernelBuilder& b, DType zp_dtype) {
+    QuantParams p;
     const ir::ValueType& st = b.input_type("scale");
     b.check(st.dtype == DType::Float32 || st.dtype == DType::Float16, "scale must be fp16 or fp32, got ",
             dtype_name(st.dtype));
@@ -96,7 +96,7 @@ struct Params {
 };
 
 template <class Q>
-void quantize_typed(KernelContext& ctx, const Params& p, const std::vector<float>& x, const Shape& shape, Tensor& out) {
+void quantize_typed(KernelContext& ctx, const QuantParams& p, const std::vector<float>& x, const Shape& shape, Tensor& out) {
   constexpr float lo = std::numeric_limits<Q>::min(), hi = std::numeric_limits<Q>::max();
   Q* o = out.ptr<Q>();
   p.for_each(ctx, shape, [&](int64_t i, float scale, float zp) {
@@ -115,7 +115,7 @@ std::unique_ptr<Kernel> make_quantize(KernelBuilder& b) {
   const std::string out_name = b.const_string("output_dtype");
   b.check(out_name == "uint8" || out_name == "int8", "output_dtype must be 'uint8' or 'int8', got '", out_name, "'");
   const DType dout = out_name == "uint8" ? DType::UInt8 : DType::Int8;
-  const Params p = Params::read(b, dout);
+  const QuantParams p = QuantParams::read(b, dout);
   for (float s : p.scale) b.check(s != 0 && std::isfinite(s), "scale values must be finite and non-zero, got ", s);
   return make_kernel([=](KernelContext& ctx) {
     const Tensor& t = ctx.input(input);
@@ -133,7 +133,7 @@ std::unique_ptr<Kernel> make_dequantize(KernelBuilder& b) {
   const int input = b.input("input");
   const DType din = b.input_type("input").dtype;
   b.check(din == DType::UInt8 || din == DType::Int8, "input must be uint8 or int8, got ", dtype_name(din));
-  const Params p = Params::read(b, din);
+  const QuantParams p = QuantParams::read(b, din);
   const DType dout = b.input_type("scale").dtype;  // the output takes the scale's dtype
   b.check(b.output_type(0).dtype == dout, "output dtype must equal scale's");
   return make_kernel([=](KernelContext& ctx) {

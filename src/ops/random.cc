@@ -74,7 +74,7 @@ T next_below(T v) {
 }
 
 // The output dtype is the declared one (the dtype of the op's float parameters, fp32 by default).
-DType float_output(const KernelBuilder& b) {
+DType float_output_dtype(const KernelBuilder& b) {
   const DType d = b.output_type(0).dtype;
   b.check(d == DType::Float32 || d == DType::Float16, "output must be fp16 or fp32, got ", dtype_name(d));
   return d;
@@ -92,7 +92,7 @@ Shape read_shape(KernelContext& ctx, const Tensor& t) {
 template <class Fill>
 std::unique_ptr<Kernel> shaped_kernel(KernelBuilder& b, Fill fill) {
   const int shape = b.input("shape");
-  const DType dtype = float_output(b);
+  const DType dtype = float_output_dtype(b);
   const int64_t seed = b.const_int("seed", -1);
   return make_kernel([=](KernelContext& ctx) {
     Tensor& out = ctx.allocate_output(0, dtype, read_shape(ctx, ctx.input(shape)));
@@ -138,7 +138,7 @@ std::unique_ptr<Kernel> random_bernoulli(KernelBuilder& b) {
 // x [..., K] (logits, or probabilities up to a factor) -> [..., size] class indices as floats.
 std::unique_ptr<Kernel> random_categorical(KernelBuilder& b) {
   const int x = b.input("x");
-  const DType dtype = float_output(b);
+  const DType dtype = float_output_dtype(b);
   b.check(b.input_type("x").dtype == dtype, "x must have the output dtype ", dtype_name(dtype));
   const std::string mode = b.const_string("mode", "logits");
   b.check(mode == "logits" || mode == "probs", "mode must be 'logits' or 'probs', got '", mode, "'");

@@ -54,19 +54,19 @@ struct Weights {
   std::vector<float> extra;  // lstm: peephole [3H] (may be empty); gru: input_bias [3H]
 };
 
-const Tensor& const_tensor(KernelBuilder& b, const std::string& param) {
+const Tensor& weight_tensor(KernelBuilder& b, const std::string& param) {
   b.check(b.is_constant(param), param, " must be a compile-time constant");
   const Tensor& t = b.constant(param)->tensor;
   b.check(is_float(t.dtype), param, " must be floating point, got ", dtype_name(t.dtype));
   return t;
 }
 
-std::vector<float> const_floats(KernelBuilder& b, const std::string& param) { return to_floats(const_tensor(b, param)); }
+std::vector<float> weight_floats(KernelBuilder& b, const std::string& param) { return to_floats(weight_tensor(b, param)); }
 
 Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int64_t& input_size, int64_t& hidden) {
   const std::string ih = "weight_ih" + suffix, hh = "weight_hh" + suffix, bias = "bias" + suffix;
   b.check(b.has(ih) && b.has(hh), "missing ", ih, " or ", hh);
-  const Shape ih_shape = const_tensor(b, ih).shape, hh_shape = const_tensor(b, hh).shape;
+  const Shape ih_shape = weight_tensor(b, ih).shape, hh_shape = weight_tensor(b, hh).shape;
   b.check(hh_shape.size() == 2 && hh_shape[0] == gates * hh_shape[1], hh, " must be [", gates, "*H, H], got ",
           shape_str(hh_shape));
   hidden = hh_shape[1];
@@ -75,9 +75,9 @@ Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int
   input_size = ih_shape[1];
   const int64_t gh = gates * hidden;
   Weights w;
-  w.ih = matrix_source(const_tensor(b, ih));
-  w.hh = matrix_source(const_tensor(b, hh));
-  w.bias = b.has(bias) ? const_floats(b, bias) : std::vector<float>(static_cast<size_t>(gh), 0.0f);
+  w.ih = matrix_source(weight_tensor(b, ih));
+  w.hh = matrix_source(weight_tensor(b, hh));
+  w.bias = b.has(bias) ? weight_floats(b, bias) : std::vector<float>(static_cast<size_t>(gh), 0.0f);
   b.check(static_cast<int64_t>(w.bias.size()) == gh, bias, " must have ", gh, " values");
   return w;
 }
@@ -183,7 +183,7 @@ std::unique_ptr<Kernel> make_lstm(KernelBuilder& b) {
     input_size = in_d;
     hidden = hid_d;
     if (b.has("peephole" + suffix)) {
-      dirs.back().extra = const_floats(b, "peephole" + suffix);
+      dirs.back().extra = weight_floats(b, "peephole" + suffix);
       b.check(static_cast<int64_t>(dirs.back().extra.size()) == 3 * hidden, "peephole must have 3*H values");
     }
   }
@@ -240,7 +240,7 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
   const bool reset_after = b.const_bool("reset_after", false);  // iOS18
   int64_t input_size = 0, hidden = 0;
   Weights w = read_weights(b, 3, "", input_size, hidden);
-  w.extra = b.has("input_bias") ? const_floats(b, "input_bias") : std::vector<float>(3 * hidden, 0.0f);
+  w.extra = b.has("input_bias") ? weight_floats(b, "input_bias") : std::vector<float>(3 * hidden, 0.0f);
   b.check(static_cast<int64_t>(w.extra.size()) == 3 * hidden, "input_bias must have 3*H values");
   // The o-gate hidden bias stays apart: with reset_after it is scaled by r along with W_ho h.
   std::vector<float> bias_o(w.bias.begin() + hidden, w.bias.begin() + 2 * hidden);

@@ -44,13 +44,13 @@ double grid_point(Sampling mode, double start, double extent, int64_t i, int64_t
 }
 
 // Output sample i reads in[lo] * (1 - w) + in[hi] * w along one axis.
-struct Tap {
+struct ResizeTap {
   int64_t lo, hi;
   float w;
 };
 
-std::vector<Tap> linear_taps(Sampling mode, int64_t in, int64_t out) {
-  std::vector<Tap> taps;
+std::vector<ResizeTap> linear_taps(Sampling mode, int64_t in, int64_t out) {
+  std::vector<ResizeTap> taps;
   for (int64_t i = 0; i < out; ++i) {
     const double p = grid_point(mode, 0, static_cast<double>(in - 1), i, out);
     const int64_t lo = std::min(static_cast<int64_t>(std::floor(p)), in - 1);
@@ -63,8 +63,8 @@ std::vector<Tap> linear_taps(Sampling mode, int64_t in, int64_t out) {
 // DEFAULT mode (exact integer arithmetic, the TensorFlow/PyTorch legacy rule); the other modes,
 // and every mode of iOS17's resize (`round_default`), round the grid point half up (coremltools'
 // resize test: 2 rows resized to 3 read rows 0, 1, 1).
-std::vector<Tap> nearest_taps(Sampling mode, int64_t in, int64_t out, bool round_default) {
-  std::vector<Tap> taps;
+std::vector<ResizeTap> nearest_taps(Sampling mode, int64_t in, int64_t out, bool round_default) {
+  std::vector<ResizeTap> taps;
   for (int64_t i = 0; i < out; ++i) {
     int64_t k = mode == Sampling::Default && !round_default ? i * in / out
                                           : static_cast<int64_t>(std::floor(grid_point(mode, 0, static_cast<double>(in - 1), i, out) + 0.5));
@@ -74,7 +74,7 @@ std::vector<Tap> nearest_taps(Sampling mode, int64_t in, int64_t out, bool round
   return taps;
 }
 
-std::vector<float> to_floats(const Tensor& t) {
+std::vector<float> numeric_to_floats(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (t.dtype == DType::Float16) {
     half_to_float(t.ptr<half>(), out.data(), t.numel());
@@ -97,7 +97,7 @@ void from_floats(const std::vector<float>& v, Tensor& out) {
 }
 
 // One interpolation pass along `axis`; updates `shape`.
-std::vector<float> resample_axis(const std::vector<float>& src, Shape& shape, int64_t axis, const std::vector<Tap>& taps) {
+std::vector<float> resample_axis(const std::vector<float>& src, Shape& shape, int64_t axis, const std::vector<ResizeTap>& taps) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
   for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
@@ -128,7 +128,7 @@ void resize_trailing(KernelContext& ctx, const Tensor& x, const Shape& sizes, bo
   const int64_t rank = x.rank(), k = static_cast<int64_t>(sizes.size());
   if (rank < k) ctx.fail("x of rank ", rank, " cannot resize its last ", k, " dims");
   Shape out_shape = x.shape;
-  std::vector<std::vector<Tap>> taps(rank);
+  std::vector<std::vector<ResizeTap>> taps(rank);
   for (int64_t j = 0; j < k; ++j) {
     const int64_t axis = rank - k + j, in = x.shape[axis], out = sizes[j];
     if (out < 0 || (in == 0 && out > 0)) ctx.fail("cannot resize a dim of size ", in, " to ", out);
@@ -145,7 +145,7 @@ void resize_trailing(KernelContext& ctx, const Tensor& x, const Shape& sizes, bo
     return;
   }
   Shape shape = x.shape;
-  std::vector<float> data = to_floats(x);
+  std::vector<float> data = numeric_to_floats(x);
   for (int64_t axis = rank; axis-- > rank - k;)  // innermost first: the cheapest order when upsampling
     if (!taps[axis].empty()) data = resample_axis(data, shape, axis, taps[axis]);
   from_floats(data, result);
@@ -286,7 +286,7 @@ KernelFactory crop_resize_factory(bool ios17) {
       const std::vector<int64_t> given = indices >= 0 ? read_ints(ctx.input(indices)) : std::vector<int64_t>();
       Shape shape = ios17 ? Shape{n, c, th, tw} : Shape{n, out_b, c, th, tw};
       Tensor& out = ctx.allocate_output(0, in.dtype, shape);
-      const std::vector<float> src = to_floats(in);
+      const std::vector<float> src = numeric_to_floats(in);
       std::vector<float> dst(static_cast<size_t>(out.numel()));
       float* o = dst.data();
       for (int64_t i = 0; i < n; ++i) {
@@ -337,7 +337,7 @@ KernelFactory crop_resize_factory(bool ios17) {
 
 void register_resize_kernels(KernelRegistry& registry) {
   // Nearest neighbour gathers elements of any dtype; linear interpolation converts through
-  // float (to_floats), which resize also needs for its default LINEAR mode.
+  // float (numeric_to_floats), which resize also needs for its default LINEAR mode.
   registry.add("upsample_nearest_neighbor", kAnyDType, upsample_nearest);
   registry.add("upsample_bilinear", kFloatInt, upsample_bilinear);
   registry.add("resize_nearest_neighbor", kAnyDType, resize_to_target(false));

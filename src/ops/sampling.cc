@@ -122,7 +122,7 @@ void check_image(const KernelBuilder& b) {
   b.check(b.output_type(0).dtype == x.dtype, "output dtype must equal x's");
 }
 
-std::vector<float> widen(const Tensor& t) {
+std::vector<float> widen_to_floats(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (t.dtype == DType::Float16) {
     half_to_float(t.ptr<half>(), out.data(), t.numel());
@@ -142,7 +142,7 @@ void narrow(const std::vector<float>& v, Tensor& out) {
 }
 
 // One interpolation tap: pixel offset in the plane (-1 = padding_value) and its weight.
-struct Tap {
+struct SampleTap {
   int64_t offset;
   float weight;
 };
@@ -158,7 +158,7 @@ double safe_position(double p) {
 
 // Appends the taps of the sample at pixel position (px, py) of an h x w image; always 4
 // taps (nearest: one with weight 1 and three with weight 0), so positions index uniformly.
-void add_taps(const Sampler& s, double px, double py, int64_t h, int64_t w, Tap* taps) {
+void add_taps(const Sampler& s, double px, double py, int64_t h, int64_t w, SampleTap* taps) {
   for (int k = 1; k < 4; ++k) taps[k] = {0, 0.f};
   if (h <= 0 || w <= 0) {  // an empty image has nothing but padding
     taps[0] = {-1, 1.f};
@@ -184,19 +184,19 @@ void add_taps(const Sampler& s, double px, double py, int64_t h, int64_t w, Tap*
 
 // out[b, c, k] = sum of the taps of position k of batch b over plane (b, c) of x.
 // `taps` holds 4 taps per output position for each batch entry.
-void apply_taps(const Sampler& s, const Tensor& x, const std::vector<Tap>& taps, int64_t positions, Tensor& out) {
+void apply_taps(const Sampler& s, const Tensor& x, const std::vector<SampleTap>& taps, int64_t positions, Tensor& out) {
   const int64_t batch = x.shape[0], channels = x.shape[1], plane = x.shape[2] * x.shape[3];
-  const std::vector<float> src = widen(x);
+  const std::vector<float> src = widen_to_floats(x);
   std::vector<float> dst(static_cast<size_t>(out.numel()));
   for (int64_t b = 0; b < batch; ++b) {
-    const Tap* t = &taps[static_cast<size_t>(b * positions * 4)];
+    const SampleTap* t = &taps[static_cast<size_t>(b * positions * 4)];
     for (int64_t c = 0; c < channels; ++c) {
       const float* in = &src[static_cast<size_t>((b * channels + c) * plane)];
       float* o = &dst[static_cast<size_t>((b * channels + c) * positions)];
       for (int64_t k = 0; k < positions; ++k) {
         float v = 0;
         for (int j = 0; j < 4; ++j) {
-          const Tap& tap = t[k * 4 + j];
+          const SampleTap& tap = t[k * 4 + j];
           if (tap.weight == 0.f) continue;  // also skips the unused taps of nearest sampling
           v += tap.weight * (tap.offset < 0 ? s.padding_value : in[tap.offset]);
         }
@@ -223,8 +223,8 @@ std::unique_ptr<Kernel> make_resample(KernelBuilder& b) {
       ctx.fail("coordinates must be [B, H2, W2, 2] with B = ", tx.shape[0], ", got ", shape_str(tc.shape));
     const int64_t batch = tx.shape[0], h = tx.shape[2], w = tx.shape[3];
     const int64_t h2 = tc.shape[1], w2 = tc.shape[2], positions = h2 * w2;
-    const std::vector<float> grid = widen(tc);
-    std::vector<Tap> taps(static_cast<size_t>(batch * positions * 4));
+    const std::vector<float> grid = widen_to_floats(tc);
+    std::vector<SampleTap> taps(static_cast<size_t>(batch * positions * 4));
     for (int64_t k = 0; k < batch * positions; ++k)  // coordinates are (x, y), i.e. (w, h)
       add_taps(s, s.to_pixel(grid[2 * k], w), s.to_pixel(grid[2 * k + 1], h), h, w, &taps[static_cast<size_t>(k * 4)]);
     apply_taps(s, tx, taps, positions, ctx.allocate_output(0, tx.dtype, {batch, tx.shape[1], h2, w2}));
@@ -257,9 +257,9 @@ std::unique_ptr<Kernel> make_affine(KernelBuilder& b) {
     const int64_t batch = tx.shape[0], h = tx.shape[2], w = tx.shape[3];
     if (tm.rank() != 2 || tm.shape[1] != 6 || (tm.shape[0] != batch && tm.shape[0] != 1))
       ctx.fail("transform_matrix must be [B or 1, 6] with B = ", batch, ", got ", shape_str(tm.shape));
-    const std::vector<float> m = widen(tm);
+    const std::vector<float> m = widen_to_floats(tm);
     const int64_t positions = oh * ow;
-    std::vector<Tap> taps(static_cast<size_t>(batch * positions * 4));
+    std::vector<SampleTap> taps(static_cast<size_t>(batch * positions * 4));
     for (int64_t n = 0; n < batch; ++n) {
       const float* a = &m[static_cast<size_t>(tm.shape[0] == 1 ? 0 : n * 6)];
       for (int64_t i = 0; i < oh; ++i) {

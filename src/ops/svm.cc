@@ -24,7 +24,7 @@ namespace coremlrt::ops {
 namespace {
 
 enum KernelKind { kLinear, kRbf, kPoly, kSigmoid };
-enum Mode { kRegression, kVotes, kProbabilities };
+enum OutputMode { kRegression, kVotes, kProbabilities };
 
 double platt(double decision, double a, double b) {
   const double f = decision * a + b;  // written as LibSVM's sigmoid_predict, stable for either sign
@@ -94,7 +94,7 @@ std::unique_ptr<Kernel> make_svm(KernelBuilder& b) {
   const Tensor per_class = constant_tensor(b, "vectors_per_class", DType::Int32, 1);
   const int64_t count = vectors.shape[0], width = vectors.shape[1], classes = per_class.numel();
   const std::string mode_name = b.const_string("mode");
-  Mode mode = kRegression;
+  OutputMode mode = kRegression;
   if (mode_name == "votes") mode = kVotes;
   else if (mode_name == "probabilities") mode = kProbabilities;
   else b.check(mode_name == "regression", "unknown mode '", mode_name, "'");

@@ -103,6 +103,9 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t>& stride_a,
   }
 }
 
+// True for the float dtypes the matrix kernels compute in (fp32, and fp16 widened to fp32).
+inline bool is_fp32_or_fp16(DType d) { return d == DType::Float32 || d == DType::Float16; }
+
 // ---- Float staging for kernels that compute in float whatever the storage type: fp16
 // operands are widened (in bulk), results are rounded to fp16 once, on store.
 

@@ -240,12 +240,6 @@ bool is_classic_predictor(const std::string& type) {
 
 }  // namespace
 
-const FunctionDescription* ModelDescription::find_function(const std::string& name) const {
-  for (const auto& f : functions)
-    if (f.name == name) return &f;
-  return nullptr;
-}
-
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 

@@ -16,15 +16,6 @@ std::string locked_reason(const PlannedStep& step) {
   return {};
 }
 
-// Every slot a step reads, its nested blocks included.
-void collect_reads(const PlannedStep& step, std::vector<int>& out) {
-  out.insert(out.end(), step.input_slots.begin(), step.input_slots.end());
-  for (const auto& block : step.blocks) {
-    for (const PlannedStep& nested : block->steps) collect_reads(nested, out);
-    out.insert(out.end(), block->output_slots.begin(), block->output_slots.end());
-  }
-}
-
 struct RegionSlots {
   std::vector<int> inputs;
   std::vector<int> outputs;

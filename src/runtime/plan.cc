@@ -341,6 +341,14 @@ bool StepBuilder::is_constant(const std::string& param) const {
 
 }  // namespace
 
+void collect_reads(const PlannedStep& step, std::vector<int>& out) {
+  out.insert(out.end(), step.input_slots.begin(), step.input_slots.end());
+  for (const auto& block : step.blocks) {
+    for (const PlannedStep& nested : block->steps) collect_reads(nested, out);
+    out.insert(out.end(), block->output_slots.begin(), block->output_slots.end());
+  }
+}
+
 std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry,
                                  const std::vector<std::shared_ptr<const backends::Backend>>& backends) {
   return PlanBuilder(function, registry).build(backends);

@@ -68,6 +68,10 @@ struct Plan {
   size_t slot_count() const { return slot_names.size(); }
 };
 
+// Appends every slot `step` reads to `out`: its inputs, and those of its nested blocks' steps
+// and their outputs (the partitioner and the state-update matcher both count reads this way).
+void collect_reads(const PlannedStep& step, std::vector<int>& out);
+
 // Throws Error naming the op type, function and output of the first op that has no
 // kernel in `registry`, or whose parameters its kernel rejects. `backends` (priority order)
 // may take regions of the top-level block; everything else runs on `registry`'s kernels.

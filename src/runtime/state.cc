@@ -8,7 +8,7 @@ namespace coremlrt {
 
 namespace {
 
-std::string names_of(const std::vector<FeatureDescription>& declarations) {
+std::string declared_names(const std::vector<FeatureDescription>& declarations) {
   std::string out;
   for (const auto& d : declarations) out += (out.empty() ? "'" : ", '") + d.name + "'";
   return out.empty() ? "none" : out;
@@ -27,7 +27,7 @@ State::State(std::vector<FeatureDescription> declarations) : declarations_(std::
 const FeatureDescription& State::declaration(const std::string& name) const {
   for (const FeatureDescription& d : declarations_)
     if (d.name == name) return d;
-  fail("state has no tensor named '", name, "'; its states are ", names_of(declarations_));
+  fail("state has no tensor named '", name, "'; its states are ", declared_names(declarations_));
 }
 
 Tensor State::read(const std::string& name) const {

@@ -23,6 +23,9 @@ namespace coremlrt::format::neural_network {
 
 namespace nn = CoreML::Specification::NN;
 
+// expect_io's max_inputs for layers that take any number of inputs (concat, stack, ...).
+constexpr int kManyInputs = 1 << 16;
+
 // Thrown by translators: why this build cannot run the layer (or the model).
 struct LayerRefused {
   std::string reason;

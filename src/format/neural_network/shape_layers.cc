@@ -8,8 +8,6 @@
 namespace coremlrt::format::neural_network {
 namespace {
 
-constexpr int kManyInputs = 1 << 16;
-
 void load_constant(LayerContext& layer) {
   layer.expect_io(0, 0, 1);
   const auto params = layer.parse_params<nn::LoadConstantLayerParams>();

@@ -8,8 +8,6 @@
 namespace coremlrt::format::neural_network {
 namespace {
 
-constexpr int kManyInputs = 1 << 16;
-
 void copy(LayerContext& layer) {
   require_exact_layout(layer);
   layer.expect_io(1, 1, 1);
