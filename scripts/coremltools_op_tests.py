@@ -21,11 +21,13 @@ counted as "unavailable", apart from passes and failures; load_boston (the Bosto
 data) reads tests/conformance/data/ instead of the network (tests/conformance/offline_datasets.py),
 so no case of these suites needs it.
 
-coremltools 9 names XGBoost 1.4.2 as the newest version it tested; 1.4.2 predates numpy 2.
-scripts/xgboost_tested_env.sh installs it, with the numpy 1 and pandas 2 it runs on, into
-build/xgboost-1.4.2 (pip --target, the system's packages stay as they are); the xgboost suite
-runs on it with ``PYTHONPATH=build/xgboost-1.4.2:<coremlrt> python3 scripts/coremltools_op_tests.py
---suite xgboost``. The report names the library versions the tests ran with.
+The xgboost suite runs with numpy 1 (on numpy 2 coremltools 9's scikit-learn GradientBoosting
+converter, which the suite also tests, fails) and XGBoost 1.7.6, the last 1.x release (2.0.3 and
+2.1.4 reject the numpy-array feature names the tests give DMatrix). scripts/xgboost_tested_env.sh installs
+them into build/xgboost-1.7.6 (pip --target, the system's packages stay as they are; setup.sh
+runs it); the suite runs on it with ``PYTHONPATH=build/xgboost-1.7.6:<coremlrt> python3
+scripts/coremltools_op_tests.py --suite xgboost``. The report names the library versions the
+tests ran with.
 
 ``--suite runtime`` runs coremltools' runtime API tests instead (``coremltools/test/api``,
 ``test/modelpackage``, ``test/ml_program``, ``test/blob``: compiled models, compute plans,
