@@ -124,7 +124,7 @@ def test_files(root, only, suite="ops"):
     return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
 
 
-def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=()):
+def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=(), skip_slow=False):
     """Runs test files in one pytest process to the end, restarting it after each crash.
     Returns their records."""
     results = out_dir / (name + ".jsonl")
@@ -138,7 +138,8 @@ def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=(
     env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + [str(p) for p in extra_path] + caller_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
                "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
-               "--coremlrt-sample", str(sample), "--coremlrt-mode", mode] + [str(p) for p in paths]
+               "--coremlrt-sample", str(sample), "--coremlrt-mode", mode] + (["--coremlrt-skip-slow"] if skip_slow else []) \
+        + [str(p) for p in paths]
     resume = []
     while True:
         current.unlink(missing_ok=True)
@@ -199,10 +200,12 @@ def check_against_recorded(records, sample, recorded_path=None):
     for r in records:
         if r["outcome"] in NOT_PASSING and r["nodeid"] not in not_passed:
             problems.append(f"regression: {r['nodeid']}: {r['outcome']} ({r.get('cause')}: {r.get('detail')})")
-    ran = sum(1 for r in records if r["outcome"] != "not_applicable")
+    ran = sum(1 for r in records if r["outcome"] not in ("not_applicable", "slow_not_run"))
     # A recording may itself be a sample (every N-th case: the suites too long to run whole in
     # the test command); it then holds recorded["applicable"] of about that many times as many.
-    expected = recorded["applicable"] * recorded.get("sample", 1) / sample
+    # Cases left out as slow (--skip-slow, each recorded once) are not expected to run.
+    slow = sum(1 for r in records if r["outcome"] == "slow_not_run")
+    expected = (recorded["applicable"] * recorded.get("sample", 1) - slow) / sample
     if ran < 0.9 * expected:  # a sample that silently shrank would prove nothing
         problems.append(f"only {ran} cases ran; the recorded suite has {recorded['applicable']} "
                         f"applicable cases, so about {expected:.0f} were expected at --sample {sample}")
@@ -233,10 +236,15 @@ def main():
     parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
     parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
     parser.add_argument("--check", action="store_true", help="fail on a regression from the recorded run")
+    parser.add_argument("--skip-slow", action="store_true",
+                        help="leave out the cases coremltools marks slow (stress tests), for a quick --check; "
+                             "not with --record or --report")
     parser.add_argument("--from-results", action="store_true",
                         help="run nothing: report on the per-file results already in --out (a full run "
                              "whose files were partly rerun with --only, say)")
     args = parser.parse_args()
+    if args.skip_slow and (args.record or args.report):
+        parser.error("--skip-slow runs part of the suite: it cannot be recorded or reported")
 
     import coremltools
     root = suite_dir(args.suite)
@@ -265,7 +273,7 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample,
                                plugin_mode(args.suite),
-                               (LIBSVM_TOPLEVEL,) if args.suite == "sklearn" else ()): name
+                               (LIBSVM_TOPLEVEL,) if args.suite == "sklearn" else (), args.skip_slow): name
                    for name, paths in groups.items() if paths}
         for future in concurrent.futures.as_completed(futures):
             file_records = future.result()
