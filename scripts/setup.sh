@@ -31,8 +31,12 @@ python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4
 # --suite sklearn, xgboost, pipeline): scikit-learn 1.5.1 is the newest coremltools 9 supports
 # (coremltools/_deps/__init__.py, _SKLEARN_MAX_VERSION); libsvm-official 3.35.0 is the newest
 # whose libsvm.svm still exports the C_SVC constants coremltools' converter and tests read
-# (3.36 dropped them). xgboost: coremltools 9 names 1.4.2 as the newest it tested, which
-# predates numpy 2; 2.1.4 (the CPU build) loads with a warning and is what the suite runs.
+# (3.36 dropped them). xgboost-cpu 2.1.4 (the CPU build) is what the Python suite converts from
+# (tests/python/test_classic_models.py); coremltools' XGBoost suite needs numpy 1 and an XGBoost
+# that takes numpy-array feature names, so it runs on XGBoost 1.7.6 with numpy 1.26.4 in
+# build/xgboost-1.7.6 (scripts/xgboost_tested_env.sh: pip --target, done once, the system's
+# packages untouched).
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
   "xgboost-cpu==2.1.4"
+bash scripts/xgboost_tested_env.sh >/dev/null
 python3 -m pip install -q --disable-pip-version-check .

@@ -50,6 +50,7 @@ import numpy as np
 from . import _core, compiled
 from . import compute_plan as _plan
 from ._core import Error
+from .image_outputs import core_ml_image, image_output_spaces
 from .model import ComputeUnit, MLModel
 
 _SHIM_NAME = "coremltools.libcoremlpython"
@@ -75,10 +76,15 @@ def _python_number_types(model):
     return {o["name"]: types[o["kind"]] for o in model._function["outputs"] if o["kind"] in types}
 
 
-def _as_core_ml_outputs(outputs, number_types):
+def _as_core_ml_outputs(outputs, number_types, image_spaces=None):
     """Core ML has no rank-0 multi-arrays: a rank-0 program output reaches coremltools' predict
-    on macOS as shape (1,). A double or int64 feature reaches it as a Python float or int."""
+    on macOS as shape (1,). A double or int64 feature reaches it as a Python float or int, and
+    an image feature as a PIL image (coremlrt/image_outputs.py)."""
+    image_spaces = image_spaces or {}
+
     def core_ml_value(name, value):
+        if name in image_spaces:
+            return core_ml_image(name, value, image_spaces[name])
         if not isinstance(value, np.ndarray) or value.ndim != 0:
             return value
         if name in number_types:
@@ -97,7 +103,8 @@ class _MLModelProxy:
     returned as Core ML returns them: a dict of numpy arrays, float16 outputs as float32, and
     rank-0 outputs as shape (1,) (Core ML's multi-arrays have rank 1 or more; the native
     coremlrt API keeps the program's rank 0, see the README); double and int64 features
-    (a regressor's prediction, say) as a Python float or int.
+    (a regressor's prediction, say) as a Python float or int; image features as PIL images
+    (mode "RGBA", "L" or "F"; coremlrt/image_outputs.py).
     """
 
     def __init__(self, path, compute_units="ALL", function_name="", optimization_hints=None, asset=None):
@@ -122,6 +129,7 @@ class _MLModelProxy:
             raise RuntimeError(str(exc)) from exc
         self._load_ns = time.perf_counter_ns() - start
         self._number_types = _python_number_types(self._model)
+        self._image_spaces = image_output_spaces(self._model._function)
         self._last_predict_ns = None
         self._compiled_lock = threading.Lock()
         self._compiled_dir = None  # a TemporaryDirectory holding get_compiled_model_path()'s folder
@@ -135,16 +143,17 @@ class _MLModelProxy:
     def predict(self, data, state=None):
         start = time.perf_counter_ns()
         with _as_core_ml_prediction_error():
-            outputs = self._model.predict(data, state)
+            outputs = _as_core_ml_outputs(self._model.predict(data, state), self._number_types, self._image_spaces)
         self._last_predict_ns = time.perf_counter_ns() - start
-        return _as_core_ml_outputs(outputs, self._number_types)
+        return outputs
 
     def batchPredict(self, data):  # noqa: N802 - the name coremltools calls
         start = time.perf_counter_ns()
         with _as_core_ml_prediction_error():
-            outputs = [self._model.predict(d) for d in data]
+            outputs = [_as_core_ml_outputs(self._model.predict(d), self._number_types, self._image_spaces)
+                       for d in data]
         self._last_predict_ns = time.perf_counter_ns() - start
-        return [_as_core_ml_outputs(o, self._number_types) for o in outputs]
+        return outputs
 
     def newState(self):  # noqa: N802 - the name coremltools calls
         # coremlrt.MLState already has read_state/write_state with coremltools' behaviour

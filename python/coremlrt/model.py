@@ -16,6 +16,9 @@ Input conversion rules (applied per input, against the dtype the model declares)
 * anything else (strings, complex, object arrays) raises :class:`coremlrt.Error`.
 
 Outputs are numpy arrays; float16 outputs are returned as float32, as coremltools does.
+An image output is the float32 array ``[1, C, H, W]`` the model computed (channels in the
+image's color order, the layout image inputs take); :func:`coremlrt.image_outputs.core_ml_image`
+makes the PIL image Core ML would hand to coremltools.
 A classifier's outputs are returned as coremltools returns them: the predicted label (an
 ``int`` or a ``str``) and a ``{label: probability}`` dict.
 """

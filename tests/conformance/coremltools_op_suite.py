@@ -123,6 +123,9 @@ def pytest_addoption(parser):
                     help="run every N-th applicable case of each file (sorted by node id)")
     group.addoption("--coremlrt-mode", choices=("mlprogram", "neuralnetwork", "models"), default="mlprogram",
                     help="which cases run and how refused models count (see the module text)")
+    group.addoption("--coremlrt-skip-slow", action="store_true",
+                    help="leave out the cases coremltools marks slow (its stress tests), each recorded "
+                         "as \"slow_not_run\" so that a check can tell how many there were")
     group.addoption("--coremlrt-resume", action="store_true",
                     help="skip cases the results file already records (rerun after a crash)")
 
@@ -255,6 +258,10 @@ def pytest_collection_modifyitems(session, config, items):
             # Not run at all: the whole case is about a model format coremlrt does not load.
             if item.nodeid not in done:
                 log.write(_record(item, "not_applicable", cause="neuralnetwork backend"))
+            drop.append(item)
+        elif config.getoption("--coremlrt-skip-slow") and item.get_closest_marker("slow") is not None:
+            if item.nodeid not in done:
+                log.write(_record(item, "slow_not_run", cause="marked slow"))
             drop.append(item)
         else:
             applicable.append(item)

@@ -257,18 +257,6 @@ def test_preprocessing_of_an_array_input_is_refused(tmp_path):
     assert "not an image" in _core.inspect(path)["problem"]
 
 
-def test_image_output_is_refused(tmp_path):
-    b = identity_network("rank5", 3)
-    b.set_pre_processing_parameters(image_input_names=["image"])
-    spec = b.spec
-    out = spec.description.output[0].type
-    out.imageType.width, out.imageType.height = W, H
-    out.imageType.colorSpace = ct.proto.FeatureTypes_pb2.ImageFeatureType.RGB
-    path = save(tmp_path, spec)
-    with pytest.raises(coremlrt.Error, match="output 'out' is an image"):
-        coremlrt.MLModel(path)
-
-
 # ---- ct.convert(..., convert_to="neuralnetwork") of a torch CNN ------------------------------
 
 class SmallCnn(torch.nn.Module):

@@ -235,6 +235,56 @@ class Translator final : public LayerContext {
     return value.name;
   }
 
+  // The value an image output takes from its blob. Core ML makes the image from the blob's
+  // last three axes [C, H, W] (C = 3 for RGB and BGR, 1 for grayscale; the leading axes must
+  // be 1); the program output is the [1, C, H, W] array an image input arrives as
+  // (image_inputs.h), fp16 for GRAYSCALE_FLOAT16, which python/coremlrt/model.py turns into
+  // the image. A fixed-size image must have the blob's H and W as its size.
+  std::optional<std::string> image_output_value(const std::string& blob, const FeatureDescription& feature) {
+    auto it = blobs_.find(blob);
+    if (it == blobs_.end() || !it->second) return std::nullopt;
+    const Value value = *it->second;  // a copy: rename_aside below renames blobs_ entries
+    const std::string& space = feature.color_space;
+    require(space == "RGB" || space == "BGR" || space == "GRAYSCALE" || space == "GRAYSCALE_FLOAT16", "image output '",
+            feature.name, "' has the color space ", space, ", which this build cannot make");
+    const int64_t channels = space == "RGB" || space == "BGR" ? 3 : 1;
+    const int64_t rank = value.type.rank;
+    const auto& d = value.type.dims;
+    require(rank >= 3, "image output '", feature.name, "' comes from the blob ", value.type.str(),
+            "; an image is made from a blob's last three axes [C, H, W]");
+    for (int64_t i = 0; i + 3 < rank; ++i)
+      require(d[i] == 1, "image output '", feature.name, "' comes from the blob ", value.type.str(),
+              ", whose axes before [C, H, W] are not all 1");
+    require(d[rank - 3] == channels, "image output '", feature.name, "' is ", space, " (", channels,
+            channels == 1 ? " channel" : " channels", ") but its blob ", value.type.str(), " has ",
+            d[rank - 3] < 0 ? std::string("an unknown number of") : std::to_string(d[rank - 3]), " channels");
+    const bool flexible = !feature.shape_range.empty() || !feature.enumerated_shapes.empty();
+    if (!flexible)
+      require(d[rank - 2] == feature.image_height && d[rank - 1] == feature.image_width, "image output '",
+              feature.name, "' is ", feature.image_width, "x", feature.image_height, " (width x height) but its blob is ",
+              value.type.str());
+    const ir::ValueType image = tensor_type(DType::Float32, {1, channels, d[rank - 2], d[rank - 1]});
+    const bool half = space == "GRAYSCALE_FLOAT16";
+    if (rank == 4 && !half) return value.name;  // already [1, C, H, W]
+    // The block's output keeps the feature's name; the blob's own value is renamed aside.
+    rename_aside(value.name, value.name + "#blob");
+    Value framed{value.name + "#blob", nullptr, value.type};
+    const std::string framed_name = half ? value.name + "#image" : value.name;
+    if (rank == 3) {
+      framed = framing_op("expand_dims", framed, {0}, image, framed_name);
+    } else if (rank > 4) {
+      std::vector<int64_t> axes;
+      for (int64_t i = 0; i < rank - 4; ++i) axes.push_back(i);
+      framed = framing_op("squeeze", framed, axes, image, framed_name);
+    }
+    if (half) {
+      ir::ValueType fp16 = image;
+      fp16.dtype = DType::Float16;
+      entry_op("cast", {{"x", {framed}}, {"dtype", {string_scalar("fp16")}}}, fp16, value.name);
+    }
+    return value.name;
+  }
+
   // The current value of a blob; nullopt when no input or layer made it, or its layer
   // could not run.
   std::optional<Value> blob_value(const std::string& blob) const {
@@ -675,9 +725,6 @@ NeuralNetworkReading translate_network(const std::string& serialized, const nn::
   std::map<std::string, ImagePreprocessing> preprocessing;
   try {
     preprocessing = read_image_preprocessing(network, description);
-    for (const FeatureDescription& feature : description.outputs)
-      require(feature.kind != FeatureKind::Image, "output '", feature.name,
-              "' is an image; this build returns neuralNetwork outputs as multi-arrays only");
     if (has_image_inputs && network.imageinputshapemapping() == nn::RANK4_IMAGE_MAPPING &&
         network.arrayinputshapemapping() != nn::EXACT_ARRAY_MAPPING)
       for (const FeatureDescription& feature : description.inputs)
@@ -727,7 +774,14 @@ NeuralNetworkReading translate_network(const std::string& serialized, const nn::
       function.block.outputs.push_back(feature.name);
       continue;
     }
-    std::optional<std::string> value = translator.output_value(feature.name, feature);
+    std::optional<std::string> value;
+    try {
+      value = feature.kind == FeatureKind::Image ? translator.image_output_value(feature.name, feature)
+                                                 : translator.output_value(feature.name, feature);
+    } catch (const LayerRefused& refused) {
+      out.problem = refused.reason;
+      return out;
+    }
     if (!value) {
       out.problem = "output '" + feature.name + "' is not produced by any layer";
       return out;
