@@ -252,6 +252,17 @@ def test_concat_nd_and_split_nd(tmp_path):
     check(got["q1"], a[1:])
 
 
+@pytest.mark.parametrize("size,parts", [(7, 3), (11, 3), (5, 2), (9, 3)])
+def test_split_nd_into_unequal_parts_as_array_split(tmp_path, size, parts):
+    # numSplits that does not divide the axis: the first size % numSplits parts are one longer,
+    # as numpy's array_split makes them (coremltools' test_split_nd expects this of Core ML).
+    a = rng.standard_normal((2, size)).astype(np.float32)
+    names = tuple(f"p{i}" for i in range(parts))
+    got = run_nd(tmp_path, {"a": a}, names, lambda b: b.add_split_nd("split", "a", list(names), axis=-1, num_splits=parts))
+    for name, want in zip(names, np.array_split(a, parts, axis=-1)):
+        check(got[name], want)
+
+
 def test_slice_static_and_dynamic(tmp_path):
     x = rng.standard_normal((5, 5, 5)).astype(np.float32)
     begin = np.array([1, 2, 3], np.float32)

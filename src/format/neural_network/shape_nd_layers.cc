@@ -243,10 +243,19 @@ void split_nd(LayerContext& layer) {
   } else {
     require(params.numsplits() == static_cast<uint64_t>(outputs), "numSplits is ", params.numsplits(), " but the layer has ",
             outputs, " outputs");
-    require(size < 0 || size % outputs == 0, "axis ", axis, " of ", x.type.str(), " does not split into ", outputs,
-            " equal parts");
-    for (auto& t : types) t.dims[axis] = size < 0 ? -1 : size / outputs;
-    inputs.push_back({"num_splits", {int_scalar(outputs)}});
+    if (size >= 0 && size % outputs != 0) {
+      // Parts as numpy's array_split makes them: the first size % numSplits parts one longer.
+      // coremltools' test_numpy_nn_layers.py test_split_nd expects this of Core ML for sizes
+      // numSplits does not divide (and passes on macOS).
+      require(size >= outputs, "axis ", axis, " of ", x.type.str(), " has fewer than ", outputs, " entries to split");
+      std::vector<int64_t> sizes(outputs, size / outputs);
+      for (int64_t i = 0; i < size % outputs; ++i) ++sizes[i];
+      for (int i = 0; i < outputs; ++i) types[i].dims[axis] = sizes[i];
+      inputs.push_back({"split_sizes", {int_vector(sizes)}});
+    } else {
+      for (auto& t : types) t.dims[axis] = size < 0 ? -1 : size / outputs;
+      inputs.push_back({"num_splits", {int_scalar(outputs)}});
+    }
   }
   const std::vector<Value> parts = layer.emit("split", inputs, types);
   for (int i = 0; i < outputs; ++i) layer.set_output(i, parts[i]);
