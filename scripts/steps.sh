@@ -6,11 +6,15 @@ export COREMLRT_TEST_START=${COREMLRT_TEST_START:-$(date +%s)}
 _step_name=""
 _step_start=0
 _step_cpu=0
-# CPU seconds of the finished child processes of this shell (the second line of `times`).
-_step_children_cpu() { times | awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d", t }'; }
+# CPU seconds of the finished child processes of this shell: the second line of `times`, which
+# must run in this shell itself (in a command substitution it would count the subshell's
+# children, none), so it writes to a file that awk then reads.
+_step_times_file=$(mktemp)
+_step_children_cpu() { awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] } printf "%d", t }' "$_step_times_file"; }
 step() {
   local now cpu
   now=$(date +%s)
+  times > "$_step_times_file"
   cpu=$(_step_children_cpu)
   if [ -n "$_step_name" ]; then
     echo "== step done: $_step_name: $((now - _step_start)) s elapsed, $((cpu - _step_cpu)) CPU s (at $((now - COREMLRT_TEST_START)) s)"
@@ -21,4 +25,4 @@ step() {
   if [ -n "$_step_name" ]; then echo "== step: $_step_name"; fi
 }
 # The last step ends with the script, whether it passes or fails.
-trap 'step' EXIT
+trap 'step; rm -f "$_step_times_file"' EXIT
