@@ -34,11 +34,11 @@ python3 scripts/coremltools_op_tests.py --sample 10 --check
 step "coremltools runtime tests"
 python3 scripts/coremltools_op_tests.py --suite runtime --sample 10 --check
 # The op tests' neuralnetwork-backend cases (models of the neuralNetwork type), every 20th case:
-# a subset of the recorded every-10th run (tests/conformance/recorded_ops_neuralnetwork_results.json).
+# against the recorded whole run (tests/conformance/recorded_ops_neuralnetwork_results.json).
 step "coremltools ops_neuralnetwork tests"
 python3 scripts/coremltools_op_tests.py --suite ops_neuralnetwork --sample 20 --check
 # coremltools' neuralNetwork model tests (test/neural_network: layer-by-layer numpy tests, the
-# builder, quantization), every 20th case, against the recorded every-10th run.
+# builder, quantization), every 20th case, against the recorded whole run.
 step "coremltools neural_network tests"
 python3 scripts/coremltools_op_tests.py --suite neural_network --sample 20 --check
 # coremltools' pipeline tests (whole: under a minute) and scikit-learn converter tests (every
