@@ -60,12 +60,16 @@ def make_model(directory, kind, size, width):
         channels = out_channels
     network = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                                   torch.nn.Linear(channels, 10)).eval()
-    example = torch.zeros(1, 3, size, size)
+    return convert_and_save(ct, torch, network, torch.zeros(1, 3, size, size), os.path.join(directory, "cnn.mlpackage"))
+
+
+def convert_and_save(ct, torch, network, example, path):
+    """An fp32 ML program of `network` traced on `example` (input "x", output "y"), saved to
+    `path`; returns the path and the input's shape."""
     traced = torch.jit.trace(network, example)
     model = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=example.shape)],
                        outputs=[ct.TensorType(name="y")], convert_to="mlprogram",
                        compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS17)
-    path = os.path.join(directory, "cnn.mlpackage")
     model.save(path)
     return path, tuple(example.shape)
 
@@ -80,14 +84,8 @@ def make_lstm(directory, ct, torch):
         def forward(self, x):
             return self.head(self.lstm(x)[0][-1])
 
-    example = torch.zeros(64, 1, 256)
-    traced = torch.jit.trace(LstmClassifier().eval(), example)
-    model = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=example.shape)],
-                       outputs=[ct.TensorType(name="y")], convert_to="mlprogram",
-                       compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS17)
-    path = os.path.join(directory, "lstm.mlpackage")
-    model.save(path)
-    return path, tuple(example.shape)
+    return convert_and_save(ct, torch, LstmClassifier().eval(), torch.zeros(64, 1, 256),
+                            os.path.join(directory, "lstm.mlpackage"))
 
 
 def plain_loop(path, data):

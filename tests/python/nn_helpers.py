@@ -9,15 +9,20 @@ import coremltools as ct
 import coremlrt
 
 
-def save_and_load(tmp_path, builder, name="model.mlmodel"):
-    """Saves `builder`'s spec under `tmp_path` (coremltools' own load skipped: there is no Core ML
-    here) and loads it with coremlrt."""
+def save_spec(tmp_path, spec, name="model.mlmodel"):
+    """Saves `spec` under `tmp_path` (coremltools' own load skipped: there is no Core ML here);
+    returns the file's path."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(builder.spec, skip_model_load=True)
+        mlmodel = ct.models.MLModel(spec, skip_model_load=True)
     path = os.path.join(str(tmp_path), name)
     mlmodel.save(path)
-    return coremlrt.MLModel(path)
+    return path
+
+
+def save_and_load(tmp_path, builder, name="model.mlmodel"):
+    """Saves `builder`'s spec under `tmp_path` and loads it with coremlrt."""
+    return coremlrt.MLModel(save_spec(tmp_path, builder.spec, name))
 
 
 def build_and_load(tmp_path, inputs, add_layers, outputs=("out",)):

@@ -17,6 +17,7 @@ Image = pytest.importorskip("PIL.Image")
 
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
+from nn_helpers import save_spec  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-4
 H, W = 5, 7
@@ -29,15 +30,6 @@ def rgb_image():
 
 def gray_image():
     return Image.fromarray(rng.integers(0, 256, (H, W), dtype=np.uint8), mode="L")
-
-
-def save(tmp_path, spec, name="model.mlmodel"):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), name)
-    mlmodel.save(path)
-    return path
 
 
 def image_builder(layout, channels):
@@ -82,7 +74,7 @@ def test_scaler_on_color_images(tmp_path, layout, is_bgr):
     scale, red, green, blue = 0.017, -2.0, 0.5, 1.25
     b.set_pre_processing_parameters(image_input_names=["image"], is_bgr=is_bgr, red_bias=red, green_bias=green,
                                     blue_bias=blue, image_scale=scale)
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     out = as_chw(coremlrt.MLModel(path).predict({"image": image})["out"], layout)
     space = "BGR" if is_bgr else "RGB"
@@ -97,7 +89,7 @@ def test_scaler_on_grayscale_image(tmp_path, layout):
     b = identity_network(layout, 1)
     # The color biases do not apply to a grayscale image; grayBias does.
     b.set_pre_processing_parameters(image_input_names=["image"], gray_bias=-0.75, red_bias=9.0, image_scale=1 / 255)
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = gray_image()
     out = as_chw(coremlrt.MLModel(path).predict({"image": image})["out"], layout)
     np.testing.assert_allclose(out, pixels(image, "GRAYSCALE") / 255 - 0.75, rtol=RTOL, atol=ATOL)
@@ -112,7 +104,7 @@ def test_preprocessed_image_feeds_a_convolution(tmp_path):
                       input_name="image", output_name="out")
     b.set_pre_processing_parameters(image_input_names=["image"], is_bgr=True, red_bias=10.0, green_bias=-20.0,
                                     blue_bias=30.0, image_scale=0.5)
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     x = 0.5 * pixels(image, "BGR") + np.array([30.0, -20.0, 10.0])[:, None, None]
     expected = np.einsum("chw,co->ohw", x, w[0, 0].astype(np.float64))
@@ -128,7 +120,7 @@ def test_mean_image(tmp_path, layout):
     pre = b.nn_spec.preprocessing[0]
     pre.meanImage.meanImage.extend(mean.ravel().tolist())  # replaces the scaler (a oneof)
     assert not pre.HasField("scaler")
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     out = as_chw(coremlrt.MLModel(path).predict({"image": image})["out"], layout)
     np.testing.assert_allclose(out, pixels(image, "RGB") - mean, rtol=RTOL, atol=ATOL)
@@ -138,7 +130,7 @@ def test_unnamed_preprocessing_applies_to_the_only_image_input(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"], image_scale=0.25, red_bias=5.0)
     b.nn_spec.preprocessing[0].featureName = ""
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     out = coremlrt.MLModel(path).predict({"image": image})["out"]
     np.testing.assert_allclose(out, 0.25 * pixels(image, "RGB") + np.array([5.0, 0.0, 0.0])[:, None, None],
@@ -149,7 +141,7 @@ def test_image_without_preprocessing_arrives_as_pixel_values(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"], is_bgr=True)
     del b.nn_spec.preprocessing[:]
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     out = coremlrt.MLModel(path).predict({"image": image})["out"]
     np.testing.assert_array_equal(out, pixels(image, "BGR"))
@@ -161,7 +153,7 @@ def test_grayscale_float16_image(tmp_path):
     spec = b.spec
     spec.specificationVersion = 7  # GRAYSCALE_FLOAT16 is a Core ML 6 color space
     spec.description.input[0].type.imageType.colorSpace = ct.proto.FeatureTypes_pb2.ImageFeatureType.GRAYSCALE_FLOAT16
-    path = save(tmp_path, spec)
+    path = save_spec(tmp_path, spec)
     values = rng.uniform(-4, 4, (H, W)).astype(np.float32)
     out = coremlrt.MLModel(path).predict({"image": Image.fromarray(values, mode="F")})["out"]
     # The pixel buffer holds float16 values.
@@ -177,7 +169,7 @@ def test_rank4_image_blob_takes_the_declared_output_rank(tmp_path):
                              disable_rank5_shape_mapping=True)
     b.add_activation("identity", "LINEAR", "image", "out", params=[1.0, 0.0])
     b.set_pre_processing_parameters(image_input_names=["image"], image_scale=3.0, green_bias=-1.0)
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     image = rgb_image()
     out = coremlrt.MLModel(path).predict({"image": image})["out"]
     assert out.shape == (3, H, W)
@@ -191,7 +183,7 @@ def test_image_size_range(tmp_path):
     size_range = b.spec.description.input[0].type.imageType.imageSizeRange
     size_range.heightRange.lowerBound, size_range.heightRange.upperBound = 2, 6
     size_range.widthRange.lowerBound, size_range.widthRange.upperBound = 3, -1  # unbounded
-    model = coremlrt.MLModel(save(tmp_path, b.spec))
+    model = coremlrt.MLModel(save_spec(tmp_path, b.spec))
     for height, width in [(H, W), (2, 11), (6, 3)]:
         image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), mode="RGB")
         out = model.predict({"image": image})["out"]
@@ -229,7 +221,7 @@ def test_converted_torch_cnn_with_enumerated_image_sizes(tmp_path):
 def test_wrong_image_mode_is_rejected(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"])
-    model = coremlrt.MLModel(save(tmp_path, b.spec))
+    model = coremlrt.MLModel(save_spec(tmp_path, b.spec))
     with pytest.raises(coremlrt.Error, match="mode 'RGB'"):
         model.predict({"image": gray_image()})
 
@@ -240,7 +232,7 @@ def test_mean_image_of_the_wrong_size_is_refused(tmp_path):
     b = identity_network("rank5", 3)
     b.set_pre_processing_parameters(image_input_names=["image"])
     b.nn_spec.preprocessing[0].meanImage.meanImage.extend([0.0] * (H * W))
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     with pytest.raises(coremlrt.Error, match=f"mean image of input 'image' has {H * W} values"):
         coremlrt.MLModel(path)
 
@@ -251,7 +243,7 @@ def test_preprocessing_of_an_array_input_is_refused(tmp_path):
     pre = b.nn_spec.preprocessing.add()
     pre.featureName = "data"
     pre.scaler.channelScale = 2.0
-    path = save(tmp_path, b.spec)
+    path = save_spec(tmp_path, b.spec)
     with pytest.raises(coremlrt.Error, match="names the input 'data', which is not an image"):
         coremlrt.MLModel(path)
     assert "not an image" in _core.inspect(path)["problem"]

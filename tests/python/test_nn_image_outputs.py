@@ -5,8 +5,6 @@ of mode "RGBA" (RGB and BGR, alpha 255), "L" (grayscale) or "F" (GRAYSCALE_FLOAT
 values are computed in numpy from the layer's formula, the images' pixels with numpy and PIL."""
 
 import contextlib
-import os
-import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ Image = pytest.importorskip("PIL.Image")
 from coremltools.models import datatypes  # noqa: E402
 from coremltools.models.neural_network import NeuralNetworkBuilder  # noqa: E402
 from coremltools.proto import FeatureTypes_pb2  # noqa: E402
+from nn_helpers import save_spec  # noqa: E402
 
 H, W = 6, 9
 rng = np.random.default_rng(0)
@@ -49,15 +48,6 @@ def make_image_output(spec, space, width=W, height=H):
     return spec
 
 
-def save(tmp_path, spec, name="model.mlmodel"):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlmodel = ct.models.MLModel(spec, skip_model_load=True)
-    path = os.path.join(str(tmp_path), name)
-    mlmodel.save(path)
-    return path
-
-
 @contextlib.contextmanager
 def coremltools_on_coremlrt():
     import coremlrt.coremltools_backend as backend
@@ -84,7 +74,7 @@ def test_image_output_array_and_coremltools_image(tmp_path, space, layout):
     channels = SPACES[space]
     x = whole_pixels(channels)
     spec = make_image_output(linear_network(channels, layout).spec, space)
-    path = save(tmp_path, spec)
+    path = save_spec(tmp_path, spec)
     want = 2.0 * x + 1.0
     feed = x[None] if layout == "exact4" else x
 
@@ -106,7 +96,7 @@ def test_image_output_array_and_coremltools_image(tmp_path, space, layout):
 def test_grayscale_float16_output_is_an_f_image_of_fp16_values(tmp_path):
     x = rng.standard_normal((1, H, W)).astype(np.float32)
     spec = make_image_output(linear_network(1, "rank5", alpha=0.3, beta=0.1).spec, "GRAYSCALE_FLOAT16")
-    path = save(tmp_path, spec)
+    path = save_spec(tmp_path, spec)
     want = (0.3 * x.astype(np.float64) + 0.1).astype(np.float16)
 
     out = coremlrt.MLModel(path).predict({"data": x})["out"]
@@ -125,7 +115,7 @@ def test_values_that_are_no_whole_pixel_raise_through_coremltools(tmp_path):
     so coremltools' predict raises; coremlrt's own API still returns the computed array."""
     x = np.full((3, H, W), 3.0)
     spec = make_image_output(linear_network(3, "rank5", alpha=0.5, beta=0.0).spec, "RGB")
-    path = save(tmp_path, spec)
+    path = save_spec(tmp_path, spec)
     np.testing.assert_array_equal(coremlrt.MLModel(path).predict({"data": x})["out"], np.full((1, 3, H, W), 1.5))
     with coremltools_on_coremlrt():
         model = ct.models.MLModel(path)
@@ -145,7 +135,7 @@ def test_image_in_image_out_through_coremltools(tmp_path):
     b = NeuralNetworkBuilder([("image", datatypes.Array(3, H, W))], [("out", datatypes.Array(3, H, W))])
     b.add_activation("invert", "LINEAR", "image", "out", params=[-1.0, 255.0])
     b.set_pre_processing_parameters(image_input_names=["image"], is_bgr=False, image_scale=1.0)
-    path = save(tmp_path, make_image_output(b.spec, "RGB"))
+    path = save_spec(tmp_path, make_image_output(b.spec, "RGB"))
     pixels = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
     with coremltools_on_coremlrt():
         image = ct.models.MLModel(path).predict({"image": Image.fromarray(pixels)})["out"]
@@ -162,7 +152,7 @@ def test_image_in_image_out_through_coremltools(tmp_path):
 ])
 def test_image_output_that_does_not_fit_its_blob_is_refused(tmp_path, space, channels, size, message):
     spec = make_image_output(linear_network(channels, "rank5").spec, space, *size)
-    path = save(tmp_path, spec)
+    path = save_spec(tmp_path, spec)
     with pytest.raises(coremlrt.Error, match=message):
         coremlrt.MLModel(path)
 
@@ -171,6 +161,6 @@ def test_image_output_from_a_blob_of_rank_below_three_is_refused(tmp_path):
     b = NeuralNetworkBuilder([("data", datatypes.Array(H, W))], [("out", datatypes.Array(H, W))],
                              disable_rank5_shape_mapping=True)
     b.add_activation("linear", "LINEAR", "data", "out", params=[1.0, 0.0])
-    path = save(tmp_path, make_image_output(b.spec, "GRAYSCALE"))
+    path = save_spec(tmp_path, make_image_output(b.spec, "GRAYSCALE"))
     with pytest.raises(coremlrt.Error, match=r"image output 'out' comes from the blob .*last three axes \[C, H, W\]"):
         coremlrt.MLModel(path)
