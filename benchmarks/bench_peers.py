@@ -4,8 +4,8 @@
 
 Each network (benchmarks/peer_models.py) exists as a Core ML model in fp32 and fp16 (converted
 by coremltools from the torch module) and as ONNX (exported from the same module). For every
-thread count, the contenders run interleaved, round after round, so that whatever else the
-machine does falls on all of them alike:
+thread count, the contenders run interleaved, in turns of a few runs each (the first of a turn
+untimed), round after round, so that whatever else the machine does falls on all of them alike:
 
 * coremlrt on the fp32 and fp16 models with backend "auto", "openvino" and "reference", and on
   the fp16 model in the low-precision mode (ComputeUnit.CPU_AND_NE: bf16 matrix ops);
@@ -32,6 +32,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_models  # noqa: E402
+
+# Timed runs per contender in one turn of the interleaving (measure()).
+BLOCK = 5
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +120,7 @@ def contenders(name, paths, inputs, threads):
     return out
 
 
-def measure(name, paths, threads, runs, warmup):
+def measure(name, paths, threads, runs, warmup, block=BLOCK):
     inputs = dict(np.load(paths["inputs"]))
     runners, errors = {}, {}
     for label, make in contenders(name, paths, inputs, threads):
@@ -131,12 +134,19 @@ def measure(name, paths, threads, runs, warmup):
     times = {label: [] for label in runners}
     order = list(runners.items())
     shuffle = np.random.default_rng(0)
-    for _ in range(runs):
+    while any(len(t) < runs for t in times.values()):
         shuffle.shuffle(order)  # no contender always runs right after the same other one
         for label, run in order:
-            start = time.perf_counter()
+            # A turn starts with one untimed run: the previous contender's threads may still be
+            # spinning on the cores (ONNX Runtime's pool spins after each run: with it in the
+            # process, the same coremlrt model measured 5.9 or 8.1 ms for lstm2 at 2 threads,
+            # and OpenVINO's own 6.1 or 9.1, by who had run just before), and that is the switch,
+            # not the contender.
             run()
-            times[label].append(time.perf_counter() - start)
+            for _ in range(min(block, runs - len(times[label]))):
+                start = time.perf_counter()
+                run()
+                times[label].append(time.perf_counter() - start)
     return {label: statistics.median(t) * 1000 for label, t in times.items()}, errors
 
 
@@ -215,7 +225,7 @@ def write_report(results, loads, targets, args, errors, path_md, path_png):
     lines = ["# Performance: coremlrt and its peers", "",
              f"Measured by `python3 benchmarks/bench_peers.py` on {datetime.date.today().isoformat()}, "
              f"{_cpu_name()}, {os.cpu_count()} cores; batch 1; median of {args.runs} runs after {args.warmup} "
-             "warm-up runs, contenders interleaved. Versions: " +
+             f"warm-up runs, contenders interleaved in turns of {BLOCK} timed runs after an untimed one. Versions: " +
              ", ".join(f"{k} {v}" for k, v in versions().items()) + ".", "",
              "Absolute times on a shared machine are noise; ratios measured in the same run are the result.", ""]
     for threads, per_net in results.items():
