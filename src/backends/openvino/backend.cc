@@ -17,6 +17,7 @@
 #include "backends/openvino/lowering.h"
 #include "backends/openvino/openvino_backend.h"
 #include "backends/openvino/region_kernel.h"
+#include "ops/util.h"
 
 namespace coremlrt::backends::openvino {
 
@@ -262,11 +263,10 @@ class RegionBuilder {
     if (!type || !t.defined()) fail("constant '", binding.name, "' has dtype ", dtype_name(t.dtype), ", which has no OpenVINO type");
     Value node;
     if (compute_type(t.dtype) != *type) {
-      // fp16 computed in fp32: the constant widened once, here.
+      // fp16 computed in fp32: the constant widened once, here, with the vectorized conversion
+      // (an element-by-element loop took 100 ms of resnet18 fp16's 170 ms cached load).
       auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
-      float* out = const_cast<float*>(widened->get_data_ptr<float>());
-      const half* in = t.ptr<half>();
-      for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<float>(in[i]);
+      ops::half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
       node = widened;
     } else {
       // A view of the plan's constant (weights stay in the memory-mapped weight file); the
