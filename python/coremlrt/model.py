@@ -482,10 +482,8 @@ class MLModel:
         with self._counter_lock:
             self._inputs_zero_copy += in_place
             self._inputs_converted += len(arrays) - in_place
+        # float16 outputs arrive as float32 (python/src/module.cc widens them).
         outputs = self._model.predict(arrays, state._state if state is not None else None)
-        for name, value in outputs.items():
-            if value.dtype == np.float16:
-                outputs[name] = value.astype(np.float32)
         for name, strings in self._string_outputs.items():
             if name in outputs:
                 outputs[name] = strings[int(outputs[name])]

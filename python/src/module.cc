@@ -15,6 +15,7 @@
 
 #include "coremlrt/model.h"
 #include "coremlrt/threads.h"
+#include "ops/util.h"
 #include "py_owner.h"
 
 #include <atomic>
@@ -273,7 +274,20 @@ class PyModel {
       tensors[name] = view_of(value, "input '" + name + "'");
     }
     State* engine_state = state ? state->get() : nullptr;
-    NamedTensors outputs = without_gil([&] { return model_->predict(tensors, engine_state); });
+    NamedTensors outputs = without_gil([&] {
+      NamedTensors out = model_->predict(tensors, engine_state);
+      // float16 outputs come back as float32, as coremltools returns them (python/coremlrt/model.py),
+      // widened here with the vectorized conversion, off the GIL: numpy's astype converts element
+      // by element (5 ms of the 64 ms of benchmarks/peer_models.py's gpt2_prefill fp16, whose
+      // logits are 6.4 million values).
+      for (auto& [name, tensor] : out)
+        if (tensor.dtype == DType::Float16) {
+          Tensor wide = Tensor::empty(DType::Float32, tensor.shape);
+          ops::half_to_float(tensor.ptr<half>(), wide.ptr<float>(), tensor.numel());
+          tensor = std::move(wide);
+        }
+      return out;
+    });
     tensors.clear();  // drops the input references here, on the calling thread, GIL held
     nb::dict result;
     for (auto& [name, tensor] : outputs) result[name.c_str()] = to_numpy(std::move(tensor));
