@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
 #include "ops/gemm.h"
 #include "ops/register.h"
+#include "ops/thread_pool.h"
 #include "ops/util.h"
+#include "ops/vector_math.h"
 
 namespace coremlrt::ops {
 
@@ -43,6 +46,17 @@ inline float apply(Act act, float v) {
     case Act::HardSigmoid: return std::clamp(0.2f * v + 0.5f, 0.0f, 1.0f);
   }
   return v;
+}
+
+// act applied in place to v[0, n): sigmoid and tanh eight values at a time (ops/vector_math.h).
+void activate(Act act, float* v, int64_t n) {
+  switch (act) {
+    case Act::Sigmoid: return map_lanes(v, n, [](Lanes x) { return sigmoid_lanes(x); });
+    case Act::Tanh:
+    case Act::ScaledTanh: return map_lanes(v, n, [](Lanes x) { return tanh_lanes(x); });
+    default:
+      for (int64_t i = 0; i < n; ++i) v[i] = apply(act, v[i]);
+  }
 }
 
 // Constant weights of one direction. W_ih [G*H, I] and W_hh [G*H, H] are the constant tensors
@@ -81,6 +95,25 @@ Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int
   b.check(static_cast<int64_t>(w.bias.size()) == gh, bias, " must have ", gh, " values");
   return w;
 }
+
+// Threads for the steps of a layer: each step's product h @ W_hh^T is small ([B, G*H] from
+// [B, H]) and follows the last at once, and handing a few microseconds of it to a pool thread
+// costs more than it gains when it happens every step: benchmarks/peer_models.py's lstm2 fp16
+// (2 layers of 512, 64 steps; 2 threads, steps interleaved in one process) took 9.0 ms with
+// its steps on the calling thread and 11.5 to 12.6 ms with them threaded (fp32: 11.2 against
+// 12.7 to 14.7). So steps of fewer than kMinStepMacsForThreads multiply-adds run on the
+// calling thread; x @ W_ih^T for the whole sequence (Sequence::project) is one large product
+// and keeps every thread. Larger steps keep whatever limit the prediction runs under.
+class StepThreads {
+ public:
+  StepThreads(int64_t batch, int64_t gates_width, int64_t hidden) {
+    if (batch * gates_width * hidden < kMinStepMacsForThreads) limit_.emplace(1);
+  }
+
+ private:
+  static constexpr int64_t kMinStepMacsForThreads = int64_t{1} << 24;
+  std::optional<ThreadLimit> limit_;
+};
 
 // Per-call shapes and the float views of x and the outputs.
 struct Sequence {
@@ -201,25 +234,30 @@ std::unique_ptr<Kernel> make_lstm(KernelBuilder& b) {
                   take_slice(states[0], d, B, H, ndirs, h.data());
                   take_slice(states[1], d, B, H, ndirs, c.data());
                   const float* peep = w.extra.empty() ? nullptr : w.extra.data();
+                  const StepThreads step_threads(B, G, H);
                   for (int64_t k = 0; k < s.seq; ++k) {
                     const int64_t t = back ? s.seq - 1 - k : k;
                     std::copy_n(xw.data() + t * B * G, B * G, gates.data());
                     gemm(B, G, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), gates.data(), G, true);
+                    // Gate by gate over whole rows, so that the activations run eight lanes at a time.
                     for (int64_t j = 0; j < B; ++j) {
-                      const float* g = gates.data() + j * G;
+                      float* g = gates.data() + j * G;  // i, f, o, z
                       float* hj = h.data() + j * H;
                       float* cj = c.data() + j * H;
+                      if (peep)
+                        for (int64_t u = 0; u < 2 * H; ++u) g[u] += peep[u] * cj[u % H];
+                      activate(rec, g, 2 * H);
+                      activate(cell, g + 3 * H, H);
                       for (int64_t u = 0; u < H; ++u) {
-                        const float c_prev = cj[u];
-                        const float i = apply(rec, g[u] + (peep ? peep[u] * c_prev : 0.0f));
-                        const float f = apply(rec, g[H + u] + (peep ? peep[H + u] * c_prev : 0.0f));
-                        const float z = apply(cell, g[3 * H + u]);
-                        float c_new = f * c_prev + i * z;
-                        if (has_clip) c_new = std::clamp(c_new, -clip, clip);
-                        const float o = apply(rec, g[2 * H + u] + (peep ? peep[2 * H + u] * c_new : 0.0f));
-                        cj[u] = c_new;
-                        hj[u] = o * apply(act, c_new);
+                        const float c_new = g[H + u] * cj[u] + g[u] * g[3 * H + u];
+                        cj[u] = has_clip ? std::clamp(c_new, -clip, clip) : c_new;
                       }
+                      if (peep)
+                        for (int64_t u = 0; u < H; ++u) g[2 * H + u] += peep[2 * H + u] * cj[u];
+                      activate(rec, g + 2 * H, H);
+                      std::copy_n(cj, H, hj);
+                      activate(act, hj, H);
+                      for (int64_t u = 0; u < H; ++u) hj[u] *= g[2 * H + u];
                     }
                     s.store(k, t, d, h.data(), bidir);
                   }
@@ -250,8 +288,9 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
               [&](const Sequence& s, std::vector<std::vector<float>>& states) {
                 const int64_t H = hidden, B = s.batch, G = 3 * H;
                 std::vector<float>& h = states[0];
-                std::vector<float> hw(B * G), r(B * H), z(B * H), rh(B * H), ho(B * H);
+                std::vector<float> hw(B * G), r(B * H), z(B * H), rh(B * H), ho(B * H), o(B * H);
                 const std::vector<float> xw = s.project(w, 3, w.extra.data());
+                const StepThreads step_threads(B, G, H);
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   const float* xt = xw.data() + t * B * G;
@@ -259,10 +298,12 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
                   gemm(B, G, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), hw.data(), G, false);
                   for (int64_t j = 0; j < B; ++j)
                     for (int64_t u = 0; u < H; ++u) {
-                      r[j * H + u] = apply(rec, xt[j * G + u] + hw[j * G + u]);
-                      z[j * H + u] = apply(rec, xt[j * G + 2 * H + u] + hw[j * G + 2 * H + u]);
-                      rh[j * H + u] = r[j * H + u] * h[j * H + u];
+                      r[j * H + u] = xt[j * G + u] + hw[j * G + u];
+                      z[j * H + u] = xt[j * G + 2 * H + u] + hw[j * G + 2 * H + u];
                     }
+                  activate(rec, r.data(), B * H);
+                  activate(rec, z.data(), B * H);
+                  for (int64_t i = 0; i < B * H; ++i) rh[i] = r[i] * h[i];
                   // Without reset_after the reset gate scales h before W_ho: W_ho (r * h).
                   if (!reset_after)  // rows H..2H of W_hh are W_ho
                     gemm(B, H, H, MatrixView(rh.data(), H), matrix_view(w.hh, H * H, 1, H), ho.data(), H, false);
@@ -270,10 +311,10 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
                     for (int64_t u = 0; u < H; ++u) {
                       const float rec_part = reset_after ? r[j * H + u] * (hw[j * G + H + u] + bias_o[u])
                                                          : ho[j * H + u] + bias_o[u];
-                      const float o = apply(act, xt[j * G + H + u] + rec_part);
-                      const float zz = z[j * H + u];
-                      h[j * H + u] = (1.0f - zz) * o + zz * h[j * H + u];
+                      o[j * H + u] = xt[j * G + H + u] + rec_part;
                     }
+                  activate(act, o.data(), B * H);
+                  for (int64_t i = 0; i < B * H; ++i) h[i] = (1.0f - z[i]) * o[i] + z[i] * h[i];
                   s.store(k, t, 0, h.data(), false);
                 }
               });
@@ -296,11 +337,13 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
                 std::vector<float>& h = states[0];
                 std::vector<float> pre(B * H);
                 const std::vector<float> xw = s.project(w, 1, nullptr);
+                const StepThreads step_threads(B, H, H);
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   std::copy_n(xw.data() + t * B * H, B * H, pre.data());
                   gemm(B, H, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), pre.data(), H, true);
-                  for (int64_t i = 0; i < B * H; ++i) h[i] = apply(act, pre[i]);
+                  std::copy(pre.begin(), pre.end(), h.begin());
+                  activate(act, h.data(), B * H);
                   s.store(k, t, 0, h.data(), false);
                 }
               });
