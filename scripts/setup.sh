@@ -20,8 +20,9 @@ fi
 # version would download gigabytes).
 # openvino: the OpenVINO backend's C++ headers and libraries (pyproject.toml pins the release).
 # mypy checks the package's type stubs (tests/python/test_typing.py); pytest-asyncio runs the
-# async cases of coremltools' runtime tests (scripts/coremltools_op_tests.py --suite runtime).
-python3 -m pip install -q --disable-pip-version-check numpy pytest mypy pytest-asyncio "coremltools==9.0" \
+# async cases of coremltools' runtime tests (scripts/coremltools_op_tests.py --suite runtime);
+# pytest-xdist runs the Python suite in two processes (scripts/test.sh).
+python3 -m pip install -q --disable-pip-version-check numpy pytest pytest-xdist mypy pytest-asyncio "coremltools==9.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0" "openvino==2026.4.1"
 # Batch prediction's optional extras (Parquet, progress bar, Dask, Ray), for tests/python/test_batch.py,
 # test_dask.py and test_ray.py.
