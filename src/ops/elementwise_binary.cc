@@ -225,6 +225,7 @@ void register_binary(KernelRegistry& registry, const char* name) {
       const Tensor& ty = ctx.input(y);
       if (tx.dtype != ty.dtype) ctx.fail("x is ", dtype_name(tx.dtype), " but y is ", dtype_name(ty.dtype));
       if constexpr (kOp >= Op::LogicalAnd) {
+        static_cast<void>(name);  // named in the numeric ops' dtype errors only
         run_typed<kOp, uint8_t>(ctx, tx, ty);
       } else {
         dispatch_float_int(tx.dtype, name, [&](auto tag) { run_typed<kOp, typename decltype(tag)::type>(ctx, tx, ty); });

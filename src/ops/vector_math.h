@@ -8,6 +8,12 @@
 
 #include "ops/half_lanes.h"
 
+// Lanes travel by value here. clang's -Wpsabi notes that 32-byte vectors pass differently with
+// and without AVX; these functions are always inlined, so no Lanes value crosses a call between
+// code compiled for different targets.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace coremlrt::ops {
 
 [[gnu::always_inline]] inline Lanes splat(float v) { return Lanes{} + v; }
@@ -73,3 +79,5 @@ void map_lanes(float* v, int64_t n, F f) {
 }
 
 }  // namespace coremlrt::ops
+
+#pragma GCC diagnostic pop
