@@ -2,7 +2,7 @@
 several threads, inputs dropped right after predict, the heap churned. Run it under ASan:
 
     bash scripts/test_sanitizers.sh   # builds build/asan (or configure it by hand)
-    LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 \\
+    LD_PRELOAD="$(clang++-16 -print-file-name=libclang_rt.asan-x86_64.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 \\
         PYTHONPATH=build/asan/python python3 benchmarks/stress_lifetime.py --minutes 3
 
 Prints rounds, threads, wall time and mismatches; a crash ends the process (and ASan

@@ -7,9 +7,8 @@ predictions run and passing them to a model with other declarations (refused), a
 instances dropped and reloaded. Every step is compared with the torch
 module run step by step with its own buffers. Run it under ASan:
 
-    cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \\
-        -DCOREMLRT_SANITIZE=address,undefined -DCOREMLRT_BUILD_PYTHON=ON && ninja -C build/asan _core
-    LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 \\
+    bash scripts/asan_tree.sh && ninja -C build/asan _core coremlrt_python_files
+    LD_PRELOAD="$(clang++-16 -print-file-name=libclang_rt.asan-x86_64.so) $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 \\
         PYTHONPATH=build/asan/python python3 benchmarks/stress_states.py --minutes 2
 
 Prints rounds, steps, wall time, mismatches and crashes (unexpected exceptions); a hard crash

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 [ -f build/asan/python/coremlrt/__init__.py ] || { echo "build/asan is missing: run scripts/test_sanitizers.sh first"; exit 2; }
 logs=build/asan/lsan
 rm -rf "$logs" && mkdir -p "$logs"
-# libstdc++ is preloaded too so that ASan can intercept C++ throws from the extension;
+# The extension is built with clang (scripts/asan_tree.sh), whose ASan runtime (UBSan's
+# included) is preloaded; libstdc++ is preloaded too so that ASan can intercept C++ throws from the extension;
 # PYTHONMALLOC=malloc routes the interpreter's small objects through ASan's allocator, so a
 # Python object our code leaks shows up with our frames in its allocation stack. Leaks do not
 # change exit codes (LSAN_OPTIONS=exitcode=0: the interpreter's own would fail every CLI test's
@@ -24,7 +25,8 @@ rm -rf "$logs" && mkdir -p "$logs"
 unwind=""
 [ "${COREMLRT_LSAN_FULL_STACKS:-0}" = 1 ] && unwind=":fast_unwind_on_malloc=0"
 set +e
-LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+LD_PRELOAD="$(${CXX_FOR_ASAN:-clang++-16} -print-file-name=libclang_rt.asan-$(uname -m).so) $(g++ -print-file-name=libstdc++.so)" \
+  ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-16 || true)} \
   ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:log_path="$PWD/$logs/report":malloc_context_size=30$unwind \
   LSAN_OPTIONS=exitcode=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path="$PWD/$logs/report" \
   PYTHONMALLOC=malloc PYTHONPATH=build/asan/python \

@@ -10,9 +10,10 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends \
     g++ cmake ninja-build libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev >/dev/null
-  # clang 16 with its runtime libraries (libFuzzer, sanitizers) builds the fuzz targets
-  # (scripts/fuzz.sh); Debian 12's default clang 14 lacks _Float16 on x86.
-  $SUDO apt-get install -y -qq --no-install-recommends clang-16 libclang-rt-16-dev >/dev/null
+  # clang 16 with its runtime libraries (libFuzzer, sanitizers) builds the ASan+UBSan tree and
+  # the fuzz targets (scripts/asan_tree.sh); Debian 12's default clang 14 lacks _Float16 on x86.
+  # llvm-16 brings llvm-symbolizer, which clang's sanitizer reports need to name source lines.
+  $SUDO apt-get install -y -qq --no-install-recommends clang-16 libclang-rt-16-dev llvm-16 >/dev/null
 fi
 
 # coremltools, torch, torchvision and transformers make the test models the way users make

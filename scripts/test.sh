@@ -59,11 +59,12 @@ PYTHONPATH="$(bash scripts/xgboost_tested_env.sh)" python3 scripts/coremltools_o
 step sanitizers
 bash scripts/test_sanitizers.sh
 
-# A short smoke run of each fuzz target (libFuzzer, ASan, UBSan, LSan; fuzz/README.md): the same
+# A short smoke run of each fuzz target (libFuzzer, ASan, UBSan, LSan; fuzz/README.md; built in
+# build/asan by the sanitizer step): the same
 # 20,000 inputs every time (fixed seed, fresh corpus), so the run passes or fails the same way on
 # every machine; 60 s at most each. Inputs that crashed once are replayed by ctest above
 # (fuzz_regressions.*). Long runs: bash scripts/fuzz.sh TARGET SECONDS.
 for target in package blob program neural_network predict; do
-  step "fuzz smoke run: $target$([ "$target" = package ] && echo ', after building build/fuzz')"
+  step "fuzz smoke run: $target"
   bash scripts/fuzz.sh "$target" 60 -runs=20000 -seed=1 2>&1 | grep -E "^(Done|stat::|==|SUMMARY)" || { echo "fuzz target $target failed"; exit 1; }
 done

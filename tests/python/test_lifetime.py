@@ -22,7 +22,7 @@ LINGER = 0.2  # seconds; short so that tests can wait past it cheaply
 # Under AddressSanitizer (scripts/lsan_python.sh preloads it) freed blocks wait in a quarantine
 # and every allocation carries shadow memory, so the process's RSS says nothing about what our
 # pools hold; the pool statistics are still checked there, the RSS figures only without it.
-RSS_TELLS_POOL_SIZE = "libasan" not in os.environ.get("LD_PRELOAD", "")
+RSS_TELLS_POOL_SIZE = "asan" not in os.environ.get("LD_PRELOAD", "")  # gcc's libasan, clang's libclang_rt.asan
 
 
 @pytest.fixture(scope="module")
