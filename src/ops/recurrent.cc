@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <optional>
 
 #include "ops/gemm.h"
 #include "ops/register.h"
-#include "ops/thread_pool.h"
 #include "ops/util.h"
 #include "ops/vector_math.h"
 
@@ -99,25 +97,6 @@ Weights read_weights(KernelBuilder& b, int gates, const std::string& suffix, int
   b.check(static_cast<int64_t>(w.bias.size()) == gh, bias, " must have ", gh, " values");
   return w;
 }
-
-// Threads for the steps of a layer: each step's product h @ W_hh^T is small ([B, G*H] from
-// [B, H]) and follows the last at once, and handing a few microseconds of it to a pool thread
-// costs more than it gains when it happens every step: benchmarks/peer_models.py's lstm2 fp16
-// (2 layers of 512, 64 steps; 2 threads, steps interleaved in one process) took 9.0 ms with
-// its steps on the calling thread and 11.5 to 12.6 ms with them threaded (fp32: 11.2 against
-// 12.7 to 14.7). So steps of fewer than kMinStepMacsForThreads multiply-adds run on the
-// calling thread; x @ W_ih^T for the whole sequence (Sequence::project) is one large product
-// and keeps every thread. Larger steps keep whatever limit the prediction runs under.
-class StepThreads {
- public:
-  StepThreads(int64_t batch, int64_t gates_width, int64_t hidden) {
-    if (batch * gates_width * hidden < kMinStepMacsForThreads) limit_.emplace(1);
-  }
-
- private:
-  static constexpr int64_t kMinStepMacsForThreads = int64_t{1} << 24;
-  std::optional<ThreadLimit> limit_;
-};
 
 // Per-call shapes and the float views of x and the outputs.
 struct Sequence {
@@ -238,7 +217,6 @@ std::unique_ptr<Kernel> make_lstm(KernelBuilder& b) {
                   take_slice(states[0], d, B, H, ndirs, h.data());
                   take_slice(states[1], d, B, H, ndirs, c.data());
                   const float* peep = w.extra.empty() ? nullptr : w.extra.data();
-                  const StepThreads step_threads(B, G, H);
                   for (int64_t k = 0; k < s.seq; ++k) {
                     const int64_t t = back ? s.seq - 1 - k : k;
                     std::copy_n(xw.data() + t * B * G, B * G, gates.data());
@@ -294,7 +272,6 @@ std::unique_ptr<Kernel> make_gru(KernelBuilder& b) {
                 std::vector<float>& h = states[0];
                 std::vector<float> hw(B * G), r(B * H), z(B * H), rh(B * H), ho(B * H), o(B * H);
                 const std::vector<float> xw = s.project(w, 3, w.extra.data());
-                const StepThreads step_threads(B, G, H);
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   const float* xt = xw.data() + t * B * G;
@@ -341,7 +318,6 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
                 std::vector<float>& h = states[0];
                 std::vector<float> pre(B * H);
                 const std::vector<float> xw = s.project(w, 1, nullptr);
-                const StepThreads step_threads(B, H, H);
                 for (int64_t k = 0; k < s.seq; ++k) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   std::copy_n(xw.data() + t * B * H, B * H, pre.data());
