@@ -9,7 +9,8 @@
 // integer, else to the machine's cores. A prediction may use fewer: LoadOptions::threads caps
 // the threads one prediction of that model takes from the pool. Results do not depend on the
 // number of threads: work is split only where every output element is still computed by one
-// thread in one fixed order.
+// thread in one fixed order. A pool thread out of work polls for more for 50 microseconds
+// before it sleeps (src/ops/thread_pool.cc says why).
 namespace coremlrt {
 
 // Sets the pool's size (threads that run one kernel, the calling thread included); 1 runs
