@@ -13,8 +13,9 @@ logs=build/asan/lsan
 rm -rf "$logs" && mkdir -p "$logs"
 # The extension is built with clang (scripts/asan_tree.sh), whose ASan runtime (UBSan's
 # included) is preloaded; libstdc++ is preloaded too so that ASan can intercept C++ throws from
-# the extension; PYTHONMALLOC=malloc routes the interpreter's small objects through ASan's allocator, so a
-# Python object our code leaks shows up with our frames in its allocation stack. Leaks do not
+# the extension; PYTHONMALLOC=malloc routes the interpreter's small objects through ASan's
+# allocator, so a Python object our code leaks shows up with our frames in its allocation
+# stack. Leaks do not
 # change exit codes (LSAN_OPTIONS=exitcode=0: the interpreter's own would fail every CLI test's
 # subprocess; abort_on_error=0 likewise, or the report would end in abort()); the report below
 # judges them, and fails on any ASan or UBSan error it finds in the logs as well.
