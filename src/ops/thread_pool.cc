@@ -39,9 +39,11 @@ constexpr int64_t kChunksPerThread = 4;
 
 // How long a thread polls for what it waits for before it blocks on a condition variable. A
 // network of many small ops hands the pool a loop every few tens of microseconds, and waking a
-// sleeping thread through a futex costs about as much again on a virtual machine: at 2 threads,
-// mobilenet_v2 fp32 on our kernels took 11.9-12.5 ms without polling and 10.1-10.8 ms with it,
-// resnet18 38-39 ms and 35 ms. Short, so that a pool thread left polling when a prediction
+// sleeping thread through a futex costs about as much again on a virtual machine. At 2 threads
+// on our kernels, interleaved pairs: lstm2 fp16, whose every recurrent step is a small threaded
+// GEMM, took 7.7-9.5 ms without polling and 6.3-6.6 ms with it; resnet18 fp32 38-39 ms and 35 ms;
+// mobilenet_v2 fp32 11.9-12.5 and 10.1-10.8 ms in one session, even (14-18 ms) in a later,
+// busier one. Short, so that a pool thread left polling when a prediction
 // ends, or when an OpenVINO region (whose threads are not ours) starts, takes little from
 // anyone: gpt2_prefill's five OpenVINO regions measured the same with and without it.
 constexpr auto kSpin = std::chrono::microseconds(50);
@@ -54,13 +56,13 @@ inline void cpu_relax() {
 #endif
 }
 
+// Returns once ready() holds or kSpin has passed; the caller then blocks if it must.
 template <class Ready>
-bool spin_until(Ready ready) {
+void spin_until(Ready ready) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
-  for (int polls = 0;; ++polls) {
-    if (ready()) return true;
+  for (int polls = 1; !ready(); ++polls) {
     cpu_relax();
-    if (polls % 16 == 15 && std::chrono::steady_clock::now() >= until) return ready();
+    if (polls % 16 == 0 && std::chrono::steady_clock::now() >= until) return;
   }
 }
 
