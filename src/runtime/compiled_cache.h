@@ -1,6 +1,6 @@
 #pragma once
-// The folder where backends cache compiled models (LoadOptions::cache_dir; OpenVINO writes one
-// `<hash>.blob` per compiled region, src/backends/openvino/backend.cc). Every distinct model and
+// The folder where backends cache compiled models (LoadOptions::cache_dir; the OpenVINO backend
+// writes one `<key>.blob` per compiled region, src/backends/openvino/region_cache.h). Every distinct model and
 // option set adds entries, so without a budget the folder only grows; Core ML's own cache of
 // compiled models is purged by the system the same way.
 #include <cstdint>

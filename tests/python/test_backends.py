@@ -17,13 +17,13 @@ HAS_OPENVINO = "openvino" in coremlrt.available_backends()
 needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="this build has no OpenVINO backend")
 
 
-def conv_net(directory, fp16=False):
+def conv_net(directory, fp16=False, seed=0):
     """conv (same padding) -> relu -> batch_norm -> max_pool -> conv (groups 2, custom pad) ->
     reduce_mean -> linear -> softmax, on x [1, 4, 32, 32]: enough work for "auto" to pick a
-    backend, and every op one the OpenVINO backend lowers."""
+    backend, and every op one the OpenVINO backend lowers. `seed` draws the weights."""
     from coremltools.converters.mil import Builder as mb
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     w1 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
     w2 = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
     wl = (rng.standard_normal((10, 8)) / 3).astype(np.float32)
@@ -38,7 +38,7 @@ def conv_net(directory, fp16=False):
         y = mb.reduce_mean(x=y, axes=[2, 3])
         return mb.softmax(x=mb.linear(x=y, weight=wl), axis=-1, name="probs")
 
-    return save_program(prog, directory, name="conv_fp16" if fp16 else "conv", fp16=fp16)
+    return save_program(prog, directory, name=("conv_fp16" if fp16 else "conv") + (f"_{seed}" if seed else ""), fp16=fp16)
 
 
 def tiny_net(directory):
@@ -124,10 +124,12 @@ def test_low_precision_mode_is_opt_in_and_close(models):
 
 
 @needs_openvino
-def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path):
+@pytest.mark.parametrize("cached", [False, True], ids=["compiled", "from-cache"])
+def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path, cached):
     """State ops stay ours; a gather whose indices are computed at run time goes to OpenVINO,
     whose region checks the indices: wrapped negative ones match our kernel, and one out of range
-    sends the region to our kernels, which report it (OpenVINO alone would yield zeros)."""
+    sends the region to our kernels, which report it (OpenVINO alone would yield zeros). A region
+    imported from the cache keeps that check."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
@@ -148,7 +150,11 @@ def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path)
         return mb.identity(x=y, name="y")
 
     path = save_program(prog, tmp_path)
-    m = coremlrt.MLModel(path, backend="openvino", cache_dir=None)
+    cache = tmp_path / "cache" if cached else None
+    if cached:
+        coremlrt.MLModel(path, backend="openvino", cache_dir=cache)
+        assert list(cache.glob("*.blob")), "the compiled region should have been cached"
+    m = coremlrt.MLModel(path, backend="openvino", cache_dir=cache)
     by_type = {}
     for p in m.placements():
         by_type.setdefault(p["op_type"], set()).add((p["backend"], p["reason"].split(":")[0] if p["reason"] else ""))
@@ -300,6 +306,42 @@ def test_compiled_cache_keeps_within_its_limit(models, tmp_path, monkeypatch):
     monkeypatch.setenv("COREMLRT_CACHE_LIMIT_BYTES", "1")
     coremlrt.MLModel(models["conv"], backend="openvino", cache_dir=cache)
     assert sorted(p.name for p in cache.iterdir()) == before
+
+
+@needs_openvino
+def test_cached_region_is_found_by_its_content_and_imported_as_stored(models, tmp_path):
+    """The cache key of a compiled region covers the region itself, weights included, and the
+    options (src/backends/openvino/region_cache.h); a hit imports the stored model without
+    building the region; an entry OpenVINO cannot import is compiled again and replaced."""
+    x = {"x": models["x"]}
+    cache = tmp_path / "cache"
+    other = conv_net(tmp_path, seed=7)  # the same ops and shapes, other weights
+    results, entries = {}, {}
+    for name, path, options in [("conv", models["conv"], {}), ("other", other, {}), ("fp16", models["conv_fp16"], {}),
+                                ("fp16 low precision", models["conv_fp16"],
+                                 {"compute_units": coremlrt.ComputeUnit.CPU_AND_NE})]:
+        before = set(cache.glob("*.blob"))
+        results[name] = coremlrt.MLModel(path, backend="openvino", cache_dir=cache, **options).predict(x)["probs"]
+        added = set(cache.glob("*.blob")) - before
+        assert len(added) == 1, f"{name}: one new entry expected, got {sorted(p.name for p in added)}"
+        entries[name] = added.pop()
+        again = coremlrt.MLModel(path, backend="openvino", cache_dir=cache, **options).predict(x)["probs"]
+        np.testing.assert_array_equal(again, results[name])
+    reference = coremlrt.MLModel(other, backend="reference").predict(x)["probs"]
+    np.testing.assert_allclose(results["other"], reference, rtol=1e-4, atol=1e-6)
+    assert np.abs(results["other"] - results["conv"]).max() > 1e-3
+
+    # Only the cache could make the second model compute the first one's results: its entry,
+    # replaced by the first model's, is imported as it is.
+    entries["other"].write_bytes(entries["conv"].read_bytes())
+    swapped = coremlrt.MLModel(other, backend="openvino", cache_dir=cache).predict(x)["probs"]
+    np.testing.assert_array_equal(swapped, results["conv"])
+
+    entries["other"].write_bytes(b"not a compiled model")
+    recompiled = coremlrt.MLModel(other, backend="openvino", cache_dir=cache).predict(x)["probs"]
+    np.testing.assert_array_equal(recompiled, results["other"])
+    assert entries["other"].stat().st_size == entries["conv"].stat().st_size > 1000
+    assert sorted(cache.iterdir()) == sorted(entries.values()), "no partly written entry may be left"
 
 
 PINNING_PROBE = r"""

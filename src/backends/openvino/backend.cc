@@ -16,6 +16,7 @@
 
 #include "backends/openvino/lowering.h"
 #include "backends/openvino/openvino_backend.h"
+#include "backends/openvino/region_cache.h"
 #include "backends/openvino/region_kernel.h"
 #include "ops/util.h"
 
@@ -347,19 +348,16 @@ ov::Core& core() {
 }
 
 std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) const {
-  std::vector<Tensor> kept;
-  std::shared_ptr<ov::Model> model;
   bool fp16_program = false;
   for (const ir::Operation* op : region.ops)
     for (const ir::NamedValue& out : op->outputs) fp16_program = fp16_program || out.type.dtype == DType::Float16;
+  // One stream runs one infer request at a time: requests from predictions running together
+  // queue on it. With concurrent_predictions > 1 the plugin makes that many streams and splits
+  // the threads between them, so side-by-side predictions run without waiting and without
+  // synchronising threads inside each op (include/coremlrt/model.h, LoadOptions).
+  const bool throughput = options_.concurrent_predictions > 1;
+  const int streams = throughput ? options_.concurrent_predictions : 1;
   try {
-    RegionBuilder builder(region, options_.low_precision);
-    model = builder.build(kept);
-    // One stream runs one infer request at a time: requests from predictions running together
-    // queue on it. With concurrent_predictions > 1 the plugin makes that many streams and splits
-    // the threads between them, so side-by-side predictions run without waiting and without
-    // synchronising threads inside each op (include/coremlrt/model.h, LoadOptions).
-    const bool throughput = options_.concurrent_predictions > 1;
     ov::AnyMap config = {
         ov::hint::performance_mode(throughput ? ov::hint::PerformanceMode::THROUGHPUT
                                               : ov::hint::PerformanceMode::LATENCY),
@@ -370,10 +368,19 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     if (options_.threads > 0) config.emplace(ov::inference_num_threads(options_.threads));
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
     if (takes_a_share_of_the_machine(options_)) config.emplace(ov::hint::enable_cpu_pinning(false));
-    if (!options_.cache_dir.empty()) config.emplace(ov::cache_dir(options_.cache_dir));
+    // Our own cache, not ov::cache_dir: a hit skips building the region (region_cache.h).
+    const std::string cached_at = options_.cache_dir.empty()
+                                      ? std::string()
+                                      : region_cache_path(core(), options_.cache_dir, region, config, options_.low_precision);
+    if (!cached_at.empty())
+      if (std::optional<CachedRegion> cached = import_cached_region(core(), cached_at, region, config))
+        return make_region_kernel(std::move(cached->compiled), region, {}, streams, cached->guarded, std::move(cached->blob));
+    std::vector<Tensor> kept;
+    RegionBuilder builder(region, options_.low_precision);
+    std::shared_ptr<ov::Model> model = builder.build(kept);
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
-    return make_region_kernel(std::move(compiled), region, std::move(kept), throughput ? options_.concurrent_predictions : 1,
-                              builder.guarded());
+    if (!cached_at.empty()) store_region(compiled, cached_at);
+    return make_region_kernel(std::move(compiled), region, std::move(kept), streams, builder.guarded(), {});
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -33,9 +33,10 @@ std::vector<Port> ports(const std::vector<ir::NamedValue>& values) {
 
 class RegionKernel final : public ops::Kernel {
  public:
-  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept, int streams, bool guarded)
-      : compiled_(std::move(compiled)), inputs_(ports(region.inputs)), outputs_(ports(region.outputs)), kept_(std::move(kept)),
-        direct_calls_(streams == 1), guarded_(guarded) {}
+  RegionKernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept, int streams, bool guarded,
+               ov::Tensor blob)
+      : blob_(std::move(blob)), compiled_(std::move(compiled)), inputs_(ports(region.inputs)), outputs_(ports(region.outputs)),
+        kept_(std::move(kept)), direct_calls_(streams == 1), guarded_(guarded) {}
 
   void run(ops::KernelContext& ctx) const override {
     std::unique_ptr<ops::KernelState>& state = ctx.kernel_state();
@@ -110,6 +111,7 @@ class RegionKernel final : public ops::Kernel {
     request.wait();
   }
 
+  ov::Tensor blob_;  // declared first, destroyed last: the compiled model may read from it
   ov::CompiledModel compiled_;
   std::vector<Port> inputs_, outputs_;
   std::vector<Tensor> kept_;
@@ -121,8 +123,8 @@ class RegionKernel final : public ops::Kernel {
 }  // namespace
 
 std::unique_ptr<ops::Kernel> make_region_kernel(ov::CompiledModel compiled, const Region& region, std::vector<Tensor> kept,
-                                                int streams, bool guarded) {
-  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept), streams, guarded);
+                                                int streams, bool guarded, ov::Tensor blob) {
+  return std::make_unique<RegionKernel>(std::move(compiled), region, std::move(kept), streams, guarded, std::move(blob));
 }
 
 }  // namespace coremlrt::backends::openvino
