@@ -13,12 +13,15 @@ target=${1:?usage: scripts/fuzz.sh TARGET SECONDS}
 seconds=${2:?usage: scripts/fuzz.sh TARGET SECONDS}
 shift 2
 
-bash scripts/asan_tree.sh
-cmake --build build/asan --parallel 2 --target "fuzz_$target" >/dev/null
 work=build/asan/fuzz
-
-if [ ! -d "$work"/seeds/"$target" ]; then
-  python3 fuzz/make_seeds.py "$work"/seeds 2>/dev/null | grep -v '^$' || true
+# COREMLRT_FUZZ_PREPARED=1: the target is built and the seeds are made (scripts/test.sh runs
+# targets side by side after a first run; they must not configure, build or seed one tree at once).
+if [ "${COREMLRT_FUZZ_PREPARED:-0}" != 1 ]; then
+  bash scripts/asan_tree.sh
+  cmake --build build/asan --parallel 2 --target "fuzz_$target" >/dev/null
+  if [ ! -d "$work"/seeds/"$target" ]; then
+    python3 fuzz/make_seeds.py "$work"/seeds 2>/dev/null | grep -v '^$' || true
+  fi
 fi
 mkdir -p "$work"/corpus/"$target" "$work"/artifacts/"$target"
 fixture() { python3 tests/python/fixtures.py "$1" 2>/dev/null | sed -n 's/^case: //p'; }
