@@ -312,7 +312,8 @@ def test_compiled_cache_keeps_within_its_limit(models, tmp_path, monkeypatch):
 def test_cached_region_is_found_by_its_content_and_imported_as_stored(models, tmp_path):
     """The cache key of a compiled region covers the region itself, weights included, and the
     options (src/backends/openvino/region_cache.h); a hit imports the stored model without
-    building the region; an entry OpenVINO cannot import is compiled again and replaced."""
+    building the region; an entry OpenVINO cannot import is compiled again and replaced; a
+    cache that cannot be written is no error."""
     x = {"x": models["x"]}
     cache = tmp_path / "cache"
     other = conv_net(tmp_path, seed=7)  # the same ops and shapes, other weights
@@ -342,6 +343,11 @@ def test_cached_region_is_found_by_its_content_and_imported_as_stored(models, tm
     np.testing.assert_array_equal(recompiled, results["other"])
     assert entries["other"].stat().st_size == entries["conv"].stat().st_size > 1000
     assert sorted(cache.iterdir()) == sorted(entries.values()), "no partly written entry may be left"
+
+    # A cache folder that cannot be made costs a compile, not the load.
+    (tmp_path / "a file").write_bytes(b"")
+    unwritable = coremlrt.MLModel(other, backend="openvino", cache_dir=tmp_path / "a file" / "cache")
+    np.testing.assert_array_equal(unwritable.predict(x)["probs"], results["other"])
 
 
 PINNING_PROBE = r"""
