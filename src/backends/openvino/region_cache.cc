@@ -57,7 +57,8 @@ class ContentHash {
       bytes(p, n);
     } else {
       pieces_.push_back({p, n, {}});
-      for (size_t offset = 0; offset < n; offset += kSlice) slices_.push_back({p + offset, std::min(kSlice, n - offset), {}});
+      for (size_t offset = 0; offset < n; offset += kSlice)
+        slices_.push_back({p + offset, std::min(kSlice, n - offset), {}});
     }
   }
   void number(uint64_t value) { bytes(&value, sizeof value); }
@@ -65,7 +66,10 @@ class ContentHash {
 
   std::string hex() {
     ops::parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) slices_[static_cast<size_t>(i)].digest = digest(slices_[static_cast<size_t>(i)].data, slices_[static_cast<size_t>(i)].n);
+      for (int64_t i = begin; i < end; ++i) {
+        Piece& slice = slices_[static_cast<size_t>(i)];
+        slice.digest = digest(slice.data, slice.n);
+      }
     });
     uint64_t high = kPrime3, low = kPrime1;
     auto fold = [&](const Digest& d, size_t n) {
@@ -78,7 +82,8 @@ class ContentHash {
         fold(piece.digest, piece.n);
         continue;
       }
-      for (size_t offset = 0; offset < piece.n; offset += kSlice, ++slice) fold(slices_[slice].digest, slices_[slice].n);
+      for (size_t offset = 0; offset < piece.n; offset += kSlice, ++slice)
+        fold(slices_[slice].digest, slices_[slice].n);
     }
     char out[33];
     std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(high),
@@ -272,7 +277,9 @@ std::optional<CachedRegion> import_cached_region(ov::Core& core, const std::stri
   if (!fs::is_regular_file(path, error)) return std::nullopt;
   try {
     CachedRegion cached;
-    // Mapped, not read: the plugin copies what it keeps, and pages it does not need stay on disk.
+    // Mapped, not read into our memory: its pages are the page cache's, shared by every process
+    // that imports the entry. OpenVINO keeps a reference to the tensor itself (the mapping
+    // outlived ours when the kernel was given none), and so does the kernel (region_kernel.h).
     cached.blob = ov::read_tensor_data(path);
     cached.compiled = core.import_model(cached.blob, "CPU", config);
     const std::vector<ov::Output<const ov::Node>> inputs = cached.compiled.inputs();
