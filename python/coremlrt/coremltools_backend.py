@@ -496,6 +496,8 @@ def _compile_model_without_os_check(original):
         if destination_path is None:
             return path
         shutil.move(path, destination_path)
+        # compileModel made the folder inside a temporary directory of its own, now empty.
+        os.rmdir(os.path.dirname(path))
         return destination_path
 
     return compile_model

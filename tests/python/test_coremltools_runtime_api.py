@@ -5,7 +5,9 @@ get_compiled_model_path; and coremlrt's own compute plan (coremlrt.compute_plan,
 
 import copy
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -117,7 +119,7 @@ def test_neuralnetwork_structure(tmp_path):
     assert structure.program is None
     assert [(l.name, l.type, l.output_names) for l in structure.neuralnetwork.layers] == [
         ("fc", "innerProduct", ["h"]), ("act", "activation", ["y"])]
-    plan = MLComputePlan.load_from_path(coremlrt.compile_model(path))
+    plan = MLComputePlan.load_from_path(coremlrt.compile_model(path, str(tmp_path / "nn.mlmodelc")))
     for layer in plan.model_structure.neuralnetwork.layers:
         usage = plan.get_compute_device_usage_for_neuralnetwork_layer(layer)
         assert isinstance(usage.preferred_compute_device, MLCPUComputeDevice)
@@ -185,10 +187,14 @@ def test_compiled_model_path_holds_model_mil(mlp):
     assert 'weight = fc1_weight_0, x = x)[name = string("fc1")];' in text
 
 
-def test_compile_model_and_compiled_mlmodel(mlp, tmp_path):
+def test_compile_model_and_compiled_mlmodel(mlp, tmp_path, monkeypatch):
     _, path = mlp
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     destination = str(tmp_path / "out.mlmodelc")
     assert ct.utils.compile_model(path, destination) == destination
+    assert os.listdir(temporary) == []  # moved to the destination, nothing left behind
     x = RNG.standard_normal((8, 16)).astype(np.float32)
     compiled = ct.models.CompiledMLModel(destination, compute_units=ct.ComputeUnit.CPU_ONLY)
     np.testing.assert_allclose(compiled.predict({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-4)
@@ -202,6 +208,8 @@ def test_compile_model_and_compiled_mlmodel(mlp, tmp_path):
     assert spec_path.endswith(".mlmodelc") and os.path.isfile(os.path.join(spec_path, "metadata.json"))
     doubled = ct.models.CompiledMLModel(spec_path).predict({"x": np.array([1, 2, 3], np.float32)})["y"]
     np.testing.assert_array_equal(doubled, [2, 4, 6])
+    assert os.path.dirname(os.path.dirname(spec_path)) == str(temporary)
+    shutil.rmtree(os.path.dirname(spec_path))  # the caller owns the temporary folder
     with pytest.raises(Exception, match=r'must have "\.mlmodelc" file extension'):
         ct.utils.compile_model(path, str(tmp_path / "out.bin"))
     with pytest.raises(TypeError, match="already been compiled"):
