@@ -46,20 +46,16 @@ inline float apply(Act act, float v) {
   return v;
 }
 
-// act applied in place to v[0, n): sigmoid and tanh eight values at a time (ops/vector_math.h,
-// which says why -Wpsabi does not apply to lambdas taking Lanes either: they inline into map_lanes).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// act applied in place to v[0, n): sigmoid and tanh eight values at a time (ops/vector_math.h).
 void activate(Act act, float* v, int64_t n) {
   switch (act) {
-    case Act::Sigmoid: return map_lanes(v, n, [](Lanes x) { return sigmoid_lanes(x); });
+    case Act::Sigmoid: return map_lanes(v, n, [](Lanes& x) { sigmoid_lanes(x); });
     case Act::Tanh:
-    case Act::ScaledTanh: return map_lanes(v, n, [](Lanes x) { return tanh_lanes(x); });
+    case Act::ScaledTanh: return map_lanes(v, n, [](Lanes& x) { tanh_lanes(x); });
     default:
       for (int64_t i = 0; i < n; ++i) v[i] = apply(act, v[i]);
   }
 }
-#pragma GCC diagnostic pop
 
 // Constant weights of one direction. W_ih [G*H, I] and W_hh [G*H, H] are the constant tensors
 // themselves (views of weight.bin), read in place: each step's h @ W_hh^T is a GEMM against

@@ -8,27 +8,25 @@
 
 #include "ops/half_lanes.h"
 
-// Lanes travel by value here. clang's -Wpsabi notes that 32-byte vectors pass differently with
-// and without AVX; these functions are always inlined, so no Lanes value crosses a call between
-// code compiled for different targets.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// Every function here updates the Lanes it is given by reference. g++ reports -Wpsabi (32-byte
+// vectors pass differently with and without AVX) for each function that takes or returns Lanes
+// by value, even when it is always inlined, at the end of each file that includes it, where no
+// scoped pragma reaches; with no Lanes crossing a call by value there is nothing to report.
 
 namespace coremlrt::ops {
-
-[[gnu::always_inline]] inline Lanes splat(float v) { return Lanes{} + v; }
 
 // e^x for x in [-87, 88]; smaller and larger x give e^-87 and e^88 (what sigmoid and tanh need:
 // both saturate long before). NaN stays NaN. x = n ln2 + r with |r| <= ln2 / 2, ln2 split in a
 // part exact in float and a remainder; e^r by Cephes' degree-6 polynomial for expf; 2^n written
 // into the exponent bits.
-[[gnu::always_inline]] inline Lanes exp_lanes(Lanes x) {
-  x = x < -87.0f ? splat(-87.0f) : x;
-  x = x > 88.0f ? splat(88.0f) : x;
+[[gnu::always_inline]] inline void exp_lanes(Lanes& x) {
+  const Lanes zero{};
+  x = x < -87.0f ? zero - 87.0f : x;
+  x = x > 88.0f ? zero + 88.0f : x;
   // Adding 1.5 * 2^23 leaves x / ln2 rounded to the nearest integer in the low mantissa bits.
   const Lanes n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const Lanes r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  Lanes p = splat(1.9875691500e-4f);
+  Lanes p = zero + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
@@ -36,36 +34,42 @@ namespace coremlrt::ops {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const SignedBits exponent = (__builtin_convertvector(n, SignedBits) + 127) << 23;
-  return p * __builtin_bit_cast(Lanes, exponent);
+  x = p * __builtin_bit_cast(Lanes, exponent);
 }
 
-[[gnu::always_inline]] inline Lanes sigmoid_lanes(Lanes x) { return 1.0f / (1.0f + exp_lanes(-x)); }
+[[gnu::always_inline]] inline void sigmoid_lanes(Lanes& x) {
+  Lanes e = -x;
+  exp_lanes(e);
+  x = 1.0f / (1.0f + e);
+}
 
 // tanh: below |x| = 0.625 Cephes' odd polynomial for tanhf (1 - 2 / (e^2|x| + 1) would lose the
 // low bits of small results to cancellation), above it that formula with the sign of x.
-[[gnu::always_inline]] inline Lanes tanh_lanes(Lanes x) {
+[[gnu::always_inline]] inline void tanh_lanes(Lanes& x) {
   const Lanes magnitude = x < 0.0f ? -x : x;
   const Lanes z = x * x;
-  Lanes p = splat(-5.70498872745e-3f);
+  Lanes p = Lanes{} - 5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
   p = p * z - 5.37397155531e-2f;
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   Lanes near_zero = p * z * x + x;
   near_zero = x == 0.0f ? x : near_zero;  // -0 stays -0 (the sum above gives +0)
-  const Lanes far_magnitude = 1.0f - 2.0f / (exp_lanes(2.0f * magnitude) + 1.0f);
+  Lanes e = 2.0f * magnitude;
+  exp_lanes(e);
+  const Lanes far_magnitude = 1.0f - 2.0f / (e + 1.0f);
   const Lanes far = x < 0.0f ? -far_magnitude : far_magnitude;
-  return magnitude < 0.625f ? near_zero : far;
+  x = magnitude < 0.625f ? near_zero : far;
 }
 
-// f applied in place to v[0, n), eight at a time (the tail through a padded block).
+// f(Lanes&) applied in place to v[0, n), eight at a time (the tail through a padded block).
 template <class F>
 void map_lanes(float* v, int64_t n, F f) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     Lanes x;
     __builtin_memcpy(&x, v + i, sizeof x);
-    x = f(x);
+    f(x);
     __builtin_memcpy(v + i, &x, sizeof x);
   }
   if (i == n) return;
@@ -73,11 +77,9 @@ void map_lanes(float* v, int64_t n, F f) {
   __builtin_memcpy(block, v + i, static_cast<size_t>(n - i) * sizeof(float));
   Lanes x;
   __builtin_memcpy(&x, block, sizeof x);
-  x = f(x);
+  f(x);
   __builtin_memcpy(block, &x, sizeof x);
   __builtin_memcpy(v + i, block, static_cast<size_t>(n - i) * sizeof(float));
 }
 
 }  // namespace coremlrt::ops
-
-#pragma GCC diagnostic pop
