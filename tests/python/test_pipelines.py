@@ -7,6 +7,7 @@ pipelines built by hand. Core ML evaluates these models in double precision
 class probabilities (classify's fp32 vector) at fp32 ones. Stages are spliced into one program
 at load (src/format/pipeline_splicer.h)."""
 
+import tempfile
 import warnings
 
 import numpy as np
@@ -288,9 +289,13 @@ def _ml_program(program):
                       minimum_deployment_target=ct.target.iOS16)
 
 
-def test_ml_program_stages_run_with_their_weights(tmp_path):
+def test_ml_program_stages_run_with_their_weights(tmp_path, monkeypatch):
     # coremltools' make_pipeline: each stage's weights in weights/<i>-weight.bin of the package.
     from coremltools.converters.mil import Builder as mb
+
+    # make_pipeline leaves one of its temporary packages behind (coremltools 9.0, without
+    # coremlrt too): made under tmp_path, it goes with the test's other files.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     weight = np.random.RandomState(0).randn(4, 3).astype(np.float32)
 
