@@ -45,6 +45,10 @@ struct LoadOptions {
   // every thread, the lowest latency, and predictions arriving together wait for each other
   // on such a backend's regions.
   int concurrent_predictions = 1;
+  // Compressed weights (quantized, palettized or sparse: constexpr_* ops) stay in the form the
+  // weight file stores them, and the kernels that read them decode them as they run
+  // (docs/design/compressed-weights.md). false decodes each one into a dense constant at load.
+  bool packed_weights = true;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
   // Bytes the cache's entries may take: a load that adds entries removes the least recently
@@ -123,7 +127,7 @@ class Model {
     std::string op_type;
     std::string op_name;
     std::string output;   // the op's first output
-    std::string backend;  // "reference", a backend's name, or "folded" (computed at load)
+    std::string backend;  // "reference", a backend's name, "folded" (computed at load) or "packed"
     std::string reason;   // why it is not on a backend that was asked for; empty otherwise
     int region = -1;      // the backend region it belongs to; -1 on our kernels
   };

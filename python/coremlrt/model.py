@@ -278,6 +278,10 @@ class MLModel:
     on its share of ``threads``, instead of queueing them with every thread on each (best
     throughput for batch runs; ``predict_dataset`` sets it to its thread count). With 1, one
     prediction has every thread (lowest latency).
+    ``packed_weights`` (default True) keeps compressed weights (quantized, palettized or
+    sparse: ``coremltools.optimize``) in the form the weight file stores them, and the kernels
+    that read them decode them as they run: the model takes about its file's size in memory.
+    ``False`` decodes every one into a dense constant at load (docs/design/compressed-weights.md).
     ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
     model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
     ``None`` turns the cache off).
@@ -291,7 +295,7 @@ class MLModel:
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
                  backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
-                 max_loop_iterations=None, concurrent_predictions=None):
+                 max_loop_iterations=None, concurrent_predictions=None, packed_weights=True):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage or .mlmodelc folder or an .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -319,12 +323,13 @@ class MLModel:
         self._model = _core.Model(self.package_path, function_name or "", float(context_linger),
                                   memory_limit_bytes or 0, max_loop_iterations or 0, backend,
                                   compute_units.name == "CPU_AND_NE", threads or 0,
-                                  os.fspath(cache_dir) if cache_dir else "", concurrent_predictions or 1)
+                                  os.fspath(cache_dir) if cache_dir else "", concurrent_predictions or 1,
+                                  bool(packed_weights))
         self._load_options = dict(compute_units=compute_units, function_name=function_name,
                                   context_linger=float(context_linger), backend=backend, threads=threads,
                                   cache_dir=os.fspath(cache_dir) if cache_dir else None,
                                   memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations,
-                                  concurrent_predictions=concurrent_predictions)
+                                  concurrent_predictions=concurrent_predictions, packed_weights=packed_weights)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0

@@ -145,7 +145,7 @@ BlobFile::~BlobFile() {
   if (bytes_ && !memory_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }
 
-Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape) const {
+Tensor BlobFile::read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const {
   const std::string where = "weight file '" + path_ + "', blob at offset " + std::to_string(metadata_offset);
   COREMLRT_CHECK(metadata_offset >= kHeaderSize && metadata_offset <= size_ &&
                      size_ - metadata_offset >= kMetadataSize,
@@ -165,19 +165,26 @@ Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape)
                  data_offset, ", +", size_in_bytes, ") runs past the end of the file (", size_, " bytes)");
   const int64_t count = shape_numel(shape);
   const int bits = sub_byte_bits(dtype);
+  void* data = const_cast<uint8_t*>(bytes_ + data_offset);  // read-only mapping; tensors are immutable
   if (bits == 0) {
     COREMLRT_CHECK(size_in_bytes == static_cast<uint64_t>(count) * dtype_size(dtype), where, ": holds ",
                    size_in_bytes, " bytes but shape ", shape_str(shape), " of ", dtype_name(dtype),
                    " needs ", count * dtype_size(dtype));
-    void* data = const_cast<uint8_t*>(bytes_ + data_offset);  // read-only mapping; tensors are immutable
     return Tensor::view(dtype, shape, data, self_.lock());
   }
   COREMLRT_CHECK(padding_bits < 8 && size_in_bytes * 8 >= padding_bits &&
                      size_in_bytes * 8 - padding_bits == static_cast<uint64_t>(count) * bits,
                  where, ": holds ", size_in_bytes * 8 - padding_bits, " bits but shape ", shape_str(shape),
                  " of ", dtype_name(dtype), " needs ", count * bits);
+  return Tensor::view(DType::UInt8, {static_cast<int64_t>(size_in_bytes)}, data, self_.lock());
+}
+
+Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape) const {
+  Tensor stored = read_stored(metadata_offset, dtype, shape);
+  const int bits = sub_byte_bits(dtype);
+  if (bits == 0) return stored;
   Tensor unpacked = Tensor::empty(dtype, shape);
-  unpack_sub_byte(bytes_ + data_offset, count, bits, dtype == DType::Int4, unpacked.ptr<uint8_t>());
+  unpack_sub_byte(stored.ptr<uint8_t>(), shape_numel(shape), bits, dtype == DType::Int4, unpacked.ptr<uint8_t>());
   return unpacked;
 }
 

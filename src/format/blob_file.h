@@ -1,7 +1,8 @@
 #pragma once
 // weight.bin ("blob storage v2"): a 64-byte header, then 64-byte metadata records each
-// followed by its data. The file is memory-mapped; fp32/fp16/8-bit blobs are returned as
-// views into the mapping (no copy), sub-byte blobs are unpacked to one byte per element.
+// followed by its data. The file is memory-mapped and blobs are returned as views into the
+// mapping (no copy); sub-byte blobs stay bit-packed (read_stored) unless a caller asks for
+// one byte per element (read).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,7 +27,11 @@ class BlobFile {
   // The blob whose metadata record starts at `metadata_offset`, as a tensor of `dtype`
   // and `shape`. Checks the sentinel, the stored dtype, and that the data lies inside the
   // file and holds exactly the elements of `shape`.
+  // Sub-byte dtypes are unpacked into a new tensor, one byte per element (int4 sign-extended).
   Tensor read(uint64_t metadata_offset, DType dtype, const Shape& shape) const;
+  // The same checks; the data as stored: for sub-byte dtypes the packed bytes (a uint8 view
+  // of the mapping holding the elements LSB-first), for others what read() returns.
+  Tensor read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const;
 
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }

@@ -223,7 +223,22 @@ ir::ConstValue ValueReader::read_blob(const ir::ValueType& type, const std::stri
   const BlobFile& file = blob_file(file_name, where);
   ir::ConstValue out;
   out.type = type;
-  out.tensor = file.read(offset, type.dtype, Shape(type.dims.begin(), type.dims.end()));
+  const Shape shape(type.dims.begin(), type.dims.end());
+  const int bits = sub_byte_bits(type.dtype);
+  if (bits == 0) {
+    out.tensor = file.read(offset, type.dtype, shape);
+    return out;
+  }
+  // Sub-byte data stays bit-packed in the mapping (src/ir/packed.h); readers that need one
+  // value per byte unpack it (src/runtime/plan.cc).
+  auto packed = std::make_shared<ir::PackedTensor>();
+  packed->dtype = type.dtype;
+  packed->shape = shape;
+  packed->codes = {file.read_stored(offset, type.dtype, shape), type.dtype, bits, shape_numel(shape)};
+  packed->groups = Shape(shape.size(), 1);
+  out.tensor.dtype = type.dtype;
+  out.tensor.shape = shape;
+  out.packed = std::move(packed);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coremlrt/tensor.h"
+#include "ir/packed.h"
 
 namespace coremlrt::ir {
 
@@ -28,12 +29,16 @@ struct ValueType {
 };
 
 // A compile-time value: a tensor (strings are kept aside in `strings`) or a list/tuple
-// of values.
+// of values. A tensor stored compressed (a sub-byte blob, or the result of a constexpr_* op
+// that the planner keeps packed: src/runtime/plan.cc) has `packed` set; its `tensor` then has
+// the dtype and shape of the values but no storage (defined() is false), and readers that need
+// the values decode it (src/ops/packed_weight.h).
 struct ConstValue {
   ValueType type;
   Tensor tensor;
   std::vector<std::string> strings;  // for string tensors
   std::vector<ConstValue> items;     // for lists, tuples and dictionaries (key, value, ...)
+  std::shared_ptr<const PackedTensor> packed;
 };
 
 struct NamedValue {

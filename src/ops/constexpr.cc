@@ -1,11 +1,15 @@
 // Weight decompression ops, constexpr_* (format topic 3.5, docs/architecture.md, 5.17). Every parameter is a
 // compile-time constant: iOS16 ops keep them as attributes, iOS18 ops as inputs (possibly the
 // output of another constexpr op); KernelBuilder::constant reads both, and since such a kernel
-// asks for no runtime input the planner runs it once at load and keeps the result.
-// Sub-byte tensors (uint1..uint6, int4) arrive unpacked, one byte per element; only the iOS16
-// forms carry bit-packed uint8 streams, which are unpacked here (LSB first).
+// asks for no runtime input the planner runs it once at load and keeps the result, unless it
+// keeps the result packed (constexpr_packed.h). These kernels are the reference the packed
+// decoders (packed_weight.h) are tested against.
+// Sub-byte tensors (uint1..uint6, int4) reach these kernels unpacked, one byte per element
+// (KernelBuilder::constant decodes them); only the iOS16 forms carry bit-packed uint8 streams,
+// which are unpacked here (LSB first).
 #include <cstring>
 
+#include "ops/constexpr_packed.h"
 #include "ops/register.h"
 #include "ops/strided.h"
 #include "ops/util.h"
@@ -82,35 +86,6 @@ std::vector<uint8_t> unpack_bits(const KernelBuilder& b, const Tensor& packed, i
     out[i] = static_cast<uint8_t>(v);
   }
   return out;
-}
-
-// Calls fn(p, g) for every flat position p of `shape`, with g the flat index of its block in
-// a tensor of shape `groups`: block size along d is shape[d] / groups[d] ("repeat" expansion).
-template <class Fn>
-void for_each_grouped(const Shape& shape, const Shape& groups, Fn&& fn) {
-  const int64_t total = shape_numel(shape);
-  if (total == 0) return;
-  const size_t rank = shape.size();
-  const std::vector<int64_t> gstrides = contiguous_strides(groups);
-  std::vector<std::vector<int64_t>> table(rank);  // group offset of each coordinate
-  for (size_t d = 0; d < rank; ++d) {
-    const int64_t block = shape[d] / groups[d];
-    for (int64_t i = 0; i < shape[d]; ++i) table[d].push_back(i / block * gstrides[d]);
-  }
-  std::vector<int64_t> idx(rank, 0);
-  int64_t g = 0;
-  for (int64_t p = 0; p < total; ++p) {
-    fn(p, g);
-    for (size_t d = rank; d-- > 0;) {
-      g -= table[d][idx[d]];
-      if (++idx[d] < shape[d]) {
-        g += table[d][idx[d]];
-        break;
-      }
-      idx[d] = 0;
-      g += table[d][0];
-    }
-  }
 }
 
 // Checks that `groups` has the rank of `shape` and divides it.
@@ -385,13 +360,18 @@ void register_constexpr_kernels(KernelRegistry& registry) {
   // The dtypes of the values decompressed: quantized_data, source_val, lut, nonzero_data,
   // data. Tables and sparse values are copied as bytes; shift/scale reads data through
   // dispatch_storage.
-  registry.add("constexpr_affine_dequantize", {DType::Int8, DType::UInt8}, affine_dequantize, 16);
+  // Each but constexpr_cast also has a packed form (constexpr_packed.h), which the planner
+  // prefers when the op's result is a weight (src/runtime/plan.cc).
+  registry.add("constexpr_affine_dequantize", {DType::Int8, DType::UInt8}, affine_dequantize, 16).packed =
+      pack_affine_dequantize;
   registry.add("constexpr_cast", kFloat, constexpr_cast, 16);
-  registry.add("constexpr_lut_to_dense", kAnyDType, lut_to_dense_op, 16);
-  registry.add("constexpr_sparse_to_dense", kAnyDType, sparse_to_dense_op, 16);
-  registry.add("constexpr_blockwise_shift_scale", kStorageDTypes, blockwise_shift_scale, 18);
-  registry.add("constexpr_lut_to_sparse", kAnyDType, lut_to_sparse, 18);
-  registry.add("constexpr_sparse_blockwise_shift_scale", kStorageDTypes, sparse_blockwise_shift_scale, 18);
+  registry.add("constexpr_lut_to_dense", kAnyDType, lut_to_dense_op, 16).packed = pack_lut_to_dense;
+  registry.add("constexpr_sparse_to_dense", kAnyDType, sparse_to_dense_op, 16).packed = pack_sparse_to_dense;
+  registry.add("constexpr_blockwise_shift_scale", kStorageDTypes, blockwise_shift_scale, 18).packed =
+      pack_blockwise_shift_scale;
+  registry.add("constexpr_lut_to_sparse", kAnyDType, lut_to_sparse, 18).packed = pack_lut_to_sparse;
+  registry.add("constexpr_sparse_blockwise_shift_scale", kStorageDTypes, sparse_blockwise_shift_scale, 18).packed =
+      pack_sparse_blockwise_shift_scale;
 }
 
 }  // namespace coremlrt::ops

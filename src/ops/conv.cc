@@ -70,14 +70,24 @@ Dims spatial_dims(const Shape& shape) {
 // A float operand (weight or bias), constant or read at run time. A constant is captured as
 // its tensor, which for fp16 and fp32 is the constant itself (a view of weight.bin), not a
 // copy. Only the bias, which is small, is widened to floats at load.
+// A weight kept packed (src/ops/packed_weight.h) is read by the GEMM as stored, when
+// `packed_ok`.
 struct FloatOperand {
   int index = -1;
   Tensor constant;            // defined when known at load
   std::vector<float> floats;  // the constant widened, when `widen` was asked for
+  std::shared_ptr<const PackedMatrix> packed;
 
-  static FloatOperand make(KernelBuilder& b, const std::string& param, bool widen) {
+  static FloatOperand make(KernelBuilder& b, const std::string& param, bool widen, bool packed_ok = false) {
     FloatOperand o;
     if (!b.has(param)) return o;
+    if (packed_ok && b.is_constant(param)) {
+      const ir::ConstValue* stored = b.stored_constant(param);
+      if (stored->packed && PackedMatrix::unreadable(*stored->packed).empty()) {
+        o.packed = std::make_shared<PackedMatrix>(stored->packed);
+        return o;
+      }
+    }
     o.index = b.input(param);
     if (b.is_constant(param)) {
       const Tensor& t = b.constant(param)->tensor;
@@ -90,9 +100,11 @@ struct FloatOperand {
     }
     return o;
   }
-  bool present() const { return index >= 0; }
-  bool known() const { return constant.defined(); }
-  const Tensor& tensor(const KernelContext& ctx) const { return known() ? constant : ctx.input(index); }
+  bool present() const { return index >= 0 || packed; }
+  bool known() const { return constant.defined() || packed; }
+  const Shape& shape(const KernelContext& ctx) const { return packed ? packed->tensor().shape : tensor(ctx).shape; }
+  const Shape& shape() const { return packed ? packed->tensor().shape : constant.shape; }
+  const Tensor& tensor(const KernelContext& ctx) const { return constant.defined() ? constant : ctx.input(index); }
   // The elements as floats: the widened constant, or the value converted per call in scratch.
   const float* floats_in(const KernelContext& ctx, std::vector<float>& scratch) const {
     return known() && !floats.empty() ? floats.data() : read_floats(tensor(ctx), scratch);
@@ -243,18 +255,17 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
   b.check(dx == DType::Float32 || dx == DType::Float16, "x must be fp16 or fp32, got ", dtype_name(dx));
   b.check(b.output_type(0).dtype == dx, "output dtype must equal x's");
   b.check(b.has("weight"), "missing weight");
-  const FloatOperand weight = FloatOperand::make(b, "weight", false), bias = FloatOperand::make(b, "bias", true);
-  const int64_t w_rank = weight.known() ? weight.constant.rank() : b.input_type("weight").rank;
+  const FloatOperand weight = FloatOperand::make(b, "weight", false, true), bias = FloatOperand::make(b, "bias", true);
+  const int64_t w_rank = weight.known() ? static_cast<int64_t>(weight.shape().size()) : b.input_type("weight").rank;
   const ConvParams p = read_params(b, static_cast<int>(w_rank - 2), false);
   if (weight.known()) {
-    const int64_t c_out = weight.constant.shape[0];
+    const int64_t c_out = weight.shape()[0];
     b.check(c_out % p.groups == 0, "C_out ", c_out, " is not divisible by groups ", p.groups);
   }
 
   return make_kernel([x, weight, bias, p](KernelContext& ctx) {
     const Tensor& tx = ctx.input(x);
-    const Tensor& tw = weight.tensor(ctx);
-    const Shape& ws = tw.shape;
+    const Shape& ws = weight.shape(ctx);
     if (tx.rank() != p.spatial + 2 || static_cast<int>(ws.size()) != p.spatial + 2)
       ctx.fail("x ", shape_str(tx.shape), " and weight ", shape_str(ws), " must have rank ", p.spatial + 2);
     const int64_t n = tx.shape[0], c_in = tx.shape[1], c_out = ws[0], cg_in = ws[1], groups = p.groups;
@@ -290,8 +301,10 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
     const bool pointwise = kp == 1 && in == out && pad == Dims{0, 0, 0};
     // y_g [cg_out, plane] += W_g [cg_out, kdim] * cols [kdim, plane], W_g read in place.
     auto group_product = [&](const float* x_g, int64_t g, float* y_img, float* group_cols) {
-      gemm(cg_out, out_plane, kdim, matrix_view(tw, g * cg_out * kdim, kdim),
-           MatrixView(pointwise ? x_g : group_cols, out_plane), y_img + g * cg_out * out_plane, out_plane, true);
+      const MatrixView w_g =
+          weight.packed ? MatrixView(*weight.packed).at(g * cg_out, 0) : matrix_view(weight.tensor(ctx), g * cg_out * kdim, kdim);
+      gemm(cg_out, out_plane, kdim, w_g, MatrixView(pointwise ? x_g : group_cols, out_plane), y_img + g * cg_out * out_plane,
+           out_plane, true);
     };
     // Many small groups (depthwise convolutions) are spread over the pool a group at a time,
     // each range with its own unfolding; otherwise the unfolding and the GEMM of each group
@@ -307,7 +320,14 @@ std::unique_ptr<Kernel> make_conv(KernelBuilder& b) {
       if (depthwise) {
         // The weights as floats, tap by tap per channel (fp16 ones widened, 9 or so per channel).
         std::vector<float> ws;
-        const float* w = read_floats(tw, ws);
+        const float* w = nullptr;
+        if (weight.packed) {
+          ws.resize(static_cast<size_t>(c_out * kp));
+          weight.packed->decode(0, c_out, 0, kp, ws.data(), kp);
+          w = ws.data();
+        } else {
+          w = read_floats(weight.tensor(ctx), ws);
+        }
         const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(group_macs, 1));
         const Dims size = padded_extent(in, k, out, p, pad);
         parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops/packed_weight.h"
 #include "ops/register.h"
 #include "ops/strided.h"
 #include "ops/util.h"
@@ -54,7 +55,34 @@ void check_batch_dims(const KernelContext& ctx, const Shape& x, const Shape& ind
     if (x[d] != indices[d]) ctx.fail("batch dims of x ", shape_str(x), " and indices ", shape_str(indices), " differ");
 }
 
+// Rows of a packed table (an embedding: gather along axis 0 of a compressed weight), each
+// decoded straight into the output (src/ops/packed_weight.h).
+std::unique_ptr<Kernel> gather_packed_rows(KernelBuilder& b, std::shared_ptr<const PackedMatrix> table) {
+  const int indices = b.input("indices");
+  const IndexRule rule = index_rule(b);
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& ti = ctx.input(indices);
+    const Shape& ts = table->tensor().shape;
+    Shape shape = ti.shape;
+    shape.insert(shape.end(), ts.begin() + 1, ts.end());
+    Tensor& out = ctx.allocate_output(0, table->dtype(), shape);
+    const std::vector<int64_t> idx = read_ints(ti);
+    const int64_t cols = table->cols();
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const int64_t row = rule.resolve(ctx, idx[j], table->rows(), "gather");
+      if (out.dtype == DType::Float16) table->decode(row, 1, 0, cols, out.ptr<half>() + j * cols, cols);
+      else table->decode(row, 1, 0, cols, out.ptr<float>() + j * cols, cols);
+    }
+  });
+}
+
 std::unique_ptr<Kernel> gather(KernelBuilder& b) {
+  if (b.is_constant("x") && !b.is_constant("indices")) {
+    const ir::ConstValue* stored = b.stored_constant("x");
+    if (stored->packed && PackedMatrix::unreadable(*stored->packed).empty() && b.const_int("batch_dims", 0) == 0 &&
+        normalize_axis(b.const_int("axis", 0), static_cast<int64_t>(stored->packed->shape.size())) == 0)
+      return gather_packed_rows(b, std::make_shared<PackedMatrix>(stored->packed));
+  }
   const int x = b.input("x"), indices = b.input("indices");
   const int64_t axis = b.const_int("axis", 0), batch_dims_param = b.const_int("batch_dims", 0);
   const IndexRule rule = index_rule(b);

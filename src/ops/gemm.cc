@@ -39,6 +39,19 @@ MatrixView matrix_view(const Tensor& t, int64_t offset, int64_t row_stride, int6
   }
 }
 
+MatrixView MatrixView::at(int64_t r, int64_t c) const {
+  MatrixView v = *this;
+  if (packed) {
+    v.origin_row += packed_transposed ? c : r;
+    v.origin_col += packed_transposed ? r : c;
+    return v;
+  }
+  const int64_t offset = r * row + c * col;
+  if (half_elements) v.data = static_cast<const half*>(data) + offset;
+  else v.data = static_cast<const float*>(data) + offset;
+  return v;
+}
+
 Tensor matrix_source(const Tensor& t) {
   if (t.dtype == DType::Float32 || t.dtype == DType::Float16) return t;
   Tensor copy = Tensor::empty(DType::Float32, t.shape);
@@ -60,7 +73,7 @@ constexpr int64_t kBlockN = 256, kBlockK = 128, kBlockM = 64;
 constexpr int64_t kDotK = 1024, kDotRows = 32;
 
 // True when the view's elements can be used as float rows in place.
-bool float_rows(const MatrixView& m) { return !m.half_elements && m.col == 1; }
+bool float_rows(const MatrixView& m) { return !m.packed && !m.half_elements && m.col == 1; }
 
 const float* float_at(const MatrixView& m, int64_t r, int64_t c) {
   return static_cast<const float*>(m.data) + r * m.row + c * m.col;
@@ -141,6 +154,18 @@ void widen_halves(const half* src, float* dst, int64_t n) { widen_run<PortableLo
 // cols. Contiguous runs (along a row, or along a column for a transposed view) are
 // converted in bulk; only a view strided both ways is read element by element.
 void pack(const MatrixView& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols, float* dst) {
+  if (m.packed) {
+    if (!m.packed_transposed) {
+      m.packed->decode(m.origin_row + r0, rows, m.origin_col + c0, cols, dst, cols);
+      return;
+    }
+    // The view's block is the packed block [c0, c0 + cols) x [r0, r0 + rows), transposed.
+    std::vector<float> block(static_cast<size_t>(rows * cols));
+    m.packed->decode(m.origin_row + c0, cols, m.origin_col + r0, rows, block.data(), rows);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = block[c * rows + r];
+    return;
+  }
   const int64_t start = r0 * m.row + c0 * m.col;
   if (m.half_elements) {
     const half* p = static_cast<const half*>(m.data) + start;
@@ -519,17 +544,27 @@ bool widen_while_loading(int64_t rows) {
 void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& W, float* C, int64_t ldc,
               bool fused) {
   std::vector<float> a_scratch, w_scratch;
+  std::vector<half> w_halves;
   // Four rows of W, kk long, are what stays in L1 while the rows of A pass (16 KiB).
   const int64_t block_k = fused ? 2 * kDotK : kDotK;
+  // A packed W is decoded a panel at a time; for a few rows of A (a decode step) panels of 8
+  // rows keep the decoded panel in L1. How W is cut into panels does not change the order in
+  // which an element of C sums its products.
+  const int64_t panel = W.packed && M <= 4 ? 8 : kDotRows;
   for (int64_t k0 = 0; k0 < K; k0 += block_k) {
     const int64_t kk = std::min(block_k, K - k0);
     for (int64_t i0 = 0; i0 < M; i0 += kBlockM) {
       const int64_t mm = std::min(kBlockM, M - i0);
       int64_t lda = 0;
       const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
-      for (int64_t j0 = 0; j0 < N; j0 += kDotRows) {
-        const int64_t nn = std::min(kDotRows, N - j0);
-        if (fused) {
+      for (int64_t j0 = 0; j0 < N; j0 += panel) {
+        const int64_t nn = std::min(panel, N - j0);
+        if (fused && W.packed) {
+          // fp16 values decoded into fp16: the same operands as an fp16 W read in place.
+          w_halves.resize(static_cast<size_t>(nn * kk));
+          W.packed->decode(W.origin_row + j0, nn, W.origin_col + k0, kk, w_halves.data(), kk);
+          dot_block(mm, nn, kk, a, lda, w_halves.data(), kk, C + i0 * ldc + j0, ldc);
+        } else if (fused) {
           const half* w = static_cast<const half*>(W.data) + j0 * W.row + k0;
           dot_block(mm, nn, kk, a, lda, w, W.row, C + i0 * ldc + j0, ldc);
         } else {
@@ -540,15 +575,6 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
       }
     }
   }
-}
-
-// The view's element (r, c) as the origin of a new view with the same strides.
-MatrixView shifted(const MatrixView& m, int64_t r, int64_t c) {
-  MatrixView v = m;
-  const int64_t offset = r * m.row + c * m.col;
-  if (m.half_elements) v.data = static_cast<const half*>(m.data) + offset;
-  else v.data = static_cast<const float*>(m.data) + offset;
-  return v;
 }
 
 // The least work (multiply-adds) worth a range of its own on another thread: waking a pool
@@ -565,16 +591,19 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView
   // B with contiguous columns is the transpose of a row-major W [N, K]: use dot products of
   // rows so that W is read in place. (N == 1 or K == 1 makes both layouts contiguous; the
   // axpy form is then as good.)
-  const bool dot = B.row == 1 && B.col != 1 && N > 1;
+  // A packed B read transposed is a packed W [N, K] read by rows: the dot form.
+  const bool dot = (B.packed ? B.packed_transposed : B.row == 1 && B.col != 1) && N > 1;
   const MatrixView W = B.transposed();
   // Decided once for the whole product: it sets the K blocking, so every part of C must
-  // follow the same choice for results not to depend on how C is split.
-  const bool fused = dot && W.half_elements && W.col == 1 && widen_while_loading(M);
+  // follow the same choice for results not to depend on how C is split. A packed fp16 W
+  // follows the fp16 choice, so that its results are those of the same values stored dense.
+  const bool half_w = W.packed ? W.packed->dtype() == DType::Float16 : W.half_elements && W.col == 1;
+  const bool fused = dot && half_w && widen_while_loading(M);
   auto product = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (dot)
-      gemm_dot(i1 - i0, j1 - j0, K, shifted(A, i0, 0), shifted(W, j0, 0), C + i0 * ldc + j0, ldc, fused);
+      gemm_dot(i1 - i0, j1 - j0, K, A.at(i0, 0), W.at(j0, 0), C + i0 * ldc + j0, ldc, fused);
     else
-      gemm_axpy(i1 - i0, j1 - j0, K, shifted(A, i0, 0), shifted(B, 0, j0), C + i0 * ldc + j0, ldc);
+      gemm_axpy(i1 - i0, j1 - j0, K, A.at(i0, 0), B.at(0, j0), C + i0 * ldc + j0, ldc);
   };
   // Threads split C into panels of whole tiles, by columns when there are enough of them,
   // else by rows. Each element of C is still computed by one thread in the same order, so

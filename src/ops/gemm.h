@@ -11,27 +11,38 @@
 #include <utility>
 
 #include "coremlrt/tensor.h"
+#include "ops/packed_weight.h"
 
 namespace coremlrt::ops {
 
 // A read-only matrix of fp32 or fp16 elements: element (r, c) lies at
 // data + r * row + c * col (strides in elements, so a transposed view is just swapped strides).
+// Or a packed weight (packed_weight.h): element (r, c) is packed(origin_row + r, origin_col + c),
+// or packed(origin_row + c, origin_col + r) when packed_transposed; the product decodes it block
+// by block as it goes, so the weight is never expanded whole.
 struct MatrixView {
   const void* data = nullptr;
   bool half_elements = false;
   int64_t row = 0, col = 1;
+  const PackedMatrix* packed = nullptr;
+  int64_t origin_row = 0, origin_col = 0;
+  bool packed_transposed = false;
 
   MatrixView() = default;
   MatrixView(const float* p, int64_t row_stride, int64_t col_stride = 1)
       : data(p), half_elements(false), row(row_stride), col(col_stride) {}
   MatrixView(const half* p, int64_t row_stride, int64_t col_stride = 1)
       : data(p), half_elements(true), row(row_stride), col(col_stride) {}
+  explicit MatrixView(const PackedMatrix& m) : packed(&m) {}
 
   MatrixView transposed() const {
     MatrixView v = *this;
     std::swap(v.row, v.col);
+    v.packed_transposed = !v.packed_transposed;
     return v;
   }
+  // The view whose element (0, 0) is this one's (r, c).
+  MatrixView at(int64_t r, int64_t c) const;
 };
 
 // A view of an fp32 or fp16 tensor's elements from `offset` on; throws for other dtypes.

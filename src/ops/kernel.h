@@ -109,6 +109,11 @@ class KernelBuilder {
   virtual const ir::ConstValue* constant(const std::string& param) const = 0;
   // True when `param` is present and known at load (so constant() would return it).
   virtual bool is_constant(const std::string& param) const = 0;
+  // A parameter known at load as the planner keeps it: packed (its `packed` set, its tensor
+  // without storage: src/ir/packed.h) when it is a compressed weight, else what constant()
+  // returns. Kernels that read a weight packed (src/ops/packed_weight.h) ask for it this way;
+  // constant() gives every other reader the decoded values. nullptr when absent.
+  virtual const ir::ConstValue* stored_constant(const std::string& param) const = 0;
   // Compiles nested block `index` of the op (cond branches, while_loop condition and
   // body); the result is what KernelContext::run_block takes.
   virtual int build_block(size_t index) = 0;
@@ -133,6 +138,12 @@ class KernelBuilder {
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(KernelBuilder&)>;
+
+// For a constexpr_* op whose inputs are all known at load: its outputs as packed constants that
+// the kernels reading them decode as they run, instead of the dense tensors the op's kernel
+// would fold (docs/design/compressed-weights.md); empty when this op's parameters have no
+// packed form. Reads its inputs with KernelBuilder::stored_constant.
+using PackedFactory = std::function<std::vector<std::shared_ptr<const ir::ConstValue>>(KernelBuilder&)>;
 
 // The element types a kernel accepts for its main tensor input: the types its dtype switch
 // handles (for ops that make a tensor from a shape, such as fill or random_uniform, the
@@ -201,6 +212,7 @@ class KernelRegistry {
     DTypeSet dtypes;
     KernelFactory factory;
     OpTraits traits;
+    PackedFactory packed;  // constexpr_* ops only
   };
   // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios], accepting `dtypes`.
   // A second registration overlapping the same range is a programming error. The returned

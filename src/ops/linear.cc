@@ -32,12 +32,58 @@ void int_matmul(int64_t M, int64_t N, int64_t K, const int32_t* a, int64_t a_row
   }
 }
 
+// A constant parameter of `rank` kept packed (src/ops/packed_weight.h) that the GEMM can read
+// by rows; nullptr for any other (which constant() then gives decoded).
+std::shared_ptr<const PackedMatrix> packed_weight(const KernelBuilder& b, const std::string& param, int64_t rank) {
+  const ir::ConstValue* stored = b.stored_constant(param);
+  if (!stored || !stored->packed || static_cast<int64_t>(stored->packed->shape.size()) != rank ||
+      !PackedMatrix::unreadable(*stored->packed).empty())
+    return nullptr;
+  return std::make_shared<PackedMatrix>(stored->packed);
+}
+
+// float bias values of D_out entries (zeros without a bias).
+std::vector<float> float_bias(KernelBuilder& b, int64_t d_out) {
+  std::vector<float> bv(static_cast<size_t>(d_out), 0.0f);
+  if (!b.has("bias")) return bv;
+  b.check(b.is_constant("bias"), "bias must be a compile-time constant");
+  const Tensor& bias = b.constant("bias")->tensor;
+  b.check(bias.numel() == d_out, "bias has ", bias.numel(), " elements, expected D_out = ", d_out);
+  b.check(is_float(bias.dtype) || bias.dtype == DType::Int32, "bias must be fp16, fp32 or int32, got ",
+          dtype_name(bias.dtype));
+  b.check(b.ios_version() >= 17 || is_float(bias.dtype), "bias must be floating point before iOS17");
+  const Tensor widened = matrix_source(bias);
+  return widened.dtype == DType::Float32 ? std::vector<float>(widened.ptr<float>(), widened.ptr<float>() + d_out)
+                                         : to_floats(widened);
+}
+
+// y = x W^T + b for a packed W [D_out, D_in], decoded block by block as the GEMM reads it.
+std::unique_ptr<Kernel> linear_packed(KernelBuilder& b, int x, std::shared_ptr<const PackedMatrix> weight) {
+  const int64_t d_out = weight->rows(), d_in = weight->cols();
+  std::vector<float> bv = float_bias(b, d_out);
+  return make_kernel([x, d_in, d_out, weight, bv = std::move(bv)](KernelContext& ctx) {
+    const Tensor& tx = ctx.input(x);
+    if (tx.rank() < 1 || tx.shape.back() != d_in) ctx.fail("x ", shape_str(tx.shape), " must end in D_in = ", d_in);
+    Shape shape = tx.shape;
+    shape.back() = d_out;
+    Tensor& out = ctx.allocate_output(0, tx.dtype, shape);
+    std::vector<float> os;
+    float* op = float_output(out, os);
+    const int64_t rows = tx.numel() / std::max<int64_t>(d_in, 1);
+    for (int64_t r = 0; r < rows; ++r) std::copy(bv.begin(), bv.end(), op + r * d_out);
+    gemm(rows, d_out, d_in, matrix_view(tx, 0, d_in), MatrixView(*weight).transposed(), op, d_out, true);
+    commit_float_output(out, op);
+  });
+}
+
 std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
   const int x = b.input("x");
   const DType dx = b.input_type("x").dtype;
   const DType dout = b.output_type(0).dtype;
   b.check(dout == dx, "output dtype ", dtype_name(dout), " differs from x's ", dtype_name(dx));
   b.check(b.is_constant("weight"), "weight must be a compile-time constant");
+  if (std::shared_ptr<const PackedMatrix> packed = packed_weight(b, "weight", 2); packed && is_fp32_or_fp16(dx))
+    return linear_packed(b, x, std::move(packed));
   const Tensor& w = b.constant("weight")->tensor;
   b.check(w.rank() == 2, "weight must be rank 2 [D_out, D_in], got ", shape_str(w.shape));
   const int64_t d_out = w.shape[0], d_in = w.shape[1];
@@ -95,7 +141,45 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
   });
 }
 
+// x @ y for a packed constant y (y [K, N], or [N, K] with transpose_y) and x computed at run time.
+std::unique_ptr<Kernel> matmul_packed(KernelBuilder& b, std::shared_ptr<const PackedMatrix> y) {
+  const int x = b.input("x");
+  const bool tx = b.const_bool("transpose_x", false), ty = b.const_bool("transpose_y", false);
+  const DType dx = b.input_type("x").dtype;
+  b.check(b.output_type(0).dtype == dx, "output dtype ", dtype_name(b.output_type(0).dtype), " differs from x's ",
+          dtype_name(dx));
+  const int64_t K = ty ? y->cols() : y->rows(), N = ty ? y->rows() : y->cols();
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& t = ctx.input(x);
+    Shape xs = t.shape;
+    if (xs.empty()) ctx.fail("x must be at least 1-D");
+    if (tx && xs.size() == 1) ctx.fail("transpose is not allowed on a 1-D operand");
+    const bool x1 = xs.size() == 1;
+    if (x1) xs.insert(xs.begin(), 1);
+    const size_t rx = xs.size();
+    const int64_t M = tx ? xs[rx - 1] : xs[rx - 2], Kx = tx ? xs[rx - 2] : xs[rx - 1];
+    if (Kx != K) ctx.fail("inner dimensions differ: x ", shape_str(t.shape), ", y ", shape_str(y->tensor().shape));
+    Shape out_shape(xs.begin(), xs.end() - 2);
+    const int64_t batch = shape_numel(out_shape);
+    if (!x1) out_shape.push_back(M);
+    out_shape.push_back(N);
+    Tensor& out = ctx.allocate_output(0, t.dtype, out_shape);
+    if (out.numel() == 0) return;
+    std::vector<float> os;
+    float* op = float_output(out, os);
+    const MatrixView B = ty ? MatrixView(*y).transposed() : MatrixView(*y);
+    if (!tx) {
+      gemm(batch * M, N, K, matrix_view(t, 0, K), B, op, N, false);
+    } else {
+      for (int64_t i = 0; i < batch; ++i) gemm(M, N, K, matrix_view(t, i * M * K, 1, M), B, op + i * M * N, N, false);
+    }
+    commit_float_output(out, op);
+  });
+}
+
 std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
+  if (b.is_constant("y") && !b.is_constant("x") && is_fp32_or_fp16(b.input_type("x").dtype))
+    if (std::shared_ptr<const PackedMatrix> packed = packed_weight(b, "y", 2)) return matmul_packed(b, std::move(packed));
   const int x = b.input("x"), y = b.input("y");
   const bool tx = b.const_bool("transpose_x", false), ty = b.const_bool("transpose_y", false);
   const DType dx = b.input_type("x").dtype, dy = b.input_type("y").dtype, dout = b.output_type(0).dtype;

@@ -104,6 +104,35 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t>& stride_a,
 }
 
 // True for the float dtypes the matrix kernels compute in (fp32, and fp16 widened to fp32).
+// Calls fn(p, g) for every flat position p of `shape`, with g the flat index of its block in
+// a tensor of shape `groups`: block size along d is shape[d] / groups[d] ("repeat" expansion).
+template <class Fn>
+void for_each_grouped(const Shape& shape, const Shape& groups, Fn&& fn) {
+  const int64_t total = shape_numel(shape);
+  if (total == 0) return;
+  const size_t rank = shape.size();
+  const std::vector<int64_t> gstrides = contiguous_strides(groups);
+  std::vector<std::vector<int64_t>> table(rank);  // group offset of each coordinate
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t block = shape[d] / groups[d];
+    for (int64_t i = 0; i < shape[d]; ++i) table[d].push_back(i / block * gstrides[d]);
+  }
+  std::vector<int64_t> idx(rank, 0);
+  int64_t g = 0;
+  for (int64_t p = 0; p < total; ++p) {
+    fn(p, g);
+    for (size_t d = rank; d-- > 0;) {
+      g -= table[d][idx[d]];
+      if (++idx[d] < shape[d]) {
+        g += table[d][idx[d]];
+        break;
+      }
+      idx[d] = 0;
+      g += table[d][0];
+    }
+  }
+}
+
 inline bool is_fp32_or_fp16(DType d) { return d == DType::Float32 || d == DType::Float16; }
 
 // ---- Float staging for kernels that compute in float whatever the storage type: fp16

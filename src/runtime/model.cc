@@ -300,8 +300,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->threads = options.threads;
   const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);
   try {
+    runtime::PlanOptions plan_options;
+    plan_options.packed_weights = options.packed_weights;
     impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
-                                     backends::select_backends(options.backend, backend_options));
+                                     backends::select_backends(options.backend, backend_options), plan_options);
   } catch (const Error& e) {
     fail("model '", path, "': ", e.what());
   }

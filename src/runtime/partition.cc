@@ -32,7 +32,7 @@ RegionSlots region_slots(const Plan& plan, const std::vector<PlannedStep>& steps
       for (const ir::Binding& binding : bindings) {
         if (binding.value) continue;
         const int slot = slot_of(binding.name);
-        if (produced.count(slot) || plan.constants[slot].defined() || seen_inputs.count(slot)) continue;
+        if (produced.count(slot) || plan.known_at_load(slot) || seen_inputs.count(slot)) continue;
         seen_inputs.insert(slot);
         slots.inputs.push_back(slot);
       }

@@ -3,10 +3,11 @@
 #include <map>
 #include <set>
 
+#include "ops/packed_weight.h"
+#include "ops/state_update.h"
 #include "runtime/execute.h"
 #include "runtime/partition.h"
 #include "runtime/state_update.h"
-#include "ops/state_update.h"
 
 namespace coremlrt::runtime {
 
@@ -48,6 +49,7 @@ class StepBuilder final : public ops::KernelBuilder {
   bool has(const std::string& param) const override { return find(param) || op_.attributes.count(param); }
   const ir::ValueType& input_type(const std::string& param) const override;
   const ir::ConstValue* constant(const std::string& param) const override;
+  const ir::ConstValue* stored_constant(const std::string& param) const override;
   bool is_constant(const std::string& param) const override;
   int build_block(size_t index) override;
 
@@ -60,6 +62,9 @@ class StepBuilder final : public ops::KernelBuilder {
     return it == op_.inputs.end() || it->second.empty() ? nullptr : &it->second;
   }
   int bind(const ir::Binding& binding, const std::string& param);
+  // The value of a parameter known at load as stored (packed or not), with the slot it lives
+  // in (-1 for an inline value or an attribute); nullptr when absent.
+  const ir::ConstValue* lookup(const std::string& param, int* slot) const;
 
   PlanBuilder& plan_;
   const ir::Operation& op_;
@@ -68,8 +73,8 @@ class StepBuilder final : public ops::KernelBuilder {
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ir::Function& function, const ops::KernelRegistry& registry)
-      : function_(function), registry_(registry), plan_(std::make_unique<Plan>()) {
+  PlanBuilder(const ir::Function& function, const ops::KernelRegistry& registry, const PlanOptions& options)
+      : function_(function), registry_(registry), options_(options), plan_(std::make_unique<Plan>()) {
     plan_->function = &function;
   }
 
@@ -88,7 +93,11 @@ class PlanBuilder {
     BlockPlan* saved = current_;
     current_ = &out;
     for (const ir::Operation& op : block.operations) add_step(op);
-    for (const std::string& name : block.outputs) out.output_slots.push_back(slot_of(name));
+    for (const std::string& name : block.outputs) {
+      const int slot = slot_of(name);
+      if (plan_->packed[slot]) dense_slot(slot, "it is an output of the block");
+      out.output_slots.push_back(slot);
+    }
     std::vector<std::pair<const ir::Operation*, std::string>> fused;
     if (backends) fused = fuse_state_updates(out);
     if (backends && !backends->empty()) {
@@ -133,11 +142,46 @@ class PlanBuilder {
     return slot;
   }
 
+  // The decoded values of a packed constant (once per constant), for a reader that needs them
+  // dense; `value` itself when it is not packed.
+  const ir::ConstValue* dense_of(const ir::ConstValue* value) {
+    if (!value || !value->packed) return value;
+    auto it = dense_.find(value);
+    if (it != dense_.end()) return it->second.get();
+    auto dense = std::make_shared<ir::ConstValue>(*value);
+    dense->packed = nullptr;
+    dense->tensor = ops::decode_dense(*value->packed);
+    dense->tensor.storage->freeze();
+    return (dense_[value] = std::move(dense)).get();
+  }
+
+  // Replaces a packed slot's value by its decoded values, because `why` (a reader that reads it
+  // densely); the constexpr op that produced it is then reported as folded.
+  const ir::ConstValue* dense_slot(int slot, const std::string& why) {
+    const ir::ConstValue* packed = constant_of(slot).get();
+    if (!packed || !packed->packed) return packed;
+    const ir::ConstValue* dense = dense_of(packed);
+    std::shared_ptr<const ir::ConstValue> kept = dense_.at(packed);
+    auto producer = packed_producers_.find(slot);
+    if (producer != packed_producers_.end()) {
+      Placement& p = plan_->placements[producer->second];
+      p.backend = "folded";
+      p.reason = "decoded into a dense constant at load: " + why;
+      --plan_->packed_ops;
+      ++plan_->folded_ops;
+      packed_producers_.erase(producer);
+    }
+    retired_.push_back(constant_of(slot));  // dense_ is keyed by its address: keep it alive
+    set_constant(slot, kept);
+    return dense;
+  }
+
  private:
   int new_slot(const std::string& name, const ir::ValueType& type) {
     plan_->slot_names.push_back(name);
     plan_->slot_types.push_back(type);
     plan_->constants.emplace_back();
+    plan_->packed.emplace_back();
     return static_cast<int>(plan_->slot_names.size() - 1);
   }
   int define(const ir::NamedValue& value) {
@@ -148,6 +192,7 @@ class PlanBuilder {
   void set_constant(int slot, std::shared_ptr<const ir::ConstValue> value) {
     if (value->tensor.storage) value->tensor.storage->freeze();
     plan_->constants[slot] = value->tensor;
+    plan_->packed[slot] = value->packed;
     constant_values_[slot] = std::move(value);
   }
 
@@ -180,6 +225,7 @@ class PlanBuilder {
     const ops::KernelRegistry::Entry* entry = registry_.find_entry(op.type, function_.ios_version);
     COREMLRT_CHECK(entry != nullptr, "unsupported op: function '", function_.name, "', ", op.describe(),
                    ": this build has no kernel for op type '", op.type, "' in opset ", function_.opset);
+    if (entry->packed && options_.packed_weights && foldable(op, entry->traits) && keep_packed(op, *entry)) return;
     PlannedStep step;
     step.op = &op;
     step.traits = entry->traits;
@@ -205,6 +251,35 @@ class PlanBuilder {
       return;
     }
     current_->steps.push_back(std::move(step));
+  }
+
+  // A constexpr_* op whose inputs are all known at load and whose result has a packed form:
+  // its outputs become packed constants (src/ir/packed.h), which the kernels that read them
+  // decode as they run; a reader that cannot read them packed decodes them (dense_slot).
+  // Returns false when the op is to be folded as any other op.
+  bool keep_packed(const ir::Operation& op, const ops::KernelRegistry::Entry& entry) {
+    for (const auto& [param, bindings] : op.inputs)
+      for (const ir::Binding& b : bindings)
+        if (!b.value && !constant_of(slot_of(b.name))) return false;
+    StepBuilder builder(*this, op, false);
+    std::vector<std::shared_ptr<const ir::ConstValue>> outputs = entry.packed(builder);
+    if (outputs.empty()) return false;
+    COREMLRT_CHECK(outputs.size() == op.outputs.size(), "function '", function_.name, "', ", op.describe(), ": ",
+                   outputs.size(), " packed outputs for ", op.outputs.size(), " outputs");
+    std::string forms;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const int slot = define(op.outputs[i]);
+      if (outputs[i]->packed) {
+        forms += (forms.empty() ? "" : "; ") + outputs[i]->packed->form();
+        if (current_ == &plan_->body) packed_producers_[slot] = plan_->placements.size();
+      }
+      set_constant(slot, std::move(outputs[i]));
+    }
+    if (current_ == &plan_->body)
+      plan_->placements.push_back({&op, op.type, op.name, op.outputs.empty() ? "" : op.outputs[0].name, "packed",
+                                   "kept packed (" + forms + "): the kernels that read it decode it as they run", -1});
+    ++plan_->packed_ops;
+    return true;
   }
 
   // Replaces each KV-cache chain of `block` (src/runtime/state_update.h) by one step that
@@ -279,7 +354,11 @@ class PlanBuilder {
 
   const ir::Function& function_;
   const ops::KernelRegistry& registry_;
+  const PlanOptions options_;
   std::unique_ptr<Plan> plan_;
+  std::map<const ir::ConstValue*, std::shared_ptr<const ir::ConstValue>> dense_;  // decoded packed constants
+  std::map<int, size_t> packed_producers_;  // packed slot -> placement of the constexpr op that made it
+  std::vector<std::shared_ptr<const ir::ConstValue>> retired_;  // packed values replaced by dense ones
   std::vector<std::map<std::string, int>> scopes_;  // innermost last
   BlockPlan* current_ = nullptr;                     // the block steps are added to
   std::map<int, std::shared_ptr<const ir::ConstValue>> constant_values_;
@@ -297,6 +376,8 @@ int StepBuilder::bind(const ir::Binding& binding, const std::string& param) {
     check(type.kind != ir::TypeKind::State || binds_state_, "input '", param,
           "' is a state, which only ops that bind states (read_state, write_state) accept");
   }
+  // A kernel that reads the value at run time reads a tensor: a packed constant is decoded.
+  if (plan_.plan().packed[slot]) plan_.dense_slot(slot, op_.describe() + " reads it as input '" + param + "'");
   input_slots.push_back(slot);
   return static_cast<int>(input_slots.size() - 1);
 }
@@ -309,12 +390,14 @@ const ir::ValueType& StepBuilder::input_type(const std::string& param) const {
   return plan_.plan().slot_types[plan_.slot_of(b.name)];
 }
 
-const ir::ConstValue* StepBuilder::constant(const std::string& param) const {
+const ir::ConstValue* StepBuilder::lookup(const std::string& param, int* slot) const {
+  *slot = -1;
   if (const std::vector<ir::Binding>* bindings = find(param)) {
     check(bindings->size() == 1, "parameter '", param, "' must be a single constant");
     const ir::Binding& b = (*bindings)[0];
     if (b.value) return b.value.get();
-    auto value = plan_.constant_of(plan_.slot_of(b.name));
+    *slot = plan_.slot_of(b.name);
+    auto value = plan_.constant_of(*slot);
     check(value != nullptr, "parameter '", param, "' must be a compile-time constant, but is bound to '", b.name,
           "', which is computed at run time");
     return value.get();
@@ -322,6 +405,19 @@ const ir::ConstValue* StepBuilder::constant(const std::string& param) const {
   auto attr = op_.attributes.find(param);
   if (attr != op_.attributes.end() && param != "name") return attr->second.get();
   return nullptr;
+}
+
+const ir::ConstValue* StepBuilder::stored_constant(const std::string& param) const {
+  int slot;
+  return lookup(param, &slot);
+}
+
+const ir::ConstValue* StepBuilder::constant(const std::string& param) const {
+  int slot;
+  const ir::ConstValue* value = lookup(param, &slot);
+  if (!value || !value->packed) return value;
+  if (slot >= 0) return plan_.dense_slot(slot, op_.describe() + " reads parameter '" + param + "' densely");
+  return plan_.dense_of(value);
 }
 
 int StepBuilder::build_block(size_t index) {
@@ -350,8 +446,9 @@ void collect_reads(const PlannedStep& step, std::vector<int>& out) {
 }
 
 std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry,
-                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends) {
-  return PlanBuilder(function, registry).build(backends);
+                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends,
+                                 const PlanOptions& options) {
+  return PlanBuilder(function, registry, options).build(backends);
 }
 
 }  // namespace coremlrt::runtime

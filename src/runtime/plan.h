@@ -1,8 +1,9 @@
 #pragma once
 // A Plan is one function compiled at load: every value gets a slot, every operation a
-// kernel chosen by op type and opset, constants (and ops computable from constants alone,
-// such as constexpr_* decompression) are evaluated once, and each step lists the slots
-// whose last use it is so their buffers can be reused. After folding, the top-level steps are
+// kernel chosen by op type and opset, constants (and ops computable from constants alone)
+// are evaluated once, except compressed weights, which stay packed where every reader can
+// read them so (docs/design/compressed-weights.md), and each step lists the slots whose last
+// use it is so their buffers can be reused. After folding, the top-level steps are
 // partitioned among execution backends (src/runtime/partition.h): a run of ops a backend
 // takes becomes one step. A Plan is immutable and shared by every execution context of its
 // model.
@@ -49,7 +50,9 @@ struct Placement {
   std::string op_type;
   std::string op_name;
   std::string output;   // the op's first output
-  std::string backend;  // "reference", a backend's name, or "folded" (computed at load)
+  // "reference", a backend's name, "folded" (computed at load) or "packed" (a constexpr_* op whose
+  // result the kernels reading it decode as they run: docs/design/compressed-weights.md)
+  std::string backend;
   std::string reason;   // why it is not on a backend that was asked for; empty otherwise
   int region = -1;      // index of its backend region; -1 on our kernels
 };
@@ -59,13 +62,24 @@ struct Plan {
   std::vector<std::string> slot_names;
   std::vector<ir::ValueType> slot_types;
   std::vector<Tensor> constants;  // per slot; undefined for values computed at run time
+  // Per slot: the compressed weight when the value is known at load but kept packed (its
+  // `constants` entry is then undefined); null otherwise. Only kernels built to read it do.
+  std::vector<std::shared_ptr<const ir::PackedTensor>> packed;
   std::vector<int> input_slots;   // function inputs, in declaration order
   BlockPlan body;                 // the function's block (its input_slots are unused)
   int folded_ops = 0;             // ops evaluated at load from constants
+  int packed_ops = 0;             // constexpr_* ops whose results stay packed
   int kernel_state_count = 0;     // per-context kernel states (backend regions' run state)
   std::vector<Placement> placements;  // every non-const op of the function's block, in order
 
   size_t slot_count() const { return slot_names.size(); }
+  // Whether the slot's value is known at load (a constant, dense or packed).
+  bool known_at_load(int slot) const { return constants[slot].defined() || packed[slot] != nullptr; }
+};
+
+struct PlanOptions {
+  // Keep compressed weights packed where every reader can read them so (LoadOptions::packed_weights).
+  bool packed_weights = true;
 };
 
 // Appends every slot `step` reads to `out`: its inputs, and those of its nested blocks' steps
@@ -76,6 +90,7 @@ void collect_reads(const PlannedStep& step, std::vector<int>& out);
 // kernel in `registry`, or whose parameters its kernel rejects. `backends` (priority order)
 // may take regions of the top-level block; everything else runs on `registry`'s kernels.
 std::unique_ptr<Plan> build_plan(const ir::Function& function, const ops::KernelRegistry& registry,
-                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends = {});
+                                 const std::vector<std::shared_ptr<const backends::Backend>>& backends = {},
+                                 const PlanOptions& options = {});
 
 }  // namespace coremlrt::runtime

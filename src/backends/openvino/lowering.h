@@ -92,6 +92,15 @@ struct OpLowering {
 };
 using LoweringTable = std::map<std::string, OpLowering>;
 
+// Packed constants (compressed weights, src/ir/packed.h; packed.cc). Why OpenVINO does not run
+// `op` with this packed input; empty when it does.
+std::string packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
+// The constant's values as graph nodes of element type `compute`: affine int8/uint8/int4/uint4
+// weights as OpenVINO's weight-decompression pattern (its CPU plugin then keeps them compressed
+// in its matrix kernels), any other form decoded into a dense constant. `kept` receives the
+// tensors the nodes view, which must outlive the compiled model.
+Value packed_constant(const ir::PackedTensor& packed, ov::element::Type compute, std::vector<Tensor>& kept);
+
 // The whole table, filled once by the families below.
 const LoweringTable& lowerings();
 

@@ -184,8 +184,38 @@ std::string this_build() {
   return build;
 }
 
+void add_bytes(ContentHash& hash, const Tensor& t) {
+  hash.number(t.defined() ? t.nbytes() : 0);
+  if (t.defined() && t.data) hash.stable_bytes(t.data, t.nbytes());
+}
+
+// A packed constant (src/ir/packed.h): its form and every array as stored.
+void add_packed(ContentHash& hash, const ir::PackedTensor& p) {
+  hash.number(static_cast<uint64_t>(p.dtype));
+  for (const Shape* s : {&p.shape, &p.groups}) {
+    hash.number(s->size());
+    for (int64_t d : *s) hash.number(static_cast<uint64_t>(d));
+  }
+  hash.number(static_cast<uint64_t>(p.map));
+  hash.number(static_cast<uint64_t>(p.palettes));
+  hash.number(static_cast<uint64_t>(p.nonzero));
+  hash.number(p.nonzero_only ? 1 : 0);
+  for (const ir::PackedArray* a : {&p.codes, &p.offset}) {
+    hash.number(static_cast<uint64_t>(a->dtype));
+    hash.number(static_cast<uint64_t>(a->bits));
+    hash.number(static_cast<uint64_t>(a->count));
+    add_bytes(hash, a->data);
+  }
+  for (const Tensor* t : {&p.mask, &p.table, &p.scale}) {
+    hash.number(t->defined() ? static_cast<uint64_t>(t->dtype) : 0);
+    add_bytes(hash, *t);
+  }
+}
+
 void add_constant(ContentHash& hash, const ir::ConstValue& value) {
   hash.text(value.type.str());
+  hash.number(value.packed ? 1 : 0);
+  if (value.packed) add_packed(hash, *value.packed);
   const Tensor& t = value.tensor;
   hash.number(t.defined() ? 1 : 0);
   if (t.defined()) {

@@ -1,0 +1,498 @@
+// x86 versions of the decoders' hot loops (packed_codes.h), chosen at run time: AVX-512 (F, BW,
+// DQ, VL; VBMI2 for fp16 sparse runs) where the CPU has it, else AVX2 with FMA and F16C
+// (x86-64-v3). They compute the same operations as packed::value_of, lane by lane: conversions
+// to fp16 round to nearest even as static_cast does, so their values are bit for bit the portable
+// loops' (tests/cpp/ops/packed_weight_test.cc runs every level this machine has).
+//
+// - 4-bit codes: the group's sixteen values are computed once in registers, then the codes
+//   become indices of table lookups: one vpermw (AVX-512) or two vpshufb on the values' low and
+//   high bytes (AVX2) per 32 fp16 values; vpermps per 8 or 16 fp32 values.
+// - 8-bit codes: widened to float 8 or 16 at a time and mapped.
+// - sparse fp16/fp32 runs: the mask's bits drive expand-loads (AVX-512) or a permutation chosen
+//   by 8 mask bits (AVX2).
+#include "ops/packed_codes.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <type_traits>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_PACKED_X86 1
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics that fill half a register start from an undefined value and draw
+// false "may be used uninitialized" warnings (as in gemm.cc).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#endif
+
+namespace coremlrt::ops::packed {
+
+namespace {
+std::atomic<int> level_limit{static_cast<int>(SimdLevel::kAvx512)};
+}  // namespace
+
+void limit_simd(SimdLevel level) { level_limit.store(static_cast<int>(level), std::memory_order_relaxed); }
+
+#ifdef COREMLRT_PACKED_X86
+
+namespace {
+
+SimdLevel cpu_level() {
+  static const SimdLevel level = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+      return SimdLevel::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return SimdLevel::kAvx2;
+    return SimdLevel::kPortable;
+  }();
+  return level;
+}
+
+bool has_vbmi2() {
+  static const bool yes = __builtin_cpu_supports("avx512vbmi2");
+  return yes;
+}
+
+constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// Mask bits [position, position + 64) (zeros past the mask's end).
+uint64_t mask_bits(const ir::PackedTensor& t, int64_t position) {
+  const uint8_t* mask = t.mask.ptr<uint8_t>();
+  const int64_t size = t.mask.numel(), byte = position / 8;
+  if (position % 8 == 0 && byte + 8 <= size) {
+    uint64_t bits;
+    std::memcpy(&bits, mask + byte, sizeof bits);
+    return bits;
+  }
+  uint8_t window[9] = {};
+  const int64_t available = std::min<int64_t>(9, size - byte);
+  if (available > 0) std::memcpy(window, mask + byte, static_cast<size_t>(available));
+  uint64_t low;
+  std::memcpy(&low, window, sizeof low);
+  const unsigned shift = position % 8;
+  return shift ? (low >> shift) | (static_cast<uint64_t>(window[8]) << (64 - shift)) : low;
+}
+
+// The tails of every loop: element by element, as packed_weight.cc's portable loops.
+template <class Out>
+void nibble_tail(const Out* values16, const uint8_t* bytes, int64_t i, int64_t n, Out* out) {
+  for (; i + 2 <= n; i += 2) {
+    out[i] = values16[bytes[i / 2] & 15];
+    out[i + 1] = values16[bytes[i / 2] >> 4];
+  }
+  if (i < n) out[i] = values16[bytes[i / 2] & 15];
+}
+
+template <class Out>
+void byte_tail(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t i, int64_t n, Out* out) {
+  for (; i < n; ++i) {
+    const uint8_t raw = codes[k + i];
+    out[i] = static_cast<Out>(value_of(g, is_signed ? static_cast<int8_t>(raw) : raw, raw));
+  }
+}
+
+template <class Out, class Code>
+int64_t expand_tail(const ir::PackedTensor& t, const Code* codes, int64_t p, int64_t k, int64_t i, int64_t n, Out* out) {
+  for (; i < n; ++i) out[i] = (mask_bits(t, p + i) & 1) ? static_cast<Out>(codes[k++]) : Out(0);
+  return k;
+}
+
+// ---------------------------------------------------------------- AVX-512
+
+#define COREMLRT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt")))
+#define COREMLRT_AVX512_VBMI2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,f16c,popcnt")))
+
+COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, kNearest)); }
+
+// value_of for sixteen codes (as floats) of one group; kShiftScale and kAffine.
+// kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.
+template <bool kRound = true>
+COREMLRT_AVX512 inline __m512 map16(const Group& g, __m512 code) {
+  const __m512 scale = _mm512_set1_ps(g.scale);
+  if (g.map == ir::CodeMap::kShiftScale) {
+    if (g.exact_difference) {
+      const __m512 v = _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(g.offset)), scale);
+      return kRound ? round_half16(v) : v;
+    }
+    if (g.half_scale) {
+      const __m512 offset = _mm512_set1_ps(round_to_half(g.offset));
+      const __m512 diff = round_half16(_mm512_sub_ps(round_half16(code), offset));
+      const __m512 v = _mm512_mul_ps(diff, scale);
+      return kRound ? round_half16(v) : v;
+    }
+    return _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(g.offset)), scale);
+  }
+  const __m512 v = _mm512_mul_ps(scale, _mm512_sub_ps(code, _mm512_set1_ps(g.offset)));
+  return g.half_values && kRound ? round_half16(v) : v;
+}
+
+// The group's sixteen values, for raw 4-bit codes 0..15.
+template <bool kRound = true>
+COREMLRT_AVX512 inline __m512 nibble_values16(const Group& g, bool is_signed) {
+  if (g.map == ir::CodeMap::kLut)
+    return g.half_values ? _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(g.table)))
+                         : _mm512_loadu_ps(static_cast<const float*>(g.table));
+  __m512i raw = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  if (is_signed) raw = _mm512_sub_epi32(_mm512_xor_si512(raw, _mm512_set1_epi32(8)), _mm512_set1_epi32(8));
+  return map16<kRound>(g, _mm512_cvtepi32_ps(raw));
+}
+
+// Indices of 2m codes from m bytes (low nibble first): lanes [lo0, hi0, lo1, hi1, ...].
+COREMLRT_AVX512 inline void split_nibbles(__m128i bytes, __m128i& first, __m128i& second) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(bytes, low4);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+  first = _mm_unpacklo_epi8(lo, hi);
+  second = _mm_unpackhi_epi8(lo, hi);
+}
+
+COREMLRT_AVX512 [[gnu::always_inline]] inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
+  const __m512i table = _mm512_zextsi256_si512(_mm512_cvtps_ph(nibble_values16<false>(g, is_signed), kNearest));
+  alignas(64) half values[32];
+  _mm512_store_si512(values, table);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m128i first, second;
+    split_nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i / 2)), first, second);
+    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(second, first));
+    _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(idx, table));
+  }
+  nibble_tail(values, bytes, i, n, out);
+}
+
+COREMLRT_AVX512 [[gnu::always_inline]] inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
+  const __m512 table = nibble_values16(g, is_signed);
+  alignas(64) float values[16];
+  _mm512_store_ps(values, table);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m128i first, second;
+    split_nibbles(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + i / 2)), first, second);
+    _mm512_storeu_ps(out + i, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(first), table));
+  }
+  nibble_tail(values, bytes, i, n, out);
+}
+
+COREMLRT_AVX512 inline __m512 byte_codes16(const uint8_t* p, bool is_signed) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+COREMLRT_AVX512 [[gnu::always_inline]] inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_cvtps_ph(map16<false>(g, byte_codes16(codes + k + i, is_signed)), kNearest));
+  byte_tail(g, codes, is_signed, k, i, n, out);
+}
+
+COREMLRT_AVX512 [[gnu::always_inline]] inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, map16(g, byte_codes16(codes + k + i, is_signed)));
+  byte_tail(g, codes, is_signed, k, i, n, out);
+}
+
+COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, half* out) {
+  const half* codes = t.codes.data.ptr<half>();
+  const int64_t first = k;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const uint32_t m = static_cast<uint32_t>(mask_bits(t, p + i));
+    _mm512_storeu_si512(out + i, _mm512_maskz_expandloadu_epi16(m, codes + k));
+    k += __builtin_popcount(m);
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
+}
+
+COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, float* out) {
+  const half* codes = t.codes.data.ptr<half>();
+  const int64_t first = k;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const uint16_t m = static_cast<uint16_t>(mask_bits(t, p + i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_maskz_expandloadu_epi16(m, codes + k)));
+    k += __builtin_popcount(m);
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
+}
+
+COREMLRT_AVX512 int64_t expand512_fp32(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, float* out) {
+  const float* codes = t.codes.data.ptr<float>();
+  const int64_t first = k;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const uint16_t m = static_cast<uint16_t>(mask_bits(t, p + i));
+    _mm512_storeu_ps(out + i, _mm512_maskz_expandloadu_ps(m, codes + k));
+    k += __builtin_popcount(m);
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
+}
+
+// ---------------------------------------------------------------- AVX2
+
+#define COREMLRT_AVX2 __attribute__((target("avx2,fma,f16c,popcnt")))
+
+COREMLRT_AVX2 inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kNearest)); }
+
+// kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.
+template <bool kRound = true>
+COREMLRT_AVX2 inline __m256 map8(const Group& g, __m256 code) {
+  const __m256 scale = _mm256_set1_ps(g.scale);
+  if (g.map == ir::CodeMap::kShiftScale) {
+    if (g.exact_difference) {
+      const __m256 v = _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
+      return kRound ? round_half8(v) : v;
+    }
+    if (g.half_scale) {
+      const __m256 offset = _mm256_set1_ps(round_to_half(g.offset));
+      const __m256 diff = round_half8(_mm256_sub_ps(round_half8(code), offset));
+      const __m256 v = _mm256_mul_ps(diff, scale);
+      return kRound ? round_half8(v) : v;
+    }
+    return _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
+  }
+  const __m256 v = _mm256_mul_ps(scale, _mm256_sub_ps(code, _mm256_set1_ps(g.offset)));
+  return g.half_values && kRound ? round_half8(v) : v;
+}
+
+// The group's values for raw 4-bit codes 0..7 (low) and 8..15 (high).
+template <bool kRound = true>
+COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256& low, __m256& high) {
+  if (g.map == ir::CodeMap::kLut) {
+    if (g.half_values) {
+      const auto* table = static_cast<const __m128i*>(g.table);
+      low = _mm256_cvtph_ps(_mm_loadu_si128(table));
+      high = _mm256_cvtph_ps(_mm_loadu_si128(table + 1));
+    } else {
+      low = _mm256_loadu_ps(static_cast<const float*>(g.table));
+      high = _mm256_loadu_ps(static_cast<const float*>(g.table) + 8);
+    }
+    return;
+  }
+  low = map8<kRound>(g, _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+  high = is_signed ? map8<kRound>(g, _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1))
+                   : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+COREMLRT_AVX2 [[gnu::always_inline]] inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
+  __m256 low, high;
+  nibble_values8<false>(g, is_signed, low, high);
+  const __m128i low_halves = _mm256_cvtps_ph(low, kNearest), high_halves = _mm256_cvtps_ph(high, kNearest);
+  // The sixteen fp16 values as two byte tables (low bytes, high bytes), in both 128-bit lanes.
+  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m128i a = _mm_shuffle_epi8(low_halves, even_odd);
+  const __m128i b = _mm_shuffle_epi8(high_halves, even_odd);
+  const __m256i low_bytes = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(a, b));
+  const __m256i high_bytes = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(a, b));
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i / 2));
+    const __m128i lo = _mm_and_si128(codes, low4), hi = _mm_and_si128(_mm_srli_epi16(codes, 4), low4);
+    // Lane 0 holds the indices of values 0..15, lane 1 those of 16..31.
+    const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    const __m256i l = _mm256_shuffle_epi8(low_bytes, idx), h = _mm256_shuffle_epi8(high_bytes, idx);
+    const __m256i r0 = _mm256_unpacklo_epi8(l, h);  // values 0..7 | 16..23
+    const __m256i r1 = _mm256_unpackhi_epi8(l, h);  // values 8..15 | 24..31
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16), _mm256_permute2x128_si256(r0, r1, 0x31));
+  }
+  if (i == n) return;
+  alignas(32) half values[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(values), low_halves);
+  _mm_store_si128(reinterpret_cast<__m128i*>(values) + 1, high_halves);
+  nibble_tail(values, bytes, i, n, out);
+}
+
+COREMLRT_AVX2 [[gnu::always_inline]] inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
+  __m256 low, high;
+  nibble_values8(g, is_signed, low, high);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    int32_t four;
+    std::memcpy(&four, bytes + i / 2, sizeof four);
+    const __m128i codes = _mm_cvtsi32_si128(four);
+    const __m128i lo = _mm_and_si128(codes, low4), hi = _mm_and_si128(_mm_srli_epi16(codes, 4), low4);
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    // Indices 8..15 pick from the high values: bit 3 moved to the sign bit drives the blend.
+    const __m256 picked = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, idx), _mm256_permutevar8x32_ps(high, idx),
+                                           _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    _mm256_storeu_ps(out + i, picked);
+  }
+  if (i == n) return;
+  alignas(32) float values[16];
+  _mm256_store_ps(values, low);
+  _mm256_store_ps(values + 8, high);
+  nibble_tail(values, bytes, i, n, out);
+}
+
+COREMLRT_AVX2 inline __m256 byte_codes8(const uint8_t* p, bool is_signed) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+COREMLRT_AVX2 [[gnu::always_inline]] inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(map8<false>(g, byte_codes8(codes + k + i, is_signed)), kNearest));
+  byte_tail(g, codes, is_signed, k, i, n, out);
+}
+
+COREMLRT_AVX2 [[gnu::always_inline]] inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, map8(g, byte_codes8(codes + k + i, is_signed)));
+  byte_tail(g, codes, is_signed, k, i, n, out);
+}
+
+// For each byte of mask bits: the byte shuffle that spreads the next fp16 codes (two bytes
+// each) over the 8 positions whose bits are set, with zero bytes (0x80) at the clear ones.
+struct ExpandTable {
+  alignas(16) std::array<std::array<uint8_t, 16>, 256> shuffles{};
+  ExpandTable() {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned rank = 0;
+      for (unsigned j = 0; j < 8; ++j) {
+        const bool set = (m >> j) & 1u;
+        shuffles[m][2 * j] = set ? static_cast<uint8_t>(2 * rank) : 0x80;
+        shuffles[m][2 * j + 1] = set ? static_cast<uint8_t>(2 * rank + 1) : 0x80;
+        rank += set;
+      }
+    }
+  }
+};
+const ExpandTable& expand_table() {
+  static const ExpandTable table;
+  return table;
+}
+
+// A sparse run of fp16 codes: 8 positions at a time, the codes they take moved into place by one
+// byte shuffle. (fp32 codes, rarer, take the tail loop.)
+template <class Out>
+COREMLRT_AVX2 int64_t expand256(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, Out* out) {
+  const half* codes = t.codes.data.ptr<half>();
+  const int64_t first = k, count = t.codes.count;
+  const ExpandTable& table = expand_table();
+  int64_t i = 0;
+  while (i + 8 <= n && k + 8 <= count) {
+    uint64_t bits = mask_bits(t, p + i);
+    for (int byte = 0; byte < 8 && i + 8 <= n && k + 8 <= count; ++byte, i += 8, bits >>= 8) {
+      const unsigned m = static_cast<unsigned>(bits & 0xffu);
+      const __m128i spread = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k)),
+                                              _mm_load_si128(reinterpret_cast<const __m128i*>(table.shuffles[m].data())));
+      if constexpr (std::is_same_v<Out, half>) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), spread);
+      else _mm256_storeu_ps(out + i, _mm256_cvtph_ps(spread));
+      k += __builtin_popcount(m);
+    }
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
+}
+
+// Each driver walks the groups of a run, one after the other (written out in each: a lambda
+// would not share the function's target, and its per-group body would not be inlined).
+#define COREMLRT_FOR_EACH_GROUP(run, body)                                       \
+  for (int64_t done = 0, g = (run).g, len = (run).first; done < (run).n; len = (run).block, ++g) { \
+    len = std::min(len, (run).n - done);                                         \
+    const Group group = group_at(*(run).tensor, (run).shape, g);                 \
+    body;                                                                        \
+    done += len;                                                                 \
+  }
+
+template <class Out>
+COREMLRT_AVX512 void nibbles512(const Run& run, Out* out) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int4;
+  const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
+  COREMLRT_FOR_EACH_GROUP(run, nibbles512(group, is_signed, bytes + done / 2, len, out + done))
+}
+
+template <class Out>
+COREMLRT_AVX2 void nibbles256(const Run& run, Out* out) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int4;
+  const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
+  COREMLRT_FOR_EACH_GROUP(run, nibbles256(group, is_signed, bytes + done / 2, len, out + done))
+}
+
+template <class Out>
+COREMLRT_AVX512 void bytes512(const Run& run, Out* out) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int8;
+  const uint8_t* codes = run.tensor->codes.data.ptr<uint8_t>();
+  COREMLRT_FOR_EACH_GROUP(run, bytes512(group, codes, is_signed, run.k + done, len, out + done))
+}
+
+template <class Out>
+COREMLRT_AVX2 void bytes256(const Run& run, Out* out) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int8;
+  const uint8_t* codes = run.tensor->codes.data.ptr<uint8_t>();
+  COREMLRT_FOR_EACH_GROUP(run, bytes256(group, codes, is_signed, run.k + done, len, out + done))
+}
+
+#undef COREMLRT_FOR_EACH_GROUP
+
+SimdLevel level() {
+  return static_cast<SimdLevel>(std::min(static_cast<int>(cpu_level()), level_limit.load(std::memory_order_relaxed)));
+}
+
+}  // namespace
+
+SimdLevel simd_level() { return level(); }
+
+template <class Out>
+bool nibbles_at_level(const Run& run, Out* out) {
+  switch (level()) {
+    case SimdLevel::kAvx512: nibbles512(run, out); return true;
+    case SimdLevel::kAvx2: nibbles256(run, out); return true;
+    default: return false;
+  }
+}
+
+template <class Out>
+bool bytes_at_level(const Run& run, Out* out) {
+  switch (level()) {
+    case SimdLevel::kAvx512: bytes512(run, out); return true;
+    case SimdLevel::kAvx2: bytes256(run, out); return true;
+    default: return false;
+  }
+}
+
+bool nibbles_simd(const Run& run, half* out) { return nibbles_at_level(run, out); }
+bool nibbles_simd(const Run& run, float* out) { return nibbles_at_level(run, out); }
+bool bytes_simd(const Run& run, half* out) { return bytes_at_level(run, out); }
+bool bytes_simd(const Run& run, float* out) { return bytes_at_level(run, out); }
+
+int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, half* out) {
+  if (t.codes.dtype != DType::Float16) return -1;
+  const SimdLevel l = level();
+  if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
+  if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
+  return -1;
+}
+
+int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, float* out) {
+  const SimdLevel l = level();
+  if (t.codes.dtype == DType::Float16) {
+    if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
+    if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
+    return -1;
+  }
+  if (t.codes.dtype != DType::Float32) return -1;
+  if (l == SimdLevel::kAvx512) return expand512_fp32(t, position, k, n, out);
+  return -1;
+}
+
+#else  // no x86 versions in this build: the portable loops run
+
+SimdLevel simd_level() { return SimdLevel::kPortable; }
+bool nibbles_simd(const Run&, half*) { return false; }
+bool nibbles_simd(const Run&, float*) { return false; }
+bool bytes_simd(const Run&, half*) { return false; }
+bool bytes_simd(const Run&, float*) { return false; }
+int64_t expand_simd(const ir::PackedTensor&, int64_t, int64_t, int64_t, half*) { return -1; }
+int64_t expand_simd(const ir::PackedTensor&, int64_t, int64_t, int64_t, float*) { return -1; }
+
+#endif
+
+}  // namespace coremlrt::ops::packed

@@ -1,0 +1,65 @@
+#pragma once
+// Reading packed constants (src/ir/packed.h): the decoders that turn codes into values, for
+// the kernels that read weights packed (linear, matmul, conv, gather through gemm.h's
+// MatrixView) and for the planner when a reader needs the dense tensor
+// (docs/design/compressed-weights.md).
+//
+// Every decoder gives exactly the values the constexpr_* kernels of src/ops/constexpr.cc
+// compute when they fold the same op at load: the same operations in the same order, each
+// rounded to fp16 where those kernels round (tests/cpp/ops/packed_weight_test.cc checks every
+// form against a plain element-by-element decoder, and tests/python/ops/test_packed_weights.py
+// against the folded constexpr ops).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremlrt/tensor.h"
+#include "ir/packed.h"
+
+namespace coremlrt::ops {
+
+// Throws Error when the arrays of `t` do not hold what its shapes and map promise (too few
+// codes, a mask whose set bits are not `nonzero`, groups that do not divide the shape, a
+// palette that does not cover every code...). Run once at load, so decoders never check.
+void check_packed(const ir::PackedTensor& t);
+
+// The values of `t` as a new dense tensor of t.dtype and t.value_shape() (the folded constant).
+// Integer values (a sub-byte constant) take one byte each, int4 sign-extended.
+Tensor decode_dense(const ir::PackedTensor& t);
+
+// The same values, decoded element by element with the plain loop (the tests' reference).
+Tensor decode_dense_each(const ir::PackedTensor& t);
+
+// A packed tensor of rank >= 2 read as a matrix [rows, cols]: row r is the flattened
+// dense[r, ...] (rows = shape[0], cols = the product of the other dims), as linear's weight
+// [D_out, D_in], conv's [C_out, C_in/groups * kernel] or an embedding table [V, D] are read.
+class PackedMatrix {
+ public:
+  // Why `t` cannot be read by rows (a block that splits a dim past the second, a vector of
+  // nonzero values, an integer dtype); empty when it can.
+  static std::string unreadable(const ir::PackedTensor& t);
+  explicit PackedMatrix(std::shared_ptr<const ir::PackedTensor> t);
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  DType dtype() const { return t_->dtype; }
+  const ir::PackedTensor& tensor() const { return *t_; }
+
+  // Values of rows [r0, r0 + nr) and columns [c0, c0 + nc), stored row-major at dst with
+  // leading dimension ld. The half version needs dtype() fp16 (its values are exact then).
+  void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t ld) const;
+  void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, half* dst, int64_t ld) const;
+
+ private:
+  template <class Out>
+  void decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, Out* dst, int64_t ld) const;
+
+  std::shared_ptr<const ir::PackedTensor> t_;
+  int64_t rows_ = 0, cols_ = 0;
+  int64_t row_block_ = 1;   // rows per group row
+  int64_t col_groups_ = 1;  // groups along a row
+  int64_t col_block_ = 1;   // columns per group
+  std::vector<int64_t> row_codes_;  // sparse: index of each row's first code
+};
+
+}  // namespace coremlrt::ops

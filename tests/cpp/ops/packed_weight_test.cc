@@ -1,0 +1,281 @@
+// Decoders of packed constants (ops/packed_weight.h) against the element-by-element decoder,
+// for every form the planner keeps packed, odd sizes and windows, fp16 and fp32 values, the
+// AVX-512 loops and the portable ones; and the GEMM reading a packed weight against the GEMM
+// reading the same values stored dense (bit for bit: the same products in the same order).
+// That the element-by-element decoder computes what the constexpr_* kernels fold is checked
+// end to end by tests/python/ops/test_packed_weights.py.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coremlrt/error.h"
+#include "ops/gemm.h"
+#include "ops/packed_codes.h"
+#include "ops/packed_weight.h"
+
+namespace coremlrt::ops {
+namespace {
+
+std::mt19937 rng(7);
+
+// `codes` bit-packed LSB-first, `bits` each.
+Tensor pack_bits(const std::vector<uint32_t>& codes, int bits) {
+  Tensor out = Tensor::empty(DType::UInt8, {static_cast<int64_t>((codes.size() * bits + 7) / 8)});
+  std::memset(out.data, 0, out.nbytes());
+  for (size_t i = 0; i < codes.size(); ++i)
+    for (int b = 0; b < bits; ++b)
+      if ((codes[i] >> b) & 1u) out.ptr<uint8_t>()[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));
+  return out;
+}
+
+std::vector<uint32_t> random_codes(int64_t n, int bits) {
+  std::vector<uint32_t> out(static_cast<size_t>(n));
+  for (auto& c : out) c = rng() & ((1u << bits) - 1u);
+  return out;
+}
+
+Tensor random_floats(DType dtype, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Tensor t = Tensor::empty(dtype, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::Float16) t.ptr<half>()[i] = static_cast<half>(dist(rng));
+    else t.ptr<float>()[i] = dist(rng);
+  }
+  return t;
+}
+
+// A plain (one element per entry) array of `dtype` with random integer values in [lo, hi].
+ir::PackedArray plain_ints(DType dtype, int64_t n, int lo, int hi) {
+  Tensor t = Tensor::empty(dtype == DType::Int8 ? DType::Int8 : DType::UInt8, {n});
+  std::uniform_int_distribution<int> dist(lo, hi);
+  for (int64_t i = 0; i < n; ++i) t.ptr<uint8_t>()[i] = static_cast<uint8_t>(dist(rng));
+  t.dtype = dtype;
+  return {t, dtype, 0, n};
+}
+
+ir::PackedArray packed_ints(DType dtype, int bits, int64_t n) {
+  return {pack_bits(random_codes(n, bits), bits), dtype, bits, n};
+}
+
+struct Case {
+  std::string name;
+  ir::PackedTensor tensor;
+};
+
+ir::PackedTensor base(DType dtype, Shape shape, Shape groups) {
+  ir::PackedTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.groups = std::move(groups);
+  return t;
+}
+
+ir::PackedTensor lut(DType dtype, Shape shape, Shape groups, int bits, bool plain) {
+  ir::PackedTensor t = base(dtype, shape, groups);
+  const int64_t n = shape_numel(t.shape);
+  t.map = ir::CodeMap::kLut;
+  t.palettes = int64_t{1} << bits;
+  t.codes = plain ? plain_ints(DType::UInt8, n, 0, static_cast<int>(t.palettes - 1)) : packed_ints(DType::UInt4, bits, n);
+  if (!plain) t.codes.dtype = bits == 4 ? DType::UInt4 : bits == 8 ? DType::UInt8 : DType::UInt2;
+  t.table = random_floats(dtype, t.group_count() * t.palettes, -2, 2);
+  return t;
+}
+
+ir::PackedTensor shift_scale(DType dtype, Shape shape, Shape groups, DType codes, bool offset, DType offset_dtype,
+                             ir::CodeMap map = ir::CodeMap::kShiftScale) {
+  ir::PackedTensor t = base(dtype, shape, groups);
+  const int64_t n = shape_numel(t.shape), g = t.group_count();
+  t.map = map;
+  if (codes == DType::Int4 || codes == DType::UInt4) t.codes = packed_ints(codes, 4, n);
+  else if (codes == DType::Float16) t.codes = {random_floats(DType::Float16, n, -40, 40), DType::Float16, 0, n};
+  else t.codes = plain_ints(codes, n, codes == DType::Int8 ? -128 : 0, codes == DType::Int8 ? 127 : 255);
+  t.scale = random_floats(dtype, g, 0.001f, 0.05f);
+  if (offset) {
+    if (offset_dtype == DType::Float16 || offset_dtype == DType::Float32) t.offset = {random_floats(offset_dtype, g, -5, 5), offset_dtype, 0, g};
+    else if (offset_dtype == DType::Int4 || offset_dtype == DType::UInt4) t.offset = packed_ints(offset_dtype, 4, g);
+    else t.offset = plain_ints(offset_dtype, g, offset_dtype == DType::Int8 ? -128 : 0, 127);
+  }
+  return t;
+}
+
+// Makes `t` sparse: its codes become those of the positions a random mask keeps.
+ir::PackedTensor sparse(ir::PackedTensor dense_codes, double keep) {
+  const int64_t n = shape_numel(dense_codes.shape);
+  std::vector<uint32_t> mask(static_cast<size_t>(n));
+  std::bernoulli_distribution coin(keep);
+  int64_t set = 0;
+  for (auto& m : mask) set += (m = coin(rng));
+  ir::PackedTensor t = dense_codes;
+  t.mask = pack_bits(mask, 1);
+  t.nonzero = set;
+  ir::PackedArray& c = t.codes;
+  c.count = set;
+  if (c.bits) c.data = pack_bits(random_codes(set, c.bits), c.bits);
+  else if (c.dtype == DType::Float16 || c.dtype == DType::Float32) c.data = random_floats(c.dtype, set, -1, 1);
+  else c.data = plain_ints(c.dtype, set, 0, static_cast<int>(dense_codes.palettes ? dense_codes.palettes - 1 : 100)).data;
+  return t;
+}
+
+ir::PackedTensor sparse_floats(DType dtype, Shape shape, double keep) {
+  ir::PackedTensor t = base(dtype, shape, Shape(shape.size(), 1));
+  t.codes = {random_floats(dtype, shape_numel(shape), -1, 1), dtype, 0, shape_numel(shape)};
+  return sparse(t, keep);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (DType dt : {DType::Float16, DType::Float32}) {
+    const std::string d = dt == DType::Float16 ? "fp16" : "fp32";
+    out.push_back({"lut4_grouped_rows_" + d, lut(dt, {48, 100}, {3, 1}, 4, false)});
+    out.push_back({"lut4_blocks_cols_" + d, lut(dt, {5, 96}, {1, 3}, 4, false)});
+    out.push_back({"lut2_" + d, lut(dt, {33, 17}, {1, 1}, 2, false)});
+    out.push_back({"lut8_plain_" + d, lut(dt, {9, 70}, {9, 1}, 8, true)});
+    out.push_back({"lut8_packed_" + d, lut(dt, {9, 70}, {1, 1}, 8, false)});
+    ir::PackedTensor lut6 = lut(dt, {7, 30}, {7, 1}, 6, false);
+    lut6.codes.dtype = DType::UInt6;
+    out.push_back({"lut6_" + d, lut6});
+    out.push_back({"int4_block32_offset_" + d, shift_scale(dt, {40, 128}, {40, 4}, DType::Int4, true, DType::Int4)});
+    out.push_back({"uint4_block32_" + d, shift_scale(dt, {3, 96}, {3, 3}, DType::UInt4, true, DType::UInt4)});
+    out.push_back({"uint4_odd_cols_" + d, shift_scale(dt, {5, 63}, {5, 7}, DType::UInt4, true, DType::Float16)});
+    out.push_back({"int8_per_channel_" + d, shift_scale(dt, {37, 100}, {37, 1}, DType::Int8, false, DType::Int8)});
+    out.push_back({"uint8_offset_" + d, shift_scale(dt, {16, 50}, {16, 2}, DType::UInt8, true, DType::UInt8)});
+    out.push_back({"int8_float_offset_" + d, shift_scale(dt, {16, 50}, {4, 5}, DType::Int8, true, DType::Float32)});
+    out.push_back({"fp16_codes_" + d, shift_scale(dt, {6, 40}, {6, 1}, DType::Float16, true, DType::Float16)});
+    out.push_back({"affine_int8_" + d, shift_scale(dt, {21, 33}, {21, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
+    out.push_back({"affine_uint8_axis1_" + d,
+                   shift_scale(dt, {21, 33}, {1, 33}, DType::UInt8, true, DType::Float32, ir::CodeMap::kAffine)});
+    out.push_back({"rank4_conv_" + d, shift_scale(dt, {8, 6, 3, 3}, {8, 2, 1, 1}, DType::Int4, true, DType::Int4)});
+    out.push_back({"sparse_" + d, sparse_floats(dt, {29, 77}, 0.5)});
+    out.push_back({"sparse_dense_rows_" + d, sparse_floats(dt, {4, 200}, 0.97)});
+    out.push_back({"sparse_lut4_" + d, sparse(lut(dt, {32, 64}, {2, 1}, 4, false), 0.4)});
+    out.push_back({"sparse_int8_" + d, sparse(shift_scale(dt, {12, 45}, {12, 1}, DType::Int8, false, DType::Int8), 0.6)});
+  }
+  return out;
+}
+
+bool same_bits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+// Runs each test at one level of the x86 loops; skipped where the CPU lacks it.
+class PackedWeightTest : public ::testing::TestWithParam<packed::SimdLevel> {
+ protected:
+  void SetUp() override {
+    packed::limit_simd(packed::SimdLevel::kAvx512);
+    if (packed::simd_level() < GetParam()) GTEST_SKIP() << "this CPU or build lacks these instructions";
+    packed::limit_simd(GetParam());
+  }
+  void TearDown() override { packed::limit_simd(packed::SimdLevel::kAvx512); }
+};
+
+TEST_P(PackedWeightTest, DenseDecodeMatchesElementByElement) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    ASSERT_NO_THROW(check_packed(c.tensor));
+    const Tensor expected = decode_dense_each(c.tensor);
+    const Tensor got = decode_dense(c.tensor);
+    ASSERT_EQ(got.shape, expected.shape);
+    EXPECT_TRUE(same_bits(got.data, expected.data, got.nbytes()));
+  }
+}
+
+TEST_P(PackedWeightTest, WindowsOfRowsMatch) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Tensor expected = decode_dense_each(c.tensor);
+    const PackedMatrix m(std::make_shared<ir::PackedTensor>(c.tensor));
+    const int64_t rows = m.rows(), cols = m.cols();
+    for (int trial = 0; trial < 40; ++trial) {
+      const int64_t r0 = rng() % rows, nr = 1 + rng() % (rows - r0);
+      const int64_t c0 = rng() % cols, nc = 1 + rng() % (cols - c0);
+      std::vector<float> f(static_cast<size_t>(nr * (nc + 3)), -7.0f);
+      m.decode(r0, nr, c0, nc, f.data(), nc + 3);
+      std::vector<half> h(static_cast<size_t>(nr * nc));
+      if (m.dtype() == DType::Float16) m.decode(r0, nr, c0, nc, h.data(), nc);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t k = 0; k < nc; ++k) {
+          const int64_t flat = (r0 + r) * cols + c0 + k;
+          const float want = expected.dtype == DType::Float16 ? static_cast<float>(expected.ptr<half>()[flat])
+                                                              : expected.ptr<float>()[flat];
+          ASSERT_TRUE(same_bits(&f[r * (nc + 3) + k], &want, sizeof want))
+              << "row " << r0 + r << " col " << c0 + k << ": " << f[r * (nc + 3) + k] << " != " << want;
+          if (m.dtype() == DType::Float16) {
+            ASSERT_EQ(static_cast<float>(h[r * nc + k]), want);
+          }
+        }
+      for (int64_t r = 0; r < nr; ++r) ASSERT_EQ(f[r * (nc + 3) + nc], -7.0f) << "wrote past the window";
+    }
+  }
+}
+
+// C = A W^T (+ A W for an axpy-form B, W as A for conv's form) with W packed and with W dense.
+TEST_P(PackedWeightTest, GemmReadsPackedWeightsAsTheDenseOnes) {
+  for (const Case& c : cases()) {
+    if (c.tensor.shape.size() != 2) continue;
+    SCOPED_TRACE(c.name);
+    const Tensor dense = decode_dense_each(c.tensor);
+    const PackedMatrix m(std::make_shared<ir::PackedTensor>(c.tensor));
+    const int64_t N = m.rows(), K = m.cols();
+    for (int64_t M : {1, 3, 70}) {
+      SCOPED_TRACE("M = " + std::to_string(M));
+      const Tensor a = random_floats(DType::Float32, M * std::max(N, K), -1, 1);
+      auto view_of_dense = [&](int64_t row_stride, int64_t col_stride) { return matrix_view(dense, 0, row_stride, col_stride); };
+      // Dot form: B = W^T.
+      std::vector<float> want(static_cast<size_t>(M * N)), got(static_cast<size_t>(M * N));
+      gemm(M, N, K, MatrixView(a.ptr<float>(), K), view_of_dense(1, K), want.data(), N, false);
+      gemm(M, N, K, MatrixView(a.ptr<float>(), K), MatrixView(m).transposed(), got.data(), N, false);
+      EXPECT_TRUE(same_bits(want.data(), got.data(), want.size() * sizeof(float)));
+      // Axpy form: B = W [N rows of K] read as [K=N, N=K].
+      std::vector<float> want2(static_cast<size_t>(M * K)), got2(static_cast<size_t>(M * K));
+      gemm(M, K, N, MatrixView(a.ptr<float>(), N), view_of_dense(K, 1), want2.data(), K, false);
+      gemm(M, K, N, MatrixView(a.ptr<float>(), N), MatrixView(m), got2.data(), K, false);
+      EXPECT_TRUE(same_bits(want2.data(), got2.data(), want2.size() * sizeof(float)));
+      // W as the left operand (a convolution's weight): C [N, M] = W [N, K] * B [K, M].
+      std::vector<float> want3(static_cast<size_t>(N * M)), got3(static_cast<size_t>(N * M));
+      gemm(N, M, K, view_of_dense(K, 1), MatrixView(a.ptr<float>(), M), want3.data(), M, false);
+      gemm(N, M, K, MatrixView(m), MatrixView(a.ptr<float>(), M), got3.data(), M, false);
+      EXPECT_TRUE(same_bits(want3.data(), got3.data(), want3.size() * sizeof(float)));
+    }
+  }
+}
+
+TEST(PackedWeight, SubByteConstantsDecodeToOneBytePerElement) {
+  const std::vector<uint32_t> raw = random_codes(37, 4);
+  ir::PackedTensor t = base(DType::Int4, {37}, {1});
+  t.codes = {pack_bits(raw, 4), DType::Int4, 4, 37};
+  const Tensor out = decode_dense(t);
+  for (int64_t i = 0; i < 37; ++i) {
+    const int expected = raw[i] >= 8 ? static_cast<int>(raw[i]) - 16 : static_cast<int>(raw[i]);
+    EXPECT_EQ(out.ptr<int8_t>()[i], expected);
+  }
+}
+
+TEST(PackedWeight, MalformedTensorsAreRefused) {
+  ir::PackedTensor t = lut(DType::Float16, {4, 8}, {1, 1}, 4, false);
+  ir::PackedTensor short_codes = t;
+  short_codes.codes.count = 40;
+  EXPECT_THROW(check_packed(short_codes), coremlrt::Error);
+  ir::PackedTensor bad_groups = t;
+  bad_groups.groups = {3, 1};
+  EXPECT_THROW(check_packed(bad_groups), coremlrt::Error);
+  ir::PackedTensor small_palette = lut(DType::Float16, {4, 8}, {1, 1}, 8, true);
+  small_palette.palettes = 4;
+  small_palette.table = random_floats(DType::Float16, 4, -1, 1);
+  EXPECT_THROW(check_packed(small_palette), coremlrt::Error);  // codes up to 255 index a palette of 4
+  ir::PackedTensor wrong_mask = sparse_floats(DType::Float32, {4, 8}, 0.5);
+  wrong_mask.nonzero += 1;
+  EXPECT_THROW(check_packed(wrong_mask), coremlrt::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loops, PackedWeightTest,
+                         ::testing::Values(packed::SimdLevel::kAvx512, packed::SimdLevel::kAvx2, packed::SimdLevel::kPortable),
+                         [](const ::testing::TestParamInfo<packed::SimdLevel>& info) {
+                           return info.param == packed::SimdLevel::kAvx512 ? "avx512"
+                                  : info.param == packed::SimdLevel::kAvx2 ? "avx2"
+                                                                           : "portable";
+                         });
+
+}  // namespace
+}  // namespace coremlrt::ops
