@@ -49,6 +49,12 @@ struct LoadOptions {
   // weight file stores them, and the kernels that read them decode them as they run
   // (docs/design/compressed-weights.md). false decodes each one into a dense constant at load.
   bool packed_weights = true;
+  // With backend "auto": bytes of weights a backend may hold in a wider form than the weight file
+  // stores them (OpenVINO computes fp16 programs in fp32 and keeps fp32 copies of their fp16
+  // weights; palettized and sparse weights are decoded for it). Regions that would pass it keep
+  // their work on our kernels, which read the weights as stored. 0 = 128 MiB
+  // (docs/design/compressed-weights.md).
+  uint64_t expanded_weights_limit_bytes = 0;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
   // Bytes the cache's entries may take: a load that adds entries removes the least recently

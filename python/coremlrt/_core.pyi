@@ -20,7 +20,8 @@ class State:
 class Model:
     def __init__(self, path: str, function_name: str = "", linger_seconds: float = 1.0, memory_limit_bytes: int = 0,
                  max_loop_iterations: int = 0, backend: str = "auto", low_precision: bool = False, threads: int = 0,
-                 cache_dir: str = "", concurrent_predictions: int = 1, packed_weights: bool = True) -> None: ...
+                 cache_dir: str = "", concurrent_predictions: int = 1, packed_weights: bool = True,
+                 expanded_weights_limit_bytes: int = 0) -> None: ...
     # Per op of the function's block: op_type, op_name, output, backend, reason (str), region (int).
     def placements(self) -> List[Dict[str, Any]]: ...
     @property

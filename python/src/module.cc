@@ -208,7 +208,8 @@ class PyModel {
  public:
   PyModel(const std::string& path, const std::string& function_name, double linger_seconds,
           size_t memory_limit_bytes, int64_t max_loop_iterations, const std::string& backend, bool low_precision,
-          int threads, const std::string& cache_dir, int concurrent_predictions, bool packed_weights) {
+          int threads, const std::string& cache_dir, int concurrent_predictions, bool packed_weights,
+          uint64_t expanded_weights_limit_bytes) {
     LoadOptions options;
     options.function_name = function_name;
     options.memory_limit_bytes = memory_limit_bytes;  // 0: the defaults (coremlrt/limits.h)
@@ -221,6 +222,7 @@ class PyModel {
     options.concurrent_predictions = concurrent_predictions;
     options.cache_dir = cache_dir;
     options.packed_weights = packed_weights;
+    options.expanded_weights_limit_bytes = expanded_weights_limit_bytes;
     model_ = without_gil([&] { return Model::load(path, options); });
   }
 
@@ -337,11 +339,12 @@ NB_MODULE(_core, m) {
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
   nb::class_<PyModel>(m, "Model")
       .def(nb::init<const std::string&, const std::string&, double, size_t, int64_t, const std::string&, bool, int,
-                    const std::string&, int, bool>(),
+                    const std::string&, int, bool, uint64_t>(),
            nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0,
            nb::arg("memory_limit_bytes") = 0, nb::arg("max_loop_iterations") = 0, nb::arg("backend") = "auto",
            nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-           nb::arg("concurrent_predictions") = 1, nb::arg("packed_weights") = true)
+           nb::arg("concurrent_predictions") = 1, nb::arg("packed_weights") = true,
+           nb::arg("expanded_weights_limit_bytes") = 0)
       .def("placements", &PyModel::placements)
       .def_prop_ro("backend", &PyModel::backend)
       .def("stats", &PyModel::stats)

@@ -296,6 +296,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.concurrent_predictions = options.concurrent_predictions;
   backend_options.cache_dir = options.cache_dir;
   backend_options.force = options.backend != "auto";
+  if (options.expanded_weights_limit_bytes) backend_options.expanded_weights_limit = options.expanded_weights_limit_bytes;
   impl->backend = options.backend;
   impl->threads = options.threads;
   const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);

@@ -43,6 +43,19 @@ CACHE_SHAPE = (LAYERS, HEADS, MAX_LEN, HEAD_DIM)
 STATE_NAMES = ("k_cache", "v_cache")
 
 
+class LMConfig:
+    """The LM's sizes; the module-level ones by default. A larger one serves the compressed-weight
+    tests (blocks of 32 along a row need rows of at least 32)."""
+
+    def __init__(self, vocab=VOCAB, dim=DIM, heads=HEADS, layers=LAYERS, max_len=MAX_LEN, prompt=PROMPT):
+        self.vocab, self.dim, self.heads, self.layers, self.max_len, self.prompt = vocab, dim, heads, layers, max_len, prompt
+        self.head_dim = dim // heads
+        self.cache_shape = (layers, heads, max_len, self.head_dim)
+
+
+DEFAULT_CONFIG = LMConfig()
+
+
 @contextlib.contextmanager
 def _quiet_coremltools():
     """Silences the converters' warnings (torch tracer, coremltools' untested-torch notes)."""
@@ -59,8 +72,11 @@ def _quiet_coremltools():
         logger.setLevel(level)
 
 
-def _torch_classes():
+def _torch_classes(config=DEFAULT_CONFIG):
     import torch
+
+    VOCAB, DIM, HEADS, LAYERS, MAX_LEN = config.vocab, config.dim, config.heads, config.layers, config.max_len
+    HEAD_DIM, CACHE_SHAPE = config.head_dim, config.cache_shape
 
     class Layer(torch.nn.Module):
         def __init__(self):
@@ -109,14 +125,16 @@ def _torch_classes():
     return TinyLM
 
 
-def make_torch_lm(seed=0):
+def make_torch_lm(seed=0, config=DEFAULT_CONFIG):
     import torch
 
     torch.manual_seed(seed)
-    return _torch_classes()().eval()
+    module = _torch_classes(config)().eval()
+    module.config = config
+    return module
 
 
-def _convert_lm(module, seq_len, path):
+def _convert_lm(module, seq_len, path, compress=None):
     import coremltools as ct
     import torch
 
@@ -130,13 +148,15 @@ def _convert_lm(module, seq_len, path):
         inputs=[ct.TensorType(name="tokens", shape=(1, seq_len), dtype=np.int32),
                 ct.TensorType(name="start", shape=(1,), dtype=np.int32)],
         outputs=[ct.TensorType(name="logits")],
-        states=[ct.StateType(wrapped_type=ct.TensorType(shape=CACHE_SHAPE, dtype=np.float16), name=name)
+        states=[ct.StateType(wrapped_type=ct.TensorType(shape=module.config.cache_shape, dtype=np.float16), name=name)
                 for name in STATE_NAMES],
         minimum_deployment_target=ct.target.iOS18,
         convert_to="mlprogram",
         compute_precision=ct.precision.FLOAT32,
         skip_model_load=True,
     )
+    if compress:
+        model = compress(model)
     model.save(path)
     return path
 
@@ -154,13 +174,15 @@ def save_multifunction(directory, name, functions, default):
     return path
 
 
-def build_lm_package(directory, seed=0):
-    """Returns (path of the prefill/decode package, the torch module it was converted from)."""
-    module = make_torch_lm(seed)
+def build_lm_package(directory, seed=0, config=DEFAULT_CONFIG, compress=None):
+    """Returns (path of the prefill/decode package, the torch module it was converted from).
+    `compress`, if given, turns each converted function's ct.models.MLModel into another (a
+    coremltools.optimize pass) before the two are joined."""
+    module = make_torch_lm(seed, config)
     directory = str(directory)
     with _quiet_coremltools():
-        prefill = _convert_lm(module, PROMPT, os.path.join(directory, "lm_prefill.mlpackage"))
-        decode = _convert_lm(module, 1, os.path.join(directory, "lm_decode.mlpackage"))
+        prefill = _convert_lm(module, config.prompt, os.path.join(directory, "lm_prefill.mlpackage"), compress)
+        decode = _convert_lm(module, 1, os.path.join(directory, "lm_decode.mlpackage"), compress)
         path = save_multifunction(directory, "lm", {"prefill": prefill, "decode": decode}, default="prefill")
     return path, module
 

@@ -11,7 +11,9 @@
 #include <openvino/runtime/properties.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "backends/openvino/lowering.h"
@@ -179,6 +181,27 @@ class OpenVinoBackend final : public Backend {
 
   std::string worth_running(const Region& region) const override {
     if (options_.force) return {};
+    std::string why = cheap_region(region);
+    if (!why.empty()) return why;
+    // The memory rule: OpenVINO's CPU plugin holds fp16 weights (and palettized or sparse ones,
+    // which it gets decoded) as fp32 copies of its own, beside the file's weights. Measured on a
+    // 6-layer fp16 decoder (53 M weights, 107 MB), backend="openvino" added 412 MB of anonymous
+    // memory at load. A model's regions may make such copies up to a limit, in load order; past it a
+    // region stays on our kernels, which read the weights as stored.
+    const uint64_t expanded = expanded_weight_bytes(region);
+    const uint64_t limit = options_.expanded_weights_limit;
+    if (expanded == 0) return {};
+    uint64_t used = expanded_used_.load();
+    while (used + expanded <= limit && !expanded_used_.compare_exchange_weak(used, used + expanded)) {
+    }
+    if (used + expanded <= limit) return {};
+    return "OpenVINO would hold " + std::to_string(expanded >> 20) + " MiB of the region's weights as fp32 copies, past "
+           "the model's limit of " + std::to_string(limit >> 20) + " MiB for expanded weights (expanded_weights_limit_bytes; "
+           "backend=\"openvino\" forces it)";
+  }
+
+  // Why a region is too cheap for OpenVINO's per-call cost; empty when it is not.
+  std::string cheap_region(const Region& region) const {
     double total_macs = 0, elements = 0;
     for (const ir::Operation* op : region.ops) {
       total_macs += macs(*op, region.values);
@@ -198,7 +221,26 @@ class OpenVinoBackend final : public Backend {
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
 
  private:
+  // Bytes the compiled region would hold wider than the weights are stored: fp16 constants of a
+  // region computed in fp32, and palettized or sparse weights decoded for it (packed.cc); each
+  // constant once.
+  uint64_t expanded_weight_bytes(const Region& region) const {
+    std::set<const ir::ConstValue*> seen;
+    uint64_t bytes = 0;
+    for (const ir::Operation* op : region.ops)
+      for (const auto& [param, bindings] : op->inputs)
+        for (const ir::Binding& binding : bindings) {
+          const ir::ConstValue* c = region.values.constant(binding);
+          if (!c || !seen.insert(c).second || c->type.kind != ir::TypeKind::Tensor) continue;
+          const uint64_t n = static_cast<uint64_t>(shape_numel(c->tensor.shape));
+          if (c->packed) bytes += packed_widens(*c->packed) ? n * 4 : 0;
+          else if (c->tensor.dtype == DType::Float16 && !options_.low_precision) bytes += n * 4;
+        }
+    return bytes;
+  }
+
   BackendOptions options_;
+  mutable std::atomic<uint64_t> expanded_used_{0};
 };
 
 // Builds the region's graph: parameters for its inputs, constants (views of the plan's

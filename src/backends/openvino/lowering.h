@@ -95,6 +95,9 @@ using LoweringTable = std::map<std::string, OpLowering>;
 // Packed constants (compressed weights, src/ir/packed.h; packed.cc). Why OpenVINO does not run
 // `op` with this packed input; empty when it does.
 std::string packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
+// Whether packed_constant gives OpenVINO the weight decoded (a palette, a sparse weight) rather
+// than in its stored form.
+bool packed_widens(const ir::PackedTensor& packed);
 // The constant's values as graph nodes of element type `compute`: affine int8/uint8/int4/uint4
 // weights as OpenVINO's weight-decompression pattern (its CPU plugin then keeps them compressed
 // in its matrix kernels), any other form decoded into a dense constant. `kept` receives the

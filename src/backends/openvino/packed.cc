@@ -40,6 +40,8 @@ bool decompressible(const ir::PackedTensor& p) {
 
 }  // namespace
 
+bool packed_widens(const ir::PackedTensor& packed) { return !decompressible(packed); }
+
 std::string packed_support(const ir::Operation& op, const ir::PackedTensor& packed) {
   if (op.type == "conv") return {};
   if ((op.type == "linear" || op.type == "matmul") && decompressible(packed)) return {};
