@@ -49,12 +49,11 @@ struct LoadOptions {
   // weight file stores them, and the kernels that read them decode them as they run
   // (docs/design/compressed-weights.md). false decodes each one into a dense constant at load.
   bool packed_weights = true;
-  // With backend "auto": bytes of weights a backend may hold in a wider form than the weight file
-  // stores them (OpenVINO computes fp16 programs in fp32 and keeps fp32 copies of their fp16
-  // weights; palettized and sparse weights are decoded for it). Regions that would pass it keep
-  // their work on our kernels, which read the weights as stored. 0 = 128 MiB
-  // (docs/design/compressed-weights.md).
-  uint64_t expanded_weights_limit_bytes = 0;
+  // With backend "auto": bytes of copies of the weights a backend may hold beside the weight file
+  // (OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32). Regions that
+  // would pass it keep their work on our kernels, which read the weights as the file stores them.
+  // 0 = the model's weight bytes, and at least 64 MiB (docs/design/compressed-weights.md).
+  uint64_t weight_copies_limit_bytes = 0;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
   // Bytes the cache's entries may take: a load that adds entries removes the least recently

@@ -282,9 +282,10 @@ class MLModel:
     sparse: ``coremltools.optimize``) in the form the weight file stores them, and the kernels
     that read them decode them as they run: the model takes about its file's size in memory.
     ``False`` decodes every one into a dense constant at load (docs/design/compressed-weights.md).
-    ``expanded_weights_limit_bytes`` (default 128 MiB) caps the weights the OpenVINO backend may
-    hold in a wider form than the file stores them (fp32 copies of fp16 weights, decoded palettes):
-    with ``backend="auto"``, regions past it keep their work on coremlrt's kernels.
+    ``weight_copies_limit_bytes`` caps the copies of the weights the OpenVINO backend may hold
+    beside the weight file (it repacks the weights its kernels read, and keeps fp16 ones as fp32):
+    with ``backend="auto"``, regions past it run on coremlrt's kernels, which read the weights as
+    stored. Default: the model's weight bytes, at least 64 MiB.
     ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
     model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
     ``None`` turns the cache off).
@@ -299,7 +300,7 @@ class MLModel:
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
                  backend=None, threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
                  max_loop_iterations=None, concurrent_predictions=None, packed_weights=True,
-                 expanded_weights_limit_bytes=None):
+                 weight_copies_limit_bytes=None):
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"Expected model to be a path to an .mlpackage or .mlmodelc folder or an .mlmodel file, "
                             f"got {type(model).__name__}")
@@ -312,7 +313,7 @@ class MLModel:
         self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
         self.compute_unit = compute_units
         for name, value in (("memory_limit_bytes", memory_limit_bytes), ("max_loop_iterations", max_loop_iterations),
-                            ("expanded_weights_limit_bytes", expanded_weights_limit_bytes)):
+                            ("weight_copies_limit_bytes", weight_copies_limit_bytes)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f'"{name}" must be a positive int or None, got {value!r}')
         if backend is None:
@@ -329,13 +330,13 @@ class MLModel:
                                   memory_limit_bytes or 0, max_loop_iterations or 0, backend,
                                   compute_units.name == "CPU_AND_NE", threads or 0,
                                   os.fspath(cache_dir) if cache_dir else "", concurrent_predictions or 1,
-                                  bool(packed_weights), expanded_weights_limit_bytes or 0)
+                                  bool(packed_weights), weight_copies_limit_bytes or 0)
         self._load_options = dict(compute_units=compute_units, function_name=function_name,
                                   context_linger=float(context_linger), backend=backend, threads=threads,
                                   cache_dir=os.fspath(cache_dir) if cache_dir else None,
                                   memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations,
                                   concurrent_predictions=concurrent_predictions, packed_weights=packed_weights,
-                                  expanded_weights_limit_bytes=expanded_weights_limit_bytes)
+                                  weight_copies_limit_bytes=weight_copies_limit_bytes)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0

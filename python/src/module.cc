@@ -209,7 +209,7 @@ class PyModel {
   PyModel(const std::string& path, const std::string& function_name, double linger_seconds,
           size_t memory_limit_bytes, int64_t max_loop_iterations, const std::string& backend, bool low_precision,
           int threads, const std::string& cache_dir, int concurrent_predictions, bool packed_weights,
-          uint64_t expanded_weights_limit_bytes) {
+          uint64_t weight_copies_limit_bytes) {
     LoadOptions options;
     options.function_name = function_name;
     options.memory_limit_bytes = memory_limit_bytes;  // 0: the defaults (coremlrt/limits.h)
@@ -222,7 +222,7 @@ class PyModel {
     options.concurrent_predictions = concurrent_predictions;
     options.cache_dir = cache_dir;
     options.packed_weights = packed_weights;
-    options.expanded_weights_limit_bytes = expanded_weights_limit_bytes;
+    options.weight_copies_limit_bytes = weight_copies_limit_bytes;
     model_ = without_gil([&] { return Model::load(path, options); });
   }
 
@@ -344,7 +344,7 @@ NB_MODULE(_core, m) {
            nb::arg("memory_limit_bytes") = 0, nb::arg("max_loop_iterations") = 0, nb::arg("backend") = "auto",
            nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "",
            nb::arg("concurrent_predictions") = 1, nb::arg("packed_weights") = true,
-           nb::arg("expanded_weights_limit_bytes") = 0)
+           nb::arg("weight_copies_limit_bytes") = 0)
       .def("placements", &PyModel::placements)
       .def_prop_ro("backend", &PyModel::backend)
       .def("stats", &PyModel::stats)

@@ -86,10 +86,10 @@ struct BackendOptions {
   // Claim every region the backend can run, however small (backend="openvino"); otherwise the
   // backend's cost rule drops regions too cheap to pay its per-call overhead (backend="auto").
   bool force = false;
-  // Bytes of weights the backend may hold in a wider form than the file stores them (fp16
-  // widened to fp32, palettes and sparse weights decoded), over all regions of one load; a region
-  // that would pass it stays on our kernels (not applied with `force`).
-  uint64_t expanded_weights_limit = uint64_t{128} << 20;
+  // Bytes of copies of weights (repacked, widened or decoded: beside the weight file) the
+  // backend may hold over all regions of one load; a region that would pass it stays on our
+  // kernels (not applied with `force`). Model::load sets it (LoadOptions::weight_copies_limit_bytes).
+  uint64_t weight_copies_limit = uint64_t{64} << 20;
 };
 
 class Backend {

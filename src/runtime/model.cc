@@ -296,7 +296,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.concurrent_predictions = options.concurrent_predictions;
   backend_options.cache_dir = options.cache_dir;
   backend_options.force = options.backend != "auto";
-  if (options.expanded_weights_limit_bytes) backend_options.expanded_weights_limit = options.expanded_weights_limit_bytes;
+  backend_options.weight_copies_limit =
+      options.weight_copies_limit_bytes ? options.weight_copies_limit_bytes
+                                        : std::max<uint64_t>(uint64_t{64} << 20, impl->loaded.weight_bytes);
   impl->backend = options.backend;
   impl->threads = options.threads;
   const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);

@@ -192,11 +192,64 @@ def build_fixture_fuzz_predict(directory):
                 [({"x": x, "indices": indices}, {"y": e / e.sum(-1, keepdims=True), "row_max": x.max(-1)}, None)])
 
 
+def build_fixture_compressed(directory):
+    """Linear layers whose weights are stored in each compressed iOS18 form (int4 per block with an
+    int4 offset, a 4-bit palette per group of rows, 50 % sparse, sparse + palette, sparse + int8),
+    fp32 scales and palettes: y_<form> = x @ W_<form>^T. Small enough to seed the fuzz targets
+    (fuzz/make_seeds.py) with packed weights."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    rng = np.random.default_rng(26)
+    rows, cols = 16, 64
+    d4 = rng.integers(-8, 8, size=(rows, cols)).astype(types.np_int4_dtype)
+    s4 = rng.uniform(0.01, 0.1, size=(rows, 2)).astype(np.float32)
+    o4 = rng.integers(-8, 8, size=(rows, 2)).astype(types.np_int4_dtype)
+    idx = rng.integers(0, 16, size=(rows, cols)).astype(types.np_uint4_dtype)
+    lut = rng.standard_normal((rows // 8, 1, 16, 1)).astype(np.float32)
+    mask = (rng.random((rows, cols)) < 0.5).astype(types.np_uint1_dtype)
+    nz = rng.standard_normal(int(mask.sum())).astype(np.float32)
+    nz_idx = rng.integers(0, 16, size=int(mask.sum())).astype(types.np_uint4_dtype)
+    nz_q = rng.integers(-127, 128, size=int(mask.sum())).astype(np.int8)
+    s_q = rng.uniform(0.001, 0.01, size=(rows, 1)).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, cols))], opset_version=ct.target.iOS18)
+    def prog(x):
+        m1, v1 = mb.constexpr_lut_to_sparse(indices_mask=mask, indices_nonzero_data=nz_idx, lut=lut)
+        m2, v2 = mb.constexpr_sparse_blockwise_shift_scale(data_mask=mask, nonzero_data=nz_q, scale=s_q)
+        weights = {
+            "int4_block": mb.constexpr_blockwise_shift_scale(data=d4, scale=s4, offset=o4),
+            "palette": mb.constexpr_lut_to_dense(indices=idx, lut=lut),
+            "sparse": mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=mask),
+            "sparse_palette": mb.constexpr_sparse_to_dense(nonzero_data=v1, mask=m1),
+            "sparse_int8": mb.constexpr_sparse_to_dense(nonzero_data=v2, mask=m2),
+        }
+        return tuple(mb.linear(x=x, weight=w, name=name) for name, w in weights.items())
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT32, skip_model_load=True)
+    model.save(os.path.join(directory, "model.mlpackage"))
+    nonzero = mask != 0
+    row_of = np.nonzero(nonzero)[0]
+    dense = {"int4_block": (d4.astype(np.float64) - np.repeat(o4, 32, axis=1)) * np.repeat(s4, 32, axis=1),
+             "palette": np.take_along_axis(np.repeat(lut[:, 0, :, 0], 8, axis=0), idx.astype(np.int64), axis=1)}
+    for name, values in (("sparse", nz), ("sparse_palette", lut[row_of // 8, 0, nz_idx.astype(np.int64), 0]),
+                         ("sparse_int8", nz_q.astype(np.float64) * s_q[row_of, 0])):
+        dense[name] = np.zeros((rows, cols))
+        dense[name][nonzero] = values
+    x = rng.standard_normal((2, cols)).astype(np.float32)
+    expected = {name: (x.astype(np.float64) @ w.T).astype(np.float32) for name, w in dense.items()}
+    _write_case(directory, {"name": "fixture_compressed", "format": "mlprogram", "function_name": None,
+                            "rtol": 1e-5, "atol": 1e-5}, [({"x": x}, expected, None)])
+
+
 BUILDERS = {
     "fixture_add": build_fixture_add,
     "fixture_stateful_accumulator": build_fixture_stateful_accumulator,
     "fixture_multifunction": build_fixture_multifunction,
     "fixture_fuzz_predict": build_fixture_fuzz_predict,
+    "fixture_compressed": build_fixture_compressed,
 }
 
 

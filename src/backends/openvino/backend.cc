@@ -183,20 +183,21 @@ class OpenVinoBackend final : public Backend {
     if (options_.force) return {};
     std::string why = cheap_region(region);
     if (!why.empty()) return why;
-    // The memory rule: OpenVINO's CPU plugin holds fp16 weights (and palettized or sparse ones,
-    // which it gets decoded) as fp32 copies of its own, beside the file's weights. Measured on a
-    // 6-layer fp16 decoder (53 M weights, 107 MB), backend="openvino" added 412 MB of anonymous
-    // memory at load. A model's regions may make such copies up to a limit, in load order; past it a
-    // region stays on our kernels, which read the weights as stored.
-    const uint64_t expanded = expanded_weight_bytes(region);
-    const uint64_t limit = options_.expanded_weights_limit;
-    if (expanded == 0) return {};
-    uint64_t used = expanded_used_.load();
-    while (used + expanded <= limit && !expanded_used_.compare_exchange_weak(used, used + expanded)) {
+    // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
+    // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
+    // fp16 weights (a 6-layer fp16 decoder of 107 MB took +412 MB of anonymous memory with
+    // backend="openvino"), repacked int8 and int4 ones, convolution weights decoded for it. The
+    // regions of one load may hold such copies up to a limit; past it a region stays on our
+    // kernels, which read every weight as the file stores it.
+    const uint64_t copies = weight_copy_bytes(region);
+    const uint64_t limit = options_.weight_copies_limit;
+    if (copies == 0) return {};
+    uint64_t used = copies_used_.load();
+    while (used + copies <= limit && !copies_used_.compare_exchange_weak(used, used + copies)) {
     }
-    if (used + expanded <= limit) return {};
-    return "OpenVINO would hold " + std::to_string(expanded >> 20) + " MiB of the region's weights as fp32 copies, past "
-           "the model's limit of " + std::to_string(limit >> 20) + " MiB for expanded weights (expanded_weights_limit_bytes; "
+    if (used + copies <= limit) return {};
+    return "OpenVINO would hold " + std::to_string(copies >> 20) + " MiB of copies of the region's weights, past the "
+           "limit of " + std::to_string(limit >> 20) + " MiB of weight copies for this model (weight_copies_limit_bytes; "
            "backend=\"openvino\" forces it)";
   }
 
@@ -221,10 +222,11 @@ class OpenVinoBackend final : public Backend {
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
 
  private:
-  // Bytes the compiled region would hold wider than the weights are stored: fp16 constants of a
-  // region computed in fp32, and palettized or sparse weights decoded for it (packed.cc); each
-  // constant once.
-  uint64_t expanded_weight_bytes(const Region& region) const {
+  // Bytes of weight copies the compiled region would hold: fp32 for fp16 weights of a region
+  // computed in fp32 and for palettized or sparse weights decoded for it (packed.cc), the stored
+  // size for fp32 and affine compressed weights, which OpenVINO repacks; each constant once.
+  // Small constants (biases, norms: under 4,096 elements) are not weights worth counting.
+  uint64_t weight_copy_bytes(const Region& region) const {
     std::set<const ir::ConstValue*> seen;
     uint64_t bytes = 0;
     for (const ir::Operation* op : region.ops)
@@ -233,14 +235,16 @@ class OpenVinoBackend final : public Backend {
           const ir::ConstValue* c = region.values.constant(binding);
           if (!c || !seen.insert(c).second || c->type.kind != ir::TypeKind::Tensor) continue;
           const uint64_t n = static_cast<uint64_t>(shape_numel(c->tensor.shape));
-          if (c->packed) bytes += packed_widens(*c->packed) ? n * 4 : 0;
-          else if (c->tensor.dtype == DType::Float16 && !options_.low_precision) bytes += n * 4;
+          if (n < 4096) continue;
+          if (c->packed) bytes += packed_widens(*c->packed) ? n * 4 : c->packed->stored_bytes();
+          else if (c->tensor.dtype == DType::Float16) bytes += options_.low_precision ? n * 2 : n * 4;
+          else if (c->tensor.dtype == DType::Float32) bytes += n * 4;
         }
     return bytes;
   }
 
   BackendOptions options_;
-  mutable std::atomic<uint64_t> expanded_used_{0};
+  mutable std::atomic<uint64_t> copies_used_{0};
 };
 
 // Builds the region's graph: parameters for its inputs, constants (views of the plan's

@@ -20,6 +20,7 @@ from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
 import coremlrt
+import corpus
 from mil_helpers import save_program
 
 RNG = np.random.default_rng(2026)
@@ -367,3 +368,15 @@ def test_int4_lm_greedy_tokens_equal_the_folded_weights(int4_lm, backend):
 
     assert config.prompt + 32 <= config.max_len
     assert generate(True) == generate(False)
+
+
+@pytest.mark.parametrize("backend", ["reference", "openvino"])
+def test_compressed_fixture_matches_numpy(backend):
+    """tests/python/fixtures.py's compressed case (also a fuzz seed): every form against numpy."""
+    case = corpus.load_case("fixture_compressed")
+    inputs, expected = corpus.step_arrays("fixture_compressed", case, 0)
+    model = coremlrt.MLModel(corpus.model_path("fixture_compressed", case), backend=backend, cache_dir=None)
+    assert all(p["backend"] == "packed" for p in model.placements() if p["op_type"].startswith("constexpr_"))
+    got = model.predict(inputs)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=case["rtol"], atol=case["atol"], err_msg=name)
