@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
 #define COREMLRT_PACKED_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 // GCC 12's AVX-512 intrinsics that fill half a register start from an undefined value and draw
 // false "may be used uninitialized" warnings (as in gemm.cc).
@@ -45,15 +46,22 @@ SimdLevel cpu_level() {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vl"))
       return SimdLevel::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-      return SimdLevel::kAvx2;
+    // F16C: CPUID leaf 1, ECX bit 29 (clang 16 has no __builtin_cpu_supports name for it).
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return SimdLevel::kAvx2;
     return SimdLevel::kPortable;
   }();
   return level;
 }
 
+// CPUID leaf 7, ECX bit 6 (clang 16 has no __builtin_cpu_supports name for it); only asked where
+// AVX-512 itself is usable, which cpu_level() checked with the OS's support included.
 bool has_vbmi2() {
-  static const bool yes = __builtin_cpu_supports("avx512vbmi2");
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 6)) != 0;
+  }();
   return yes;
 }
 
@@ -104,6 +112,8 @@ int64_t expand_tail(const ir::PackedTensor& t, const Code* codes, int64_t p, int
 // ---------------------------------------------------------------- AVX-512
 
 #define COREMLRT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt")))
+// The per-group loops, inlined into the drivers that walk a run of groups.
+#define COREMLRT_AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline))
 #define COREMLRT_AVX512_VBMI2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,f16c,popcnt")))
 
 COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, kNearest)); }
@@ -150,7 +160,7 @@ COREMLRT_AVX512 inline void split_nibbles(__m128i bytes, __m128i& first, __m128i
   second = _mm_unpackhi_epi8(lo, hi);
 }
 
-COREMLRT_AVX512 [[gnu::always_inline]] inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
+COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
   const __m512i table = _mm512_zextsi256_si512(_mm512_cvtps_ph(nibble_values16<false>(g, is_signed), kNearest));
   alignas(64) half values[32];
   _mm512_store_si512(values, table);
@@ -164,7 +174,7 @@ COREMLRT_AVX512 [[gnu::always_inline]] inline void nibbles512(const Group& g, bo
   nibble_tail(values, bytes, i, n, out);
 }
 
-COREMLRT_AVX512 [[gnu::always_inline]] inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
+COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
   const __m512 table = nibble_values16(g, is_signed);
   alignas(64) float values[16];
   _mm512_store_ps(values, table);
@@ -182,7 +192,7 @@ COREMLRT_AVX512 inline __m512 byte_codes16(const uint8_t* p, bool is_signed) {
   return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 }
 
-COREMLRT_AVX512 [[gnu::always_inline]] inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
+COREMLRT_AVX512_INLINE inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
@@ -190,7 +200,7 @@ COREMLRT_AVX512 [[gnu::always_inline]] inline void bytes512(const Group& g, cons
   byte_tail(g, codes, is_signed, k, i, n, out);
 }
 
-COREMLRT_AVX512 [[gnu::always_inline]] inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
+COREMLRT_AVX512_INLINE inline void bytes512(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, map16(g, byte_codes16(codes + k + i, is_signed)));
   byte_tail(g, codes, is_signed, k, i, n, out);
@@ -235,6 +245,7 @@ COREMLRT_AVX512 int64_t expand512_fp32(const ir::PackedTensor& t, int64_t p, int
 // ---------------------------------------------------------------- AVX2
 
 #define COREMLRT_AVX2 __attribute__((target("avx2,fma,f16c,popcnt")))
+#define COREMLRT_AVX2_INLINE __attribute__((target("avx2,fma,f16c,popcnt"), always_inline))
 
 COREMLRT_AVX2 inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kNearest)); }
 
@@ -278,7 +289,7 @@ COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256&
                    : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
 }
 
-COREMLRT_AVX2 [[gnu::always_inline]] inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
+COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
   __m256 low, high;
   nibble_values8<false>(g, is_signed, low, high);
   const __m128i low_halves = _mm256_cvtps_ph(low, kNearest), high_halves = _mm256_cvtps_ph(high, kNearest);
@@ -308,7 +319,7 @@ COREMLRT_AVX2 [[gnu::always_inline]] inline void nibbles256(const Group& g, bool
   nibble_tail(values, bytes, i, n, out);
 }
 
-COREMLRT_AVX2 [[gnu::always_inline]] inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
+COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
   __m256 low, high;
   nibble_values8(g, is_signed, low, high);
   const __m128i low4 = _mm_set1_epi8(0x0f);
@@ -336,14 +347,14 @@ COREMLRT_AVX2 inline __m256 byte_codes8(const uint8_t* p, bool is_signed) {
   return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
 }
 
-COREMLRT_AVX2 [[gnu::always_inline]] inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
+COREMLRT_AVX2_INLINE inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(map8<false>(g, byte_codes8(codes + k + i, is_signed)), kNearest));
   byte_tail(g, codes, is_signed, k, i, n, out);
 }
 
-COREMLRT_AVX2 [[gnu::always_inline]] inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
+COREMLRT_AVX2_INLINE inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, map8(g, byte_codes8(codes + k + i, is_signed)));
   byte_tail(g, codes, is_signed, k, i, n, out);
