@@ -289,6 +289,45 @@ COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256&
                    : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
 }
 
+// Affine 4-bit codes whose values need at most one rounding (shift-scale in fp32 or with an exact
+// difference, iOS16 affine): computed lane by lane, (code - offset) * scale, 32 codes at a time.
+// Without AVX-512's 16-lane permute, building a table of each block's sixteen values costs more
+// than computing the values of its 32 codes.
+bool affine_arithmetic(const Group& g) {
+  return (g.map == ir::CodeMap::kShiftScale && (!g.half_scale || g.exact_difference)) || g.map == ir::CodeMap::kAffine;
+}
+
+template <class Out>
+COREMLRT_AVX2_INLINE inline void nibbles256_affine(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n,
+                                                   Out* out) {
+  const __m256 scale = _mm256_set1_ps(g.scale), offset = _mm256_set1_ps(g.offset);
+  const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(is_signed ? 8 : 0);
+  const bool round = g.half_values && !std::is_same_v<Out, half>;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + i / 2));
+    const __m128i lo = _mm_and_si128(codes, low4), hi = _mm_and_si128(_mm_srli_epi16(codes, 4), low4);
+    // Codes 0..15 and 16..31, one byte each; int4 ones sign-extended ((r ^ 8) - 8).
+    const __m128i first = _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), eight), eight);
+    const __m128i second = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
+    const __m128i quarters[4] = {first, _mm_srli_si128(first, 8), second, _mm_srli_si128(second, 8)};
+    for (int q = 0; q < 4; ++q) {
+      const __m256 code = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quarters[q]));
+      __m256 v = _mm256_mul_ps(_mm256_sub_ps(code, offset), scale);
+      if constexpr (std::is_same_v<Out, half>) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8 * q), _mm256_cvtps_ph(v, kNearest));
+      } else {
+        if (round) v = round_half8(v);
+        _mm256_storeu_ps(out + i + 8 * q, v);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    const uint32_t raw = (bytes[i / 2] >> (4 * (i % 2))) & 15u;
+    out[i] = static_cast<Out>(value_of(g, static_cast<float>(code_integer(raw, 4, is_signed)), raw));
+  }
+}
+
 COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
   __m256 low, high;
   nibble_values8<false>(g, is_signed, low, high);
@@ -424,6 +463,10 @@ template <class Out>
 COREMLRT_AVX2 void nibbles256(const Run& run, Out* out) {
   const bool is_signed = run.tensor->codes.dtype == DType::Int4;
   const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
+  if (affine_arithmetic(run.shape)) {
+    COREMLRT_FOR_EACH_GROUP(run, nibbles256_affine(group, is_signed, bytes + done / 2, len, out + done))
+    return;
+  }
   COREMLRT_FOR_EACH_GROUP(run, nibbles256(group, is_signed, bytes + done / 2, len, out + done))
 }
 
