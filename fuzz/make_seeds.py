@@ -1,7 +1,8 @@
 """Seed inputs for the fuzz targets (fuzz/README.md), one folder per target under OUT.
 
 Sources: every case of ../shared/corpus when it is present (COREMLRT_CORPUS overrides), and
-always the models tests/python/fixtures.py generates plus a neuralNetwork MLP converted here,
+always the models tests/python/fixtures.py generates, a neuralNetwork MLP converted here and
+the detection models of tests/python/detection_helpers.py,
 so a fresh clone has seeds too. Files over 256 KiB are left out (they slow the fuzzer down
 without covering more of the readers).
 
@@ -53,6 +54,31 @@ def neural_network_models(out_dir):
     return paths + [generated]
 
 
+def detection_specs():
+    """Serialized specs of the detection readers: a nonMaximumSuppression model (float32,
+    thresholds as inputs; double with a fixed row count and int64 labels), a pipeline of a
+    neuralNetwork detector and such a model, and a neuralNetwork NonMaximumSuppression layer."""
+    import numpy as np
+    import coremltools as ct
+    import torch
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    import detection_helpers as dh
+
+    specs = [dh.nms_spec(), dh.nms_spec(dtype="double", rows=(4, 4), labels=[3, 5, 7], threshold_inputs=None)]
+    detector = ct.convert(torch.jit.trace(dh.Detector(), torch.zeros(dh.IMAGE)), convert_to="neuralnetwork",
+                          inputs=[ct.TensorType(name="image", shape=dh.IMAGE, dtype=np.float32)],
+                          outputs=[ct.TensorType(name="raw_confidence"), ct.TensorType(name="raw_coordinates")])
+    specs.append(ct.utils.make_pipeline(detector, ct.models.MLModel(dh.nms_spec())).get_spec())
+    builder = NeuralNetworkBuilder([("boxes", datatypes.Array(1, 8, 4)), ("scores", datatypes.Array(1, 8, 2))],
+                                   [(name, None) for name in ("b", "s", "i", "n")], disable_rank5_shape_mapping=True)
+    builder.add_nms("nms", ["boxes", "scores"], ["b", "s", "i", "n"], iou_threshold=0.4, score_threshold=0.1,
+                    max_boxes=3, per_class_suppression=True)
+    specs.append(builder.spec)
+    return [spec.SerializeToString() for spec in specs]
+
+
 def write(folder, data):
     if len(data) > MAX_SEED:
         return
@@ -82,6 +108,8 @@ def main(out):
         if model.WhichOneof("Type") == "neuralNetwork":
             write(os.path.join(out, "neural_network"), model.neuralNetwork.SerializeToString())
             write(os.path.join(out, "program"), read(path))
+    for data in detection_specs():
+        write(os.path.join(out, "program"), data)
     rng = __import__("random").Random(7)
     for rows in (1, 3, 8):
         indices = struct.pack("<4i", *(rng.randrange(rows) for _ in range(4)))

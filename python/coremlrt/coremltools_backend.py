@@ -441,6 +441,22 @@ def _make_state_without_os_check(original):
     return make_state
 
 
+def _predict_raising_the_load_error(original):
+    """A model our proxy refused to load keeps no proxy; coremltools 9.0 keeps the error
+    (MLModel._framework_error) but its predict first says "only supported on macOS", which
+    hides why. For such a model predict raises coremlrt's own load error (a coremlrt.Error
+    naming the model and the reason); every other model keeps the original method."""
+
+    @functools.wraps(original)
+    def predict(self, *args, **kwargs):
+        error = getattr(self, "_framework_error", None)
+        if self.__proxy__ is None and isinstance(error, Error):
+            raise error
+        return original(self, *args, **kwargs)
+
+    return predict
+
+
 def _compiled_init_check_without_os_check(original):
     """CompiledMLModel's argument check starts by refusing anything older than macOS 10.13,
     which Linux reports as (); with our proxy installed the check is about nothing, so this
@@ -547,7 +563,8 @@ def enable():
 
     Installs a ``coremltools.libcoremlpython`` module holding our proxy classes, points every
     already-imported coremltools module's own references to them at ours, lets
-    ``MLModel.make_state`` work for models our proxy loaded, and lets ``compile_model`` and
+    ``MLModel.make_state`` work for models our proxy loaded, makes ``MLModel.predict`` of a
+    model our proxy refused raise coremlrt's load error, and lets ``compile_model`` and
     ``CompiledMLModel`` past their macOS checks. Models created earlier keep the proxy they
     were created with (None on Linux): create them again after enable().
     Raises RuntimeError on a coremltools version whose proxy interface may differ.
@@ -579,6 +596,7 @@ def enable():
                 _saved.setdefault((name, attribute), current)
                 setattr(module, attribute, ours)
     _patch(ct_model.MLModel, "make_state", _make_state_without_os_check)
+    _patch(ct_model.MLModel, "predict", _predict_raising_the_load_error)
     _patch(ct_compiled.CompiledMLModel, "_init_check", _compiled_init_check_without_os_check)
     for owner, attribute, make in ((ct_utils, "compile_model", _compile_model_without_os_check),
                                    (ct_model, "_verify_optimization_hint_input", _verify_hints_without_os_check)):

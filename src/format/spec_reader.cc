@@ -304,7 +304,8 @@ bool translated_type(const spec::Model& model) {
     case spec::Model::kOneHotEncoder:
     case spec::Model::kIdentity:
     case spec::Model::kDictVectorizer:
-    case spec::Model::kCategoricalMapping: return true;
+    case spec::Model::kCategoricalMapping:
+    case spec::Model::kNonMaximumSuppression: return true;
     default: return false;
   }
 }
@@ -312,24 +313,59 @@ bool translated_type(const spec::Model& model) {
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
                             const std::string& type, bool stage, ValueReader* values);
 
+// The Pipeline message of a pipeline, pipelineClassifier or pipelineRegressor; false when it
+// does not parse.
+bool parse_pipeline(const spec::Model& model, spec::Pipeline& pipeline) {
+  if (model.Type_case() == spec::Model::kPipeline) return pipeline.ParseFromString(model.pipeline());
+  if (model.Type_case() == spec::Model::kPipelineClassifier) {
+    spec::PipelineClassifier outer;
+    if (!outer.ParseFromString(model.pipelineclassifier())) return false;
+    pipeline = outer.pipeline();
+    return true;
+  }
+  spec::PipelineRegressor outer;
+  if (!outer.ParseFromString(model.pipelineregressor())) return false;
+  pipeline = outer.pipeline();
+  return true;
+}
+
+// A nonMaximumSuppression stage reads the threshold inputs its message names from the features
+// of its pipeline, as Core ML passes a stage every feature by name, even when the stage's own
+// description leaves them out (as detector exporters write it).
+void add_threshold_inputs(const std::string& nms, const FunctionDescription& pipeline, FunctionDescription& stage) {
+  for (const auto& [name, threshold] : classic::non_maximum_suppression_thresholds(nms)) {
+    bool declared = false;
+    for (const FeatureDescription& f : stage.inputs) declared = declared || f.name == name;
+    if (declared) continue;
+    for (const FeatureDescription& f : pipeline.inputs)
+      if (f.name == name && f.kind == FeatureKind::Double) stage.inputs.push_back(f);
+  }
+}
+
+// The message's own threshold for every optional double input that a nonMaximumSuppression
+// model (or a pipeline stage, at any depth) names as its threshold input and that declares no
+// default: Core ML uses the message's threshold when such an input is absent.
+void collect_threshold_defaults(const spec::Model& model, std::map<std::string, double>& out, int depth) {
+  if (model.Type_case() == spec::Model::kNonMaximumSuppression) {
+    for (const auto& [name, threshold] : classic::non_maximum_suppression_thresholds(model.nonmaximumsuppression()))
+      out.emplace(name, threshold);
+    return;
+  }
+  if (!is_pipeline(model) || depth >= kMaxBlockNesting) return;
+  spec::Pipeline pipeline;
+  if (!parse_pipeline(model, pipeline)) return;  // translate_pipeline reports it
+  for (const std::string& bytes : pipeline.models()) {
+    spec::Model stage;
+    if (stage.ParseFromString(bytes)) collect_threshold_defaults(stage, out, depth + 1);
+  }
+}
+
 // A pipeline's stages, each translated on its own, spliced into one function
 // (format/pipeline_splicer.h).
 ir::Program translate_pipeline(const spec::Model& model, const FunctionDescription& description,
                                const std::string& type, int depth, ValueReader* values) {
   spec::Pipeline pipeline;
-  bool parsed = false;
-  if (model.Type_case() == spec::Model::kPipeline) {
-    parsed = pipeline.ParseFromString(model.pipeline());
-  } else if (model.Type_case() == spec::Model::kPipelineClassifier) {
-    spec::PipelineClassifier outer;
-    parsed = outer.ParseFromString(model.pipelineclassifier());
-    pipeline = outer.pipeline();
-  } else {
-    spec::PipelineRegressor outer;
-    parsed = outer.ParseFromString(model.pipelineregressor());
-    pipeline = outer.pipeline();
-  }
-  COREMLRT_CHECK(parsed, type, ": the message does not parse");
+  COREMLRT_CHECK(parse_pipeline(model, pipeline), type, ": the message does not parse");
   COREMLRT_CHECK(depth < kMaxBlockNesting, type, ": pipelines nested more than ", kMaxBlockNesting,
                  " deep (the nesting limit; coremlrt/limits.h)");
   std::vector<PipelineStage> stages;
@@ -345,6 +381,8 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
                    stage_description.functions.size(), " functions; a stage has one");
     stage.description = stage_description.functions.front();
     try {
+      if (stage_model.Type_case() == spec::Model::kNonMaximumSuppression)
+        add_threshold_inputs(stage_model.nonmaximumsuppression(), description, stage.description);
       if (is_pipeline(stage_model))
         stage.program =
             translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1, values);
@@ -430,6 +468,9 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     case spec::Model::kIdentity: out = classic::read_identity(d); break;
     case spec::Model::kDictVectorizer: out = classic::read_dict_vectorizer(model.dictvectorizer(), d); break;
     case spec::Model::kCategoricalMapping: out = classic::read_categorical_mapping(model.categoricalmapping(), d); break;
+    case spec::Model::kNonMaximumSuppression:
+      out = classic::read_non_maximum_suppression(model.nonmaximumsuppression(), d);
+      break;
     default: fail("model type '", type, "' is not supported by this build");
   }
   if (!stage) {
@@ -492,6 +533,13 @@ LoadedModel read_model(const ModelFiles& files) {
       out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
                                     &values);
       out.weight_bytes = values.weight_bytes();
+      std::map<std::string, double> thresholds;
+      collect_threshold_defaults(model, thresholds, 0);
+      for (FeatureDescription& f : out.description.functions.front().inputs) {
+        auto it = thresholds.find(f.name);
+        if (it != thresholds.end() && f.optional && f.kind == FeatureKind::Double && !f.default_value)
+          f.default_value = it->second;
+      }
     } catch (const Error& e) {
       out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
     }

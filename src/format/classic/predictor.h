@@ -2,8 +2,9 @@
 // Core ML's classic predictors (glmRegressor/Classifier, supportVectorRegressor/Classifier,
 // treeEnsembleRegressor/Classifier, kNearestNeighborsClassifier) and feature-engineering
 // models (scaler, imputer, normalizer, featureVectorizer, arrayFeatureExtractor,
-// oneHotEncoder, identity; ops/feature_engineering.cc) translated into the typed
-// program (src/ir/program.h) that ML programs use, so one planner and one executor run them.
+// oneHotEncoder, identity; ops/feature_engineering.cc), and nonMaximumSuppression
+// (nms_reader.cc, ops/detection.cc), translated into the typed program (src/ir/program.h)
+// that ML programs use, so one planner and one executor run them.
 //
 // Each model type has a file of its own here (glm_reader.cc, svm_reader.cc,
 // tree_ensemble_reader.cc, knn_reader.cc) that parses its message (proto/classic_*.proto) and
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coremlrt/description.h"
@@ -131,5 +133,9 @@ ir::Program read_one_hot_encoder(const std::string& serialized, const FunctionDe
 ir::Program read_identity(const FunctionDescription& description);
 ir::Program read_dict_vectorizer(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_categorical_mapping(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_non_maximum_suppression(const std::string& serialized, const FunctionDescription& description);
+// The threshold inputs a nonMaximumSuppression message names, each with the message's own
+// threshold: the value an absent optional input of that name stands for.
+std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized);
 
 }  // namespace coremlrt::format::classic

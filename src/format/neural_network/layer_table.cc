@@ -25,6 +25,7 @@ const LayerTable& layer_table() {
     register_matrix_layers(out);
     register_control_flow_layers(out);
     register_random_layers(out);
+    register_detection_layers(out);
     return out;
   }();
   return table;

@@ -194,5 +194,6 @@ void register_elementwise_layers(LayerTable& table);
 void register_reduction_layers(LayerTable& table);
 void register_matrix_layers(LayerTable& table);
 void register_random_layers(LayerTable& table);
+void register_detection_layers(LayerTable& table);
 
 }  // namespace coremlrt::format::neural_network

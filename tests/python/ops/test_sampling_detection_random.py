@@ -18,6 +18,7 @@ from coremltools.converters.mil.mil import types
 
 import coremlrt
 from coremlrt import _core
+from detection_helpers import op_reference_nms
 from mil_helpers import save_program
 
 RNG = np.random.default_rng(4321)
@@ -177,31 +178,6 @@ def test_affine_matches_affine_grid(tmp_path):
 
 # ----------------------------------------------------------------------------- NMS
 
-def iou(a, b):
-    """IoU of two (cx, cy, w, h) boxes."""
-    ax1, ay1, ax2, ay2 = a[0] - a[2] / 2, a[1] - a[3] / 2, a[0] + a[2] / 2, a[1] + a[3] / 2
-    bx1, by1, bx2, by2 = b[0] - b[2] / 2, b[1] - b[3] / 2, b[0] + b[2] / 2, b[1] + b[3] / 2
-    iw = max(0.0, min(ax2, bx2) - max(ax1, bx1))
-    ih = max(0.0, min(ay2, by2) - max(ay1, by1))
-    inter = iw * ih
-    union = a[2] * a[3] + b[2] * b[3] - inter
-    return inter / union if union > 0 else 0.0
-
-
-def nms_reference(boxes, scores, iou_threshold, score_threshold, max_boxes, per_class):
-    """boxes [B, 4], scores [B, K] -> kept indices, best first."""
-    best = scores.max(axis=1)
-    label = scores.argmax(axis=1)
-    order = [i for i in np.argsort(-best, kind="stable") if best[i] >= score_threshold]
-    kept = []
-    for i in order:
-        if len(kept) == max_boxes:
-            break
-        if all((per_class and label[j] != label[i]) or iou(boxes[i], boxes[j]) <= iou_threshold for j in kept):
-            kept.append(i)
-    return kept
-
-
 def make_boxes(n, count, classes):
     """Clusters of overlapping boxes, so that suppression has work to do."""
     centers = RNG.uniform(0, 10, size=(n, count // 4 + 1, 2))
@@ -237,7 +213,7 @@ def test_non_maximum_suppression(tmp_path, ios17):
     out = model.predict({"b": layout(boxes), "s": layout(scores)})
     for per_class in (False, True):
         for b in range(n):
-            kept = nms_reference(boxes[b], scores[b], iou_t, -np.inf if ios17 else score_t, max_boxes, per_class)
+            kept = op_reference_nms(boxes[b], scores[b], iou_t, -np.inf if ios17 else score_t, max_boxes, per_class)
             assert len(kept) > 2, "test data should keep several boxes"
             want_idx = np.full(max_boxes, -1, np.int32)
             want_idx[:len(kept)] = kept
@@ -255,6 +231,29 @@ def test_non_maximum_suppression(tmp_path, ios17):
                 assert out[f"count_{per_class}"][b] == len(kept)
     # per-class suppression keeps at least as many boxes (it compares fewer pairs)
     assert (out["indices_True"] >= 0).sum() >= (out["indices_False"] >= 0).sum()
+
+
+def test_non_maximum_suppression_keeps_the_best_box_when_none_passes(tmp_path):
+    """Every score at or below the threshold: the iOS15 op still returns the best box, count 1
+    (coremltools' reference of Core ML's op); a score equal to the threshold does not pass."""
+    boxes, scores = make_boxes(2, 8, 3)
+    scores[1] *= 0.4
+    scores[1, 5, 2] = 0.5  # the best box of entry 1, exactly at the threshold
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=boxes.shape), mb.TensorSpec(shape=scores.shape)],
+                opset_version=ct.target.iOS15)
+    def prog(b, s):
+        res = mb.non_maximum_suppression(boxes=b, scores=s, iou_threshold=0.3, score_threshold=0.5, max_boxes=4)
+        return tuple(mb.identity(x=r, name=name) for r, name in zip(res, ["boxes", "scores", "indices", "count"]))
+
+    out = load(prog, tmp_path, target=ct.target.iOS15, expect_ops=["non_maximum_suppression"]).predict(
+        {"b": boxes, "s": scores})
+    for b in range(2):
+        kept = op_reference_nms(boxes[b], scores[b], 0.3, 0.5, 4, False)
+        assert out["count"][b] == len(kept)
+        np.testing.assert_array_equal(out["indices"][b][:len(kept)], kept)
+    assert list(out["indices"][1]) == [5, -1, -1, -1] and out["count"][1] == 1
+    np.testing.assert_array_equal(out["boxes"][1][0], boxes[1, 5])
 
 
 # ----------------------------------------------------------------------------- random ops
