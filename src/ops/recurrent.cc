@@ -305,6 +305,11 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
   b.check(direction == "forward" || direction == "reverse", "unsupported direction '", direction, "'");
   const bool reverse = direction == "reverse", output_sequence = b.const_bool("output_sequence", false);
   const Act act = parse_act(b, "activation", "tanh");
+  // Not an input of the ML program op: the neuralNetwork simpleRecurrent layer clips the
+  // pre-activation to [-clip, clip] (format/neural_network/recurrent_layers.cc), which changes
+  // the result of an unbounded activation (ReLU, linear).
+  const float clip = b.has("preactivation_clip") ? static_cast<float>(b.const_float("preactivation_clip")) : 0.0f;
+  b.check(clip >= 0 && std::isfinite(clip), "preactivation_clip must be finite and not negative, got ", clip);
   int64_t input_size = 0, hidden = 0;
   const Weights w = read_weights(b, 1, "", input_size, hidden);
   return make_kernel([=](KernelContext& ctx) {
@@ -318,6 +323,8 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
                   const int64_t t = reverse ? s.seq - 1 - k : k;
                   std::copy_n(xw.data() + t * B * H, B * H, pre.data());
                   gemm(B, H, H, MatrixView(h.data(), H), matrix_view(w.hh, 0, 1, H), pre.data(), H, true);
+                  if (clip > 0)
+                    for (float& v : pre) v = std::min(std::max(v, -clip), clip);  // NaN stays NaN
                   std::copy(pre.begin(), pre.end(), h.begin());
                   activate(act, h.data(), B * H);
                   s.store(k, t, 0, h.data(), false);

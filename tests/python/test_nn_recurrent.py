@@ -264,6 +264,22 @@ def test_rank5_layout_lstm_with_state_vectors(tmp_path):
     np.testing.assert_allclose(got["c"], c[0], rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("activation", ["RELU", "LINEAR"])
+def test_simple_recurrent_with_an_unbounded_activation_clips_its_pre_activation(tmp_path, activation):
+    """ReLU and linear see the layer's [-50, 50] pre-activation clip: inputs large enough that
+    it bites at several steps, in both directions."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((S, B, I)) * 40).astype(np.float32)
+    (W,), (R,), (b,) = mats(rng, 1, H, I), mats(rng, 1, H, H, 0.5), vecs(rng, 1)
+    builder = exact_builder([("x", (S, B, I, 1, 1))], outputs(True, ["h"]))
+    builder.add_simple_rnn("rnn", R, W, b, H, I, activation, ["x"], ["y", "h"], output_all=True)
+    got = run(builder, {"x": x5(x)}, tmp_path)
+    ys, h = rnn_ref(x, W, R, b, activation, False, np.zeros((B, H), np.float32))
+    assert (np.abs(ys) >= 50).sum() >= 4 and (np.abs(ys) < 50).sum() >= 4, "the clip must bite, and not everywhere"
+    np.testing.assert_allclose(got["y"], ys.reshape(-1, B, H, 1, 1), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got["h"], h.reshape(1, B, H, 1, 1), rtol=RTOL, atol=ATOL)
+
+
 def refusal(builder, tmp_path):
     path = save(builder, tmp_path)
     with pytest.raises(coremlrt.Error) as info:
@@ -271,15 +287,12 @@ def refusal(builder, tmp_path):
     return str(info.value)
 
 
-@pytest.mark.parametrize("kind", ["rnn", "gru", "lstm"])
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_unbounded_gate_activation_is_refused(tmp_path, kind):
-    # The layers clip gate inputs to [-50, 50]; a ReLU gate would need that clip computed.
+    # The layers clip gate inputs to [-50, 50]; the gru and lstm kernels do not compute it.
     rng = np.random.default_rng(7)
     builder = exact_builder([("x", (S, B, I, 1, 1))], outputs(True, []))
-    if kind == "rnn":
-        builder.add_simple_rnn("layer", mats(rng, 1, H, H)[0], mats(rng, 1, H, I)[0], None, H, I, "RELU", ["x"], ["y"],
-                               output_all=True)
-    elif kind == "gru":
+    if kind == "gru":
         builder.add_gru("layer", mats(rng, 3, H, H), mats(rng, 3, H, I), None, H, I, ["x"], ["y"], activation="LINEAR",
                         output_all=True)
     else:

@@ -19,9 +19,11 @@
 // * Pre-activation clipping. The layers clip every gate's pre-activation to [-50, 50] before its
 //   activation (the layer equations of the NeuralNetwork schema); the ops do not. For sigmoid,
 //   tanh, scaled tanh and hard sigmoid that changes no fp32 result (tanh(50) rounds to 1,
-//   sigmoid(-50) is 2e-22, hard sigmoid is flat beyond 2.5), so those map onto the ops; ReLU and
-//   linear gate activations would differ beyond 50 and are refused. The LSTM's third activation
-//   acts on the cell state, which is clipped by cellClipThreshold (the op's clip), not by 50.
+//   sigmoid(-50) is 2e-22, hard sigmoid is flat beyond 2.5), so those map onto the ops. ReLU and
+//   linear differ beyond 50: simpleRecurrent passes the clip to the rnn kernel
+//   (preactivation_clip, src/ops/recurrent.cc); gru and lstm gates with them are refused. The
+//   LSTM's third activation acts on the cell state, which is clipped by cellClipThreshold (the
+//   op's clip), not by 50.
 #include <cmath>
 #include <string>
 
@@ -150,6 +152,7 @@ void simple_recurrent(LayerContext& layer) {
   const int64_t hidden = hidden_size(params.outputvectorsize());
   const Sequence s = sequence_input(layer, in);
   const uint64_t H = static_cast<uint64_t>(hidden);
+  const Activation activation = recurrent_activation(params.activation(), "simpleRecurrent");
   OpInputs inputs{
       {"x", {s.x}},
       {"initial_h", {initial_state(layer, 1, s, hidden, "state")}},
@@ -157,7 +160,8 @@ void simple_recurrent(LayerContext& layer) {
       {"weight_hh", {float_tensor(read_weights(params.recursionmatrix(), H * H, "recursionMatrix"), {hidden, hidden})}},
       {"direction", {string_scalar(params.reverseinput() ? "reverse" : "forward")}},
       {"output_sequence", {bool_scalar(params.sequenceoutput())}},
-      {"activation", {string_scalar(gate_activation(params.activation(), "simpleRecurrent"))}}};
+      {"activation", {string_scalar(activation.mil)}}};
+  if (!activation.saturating) inputs.push_back({"preactivation_clip", {float_scalar(50.0f)}});
   if (params.hasbiasvector())
     inputs.push_back({"bias", {float_tensor(read_weights(params.biasvector(), H, "biasVector"), {hidden})}});
   const auto out = layer.emit("rnn", inputs, {sequence_type(s, params.sequenceoutput(), hidden), state_type(s, hidden)});
