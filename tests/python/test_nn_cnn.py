@@ -226,6 +226,24 @@ def test_batchnorm(tmp_path, layout, instance):
     check(run(tmp_path, b, {"data": x}, layout), expected)
 
 
+def upsample_reference(x, mode, linear_mode, sh, sw):
+    """x [C, H, W] upsampled by integer factors as the layer defines it."""
+    if mode == "NN":
+        return x.repeat(sh, axis=1).repeat(sw, axis=2)
+    if linear_mode == "DEFAULT":
+        # Output i samples input i / scale, clamped to the last sample (numpy reference).
+        def axis(n, s):
+            p = np.minimum(np.arange(n * s) / s, n - 1)
+            lo = np.floor(p).astype(int)
+            return lo, np.minimum(lo + 1, n - 1), (p - lo).astype(np.float32)
+        lo, hi, f = axis(x.shape[1], sh)
+        rows = x[:, lo] * (1 - f)[None, :, None] + x[:, hi] * f[None, :, None]
+        lo, hi, f = axis(x.shape[2], sw)
+        return rows[:, :, lo] * (1 - f) + rows[:, :, hi] * f
+    return F.interpolate(t(x), scale_factor=(sh, sw), mode="bilinear",
+                         align_corners=linear_mode == "ALIGN_CORNERS_TRUE")[0].numpy()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode,linear_mode", [("NN", "DEFAULT"), ("BILINEAR", "DEFAULT"), ("BILINEAR", "ALIGN_CORNERS_TRUE"),
                                               ("BILINEAR", "ALIGN_CORNERS_FALSE")])
@@ -233,22 +251,23 @@ def test_upsample(tmp_path, layout, mode, linear_mode):
     b = builder_for(layout, (2, 3, 4))
     b.add_upsample("up", 2, 3, "data", "out", mode=mode, linear_upsample_mode=linear_mode)
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)
-    if mode == "NN":
-        expected = x.repeat(2, axis=1).repeat(3, axis=2)
-    elif linear_mode == "DEFAULT":
-        # Output i samples input i / scale, clamped to the last sample (numpy reference).
-        def axis(n, s):
-            p = np.minimum(np.arange(n * s) / s, n - 1)
-            lo = np.floor(p).astype(int)
-            return lo, np.minimum(lo + 1, n - 1), (p - lo).astype(np.float32)
-        lo, hi, f = axis(3, 2)
-        rows = x[:, lo] * (1 - f)[None, :, None] + x[:, hi] * f[None, :, None]
-        lo, hi, f = axis(4, 3)
-        expected = rows[:, :, lo] * (1 - f) + rows[:, :, hi] * f
-    else:
-        expected = F.interpolate(t(x), scale_factor=(2, 3), mode="bilinear",
-                                 align_corners=linear_mode == "ALIGN_CORNERS_TRUE")[0].numpy()
-    check(run(tmp_path, b, {"data": x}, layout), expected)
+    check(run(tmp_path, b, {"data": x}, layout), upsample_reference(x, mode, linear_mode, 2, 3))
+
+
+@pytest.mark.parametrize("mode,linear_mode", [("NN", "DEFAULT"), ("BILINEAR", "DEFAULT"), ("BILINEAR", "ALIGN_CORNERS_TRUE"),
+                                              ("BILINEAR", "ALIGN_CORNERS_FALSE")])
+def test_upsample_of_a_size_known_only_at_prediction(tmp_path, mode, linear_mode):
+    """Height and width from a flexible input shape (as a converted torch interpolate with a
+    RangeDim input writes it): the output is sized and sampled at prediction."""
+    b = builder_for("exact", (2, 3, 4))
+    b.add_upsample("up", 2, 3, "data", "out", mode=mode, linear_upsample_mode=linear_mode)
+    array = b.spec.description.input[0].type.multiArrayType  # default shape [1, 2, 3, 4]
+    for lower, upper in [(1, 1), (2, 2), (1, 8), (1, -1)]:
+        size = array.shapeRange.sizeRanges.add()
+        size.lowerBound, size.upperBound = lower, upper
+    for h, w in [(3, 4), (5, 2), (1, 7)]:
+        x = rng.standard_normal((2, h, w)).astype(np.float32)
+        check(run(tmp_path, b, {"data": x}, "exact"), upsample_reference(x, mode, linear_mode, 2, 3))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

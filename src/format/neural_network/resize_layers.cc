@@ -72,7 +72,20 @@ void upsample(LayerContext& layer) {
     case P::ALIGN_CORNERS_FALSE: mode = "UNALIGN_CORNERS"; break;
     default: refuse("unknown linearUpsampleMode ", static_cast<int>(params.linearupsamplemode()));
   }
-  require(oh > 0 && ow > 0, "bilinear upsampling of an input of unknown or empty height or width is not supported by this build");
+  if (oh < 0 || ow < 0) {
+    // Height or width known only at prediction: upsample_bilinear sizes the output from the
+    // input then, floor(size * scale) as above, and samples as resize_bilinear in `mode`
+    // (both resize through resize_trailing, src/ops/resize.cc).
+    const bool align = params.linearupsamplemode() == P::ALIGN_CORNERS_TRUE;
+    layer.set_output(0, layer.emit1("upsample_bilinear",
+                                    {{"x", {x}}, {"scale_factor_height", {float_scalar(static_cast<float>(sh))}},
+                                     {"scale_factor_width", {float_scalar(static_cast<float>(sw))}},
+                                     {"align_corners", {bool_scalar(align)}},
+                                     {"half_pixel_centers", {bool_scalar(params.linearupsamplemode() == P::ALIGN_CORNERS_FALSE)}}},
+                                    y));
+    return;
+  }
+  require(oh > 0 && ow > 0, "bilinear upsampling to an empty height or width");
   layer.set_output(0, layer.emit1("resize_bilinear",
                                   {{"x", {x}}, {"target_size_height", {int_scalar(static_cast<int32_t>(oh))}},
                                    {"target_size_width", {int_scalar(static_cast<int32_t>(ow))}},
