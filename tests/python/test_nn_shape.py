@@ -286,6 +286,22 @@ def test_slice_static_and_dynamic(tmp_path):
     check(got["dynamic"], x[1:5, 2:4, 3:5:2])
 
 
+def test_slice_squeezing_every_axis_gives_one_element(tmp_path):
+    """x[1, 2, 3] as coremltools writes it for torch indexing (every axis squeezed): the layer
+    graph has no rank-0 blobs, so the blob is [1], as a reduction of every axis gives; a layer
+    after it reads that element."""
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+
+    def layers(b):
+        b.add_slice_static("s", "x", "element", begin_ids=[1, 2, 3], end_ids=[2, 3, 4], strides=[1, 1, 1],
+                           begin_masks=[False] * 3, end_masks=[False] * 3, squeeze_masks=[True] * 3)
+        b.add_elementwise("twice", ["element"], "twice", mode="MULTIPLY", alpha=2.0)
+
+    got = run_nd(tmp_path, {"x": x}, ("element", "twice"), layers)
+    check(got["element"], x[1, 2, 3].reshape(1))
+    check(got["twice"], (2 * x[1, 2, 3]).reshape(1))
+
+
 def test_sliding_windows_and_tile(tmp_path):
     x = rng.standard_normal((2, 7, 3)).astype(np.float32)
     reps = np.array([2, 1, 3], np.float32)

@@ -2,6 +2,8 @@
 // reshapeStatic/Like/Dynamic, flattenTo2D, squeeze, expandDims, transpose, concatND, stack, splitND,
 // sliceStatic/Dynamic/BySize, slidingWindows, tile, getShape and constantPad. Each maps onto the op
 // of the same meaning; shapes read from blobs are cast from fp32 (shape_values.h).
+#include <algorithm>
+
 #include "format/neural_network/shape_values.h"
 #include "nn_shape_nd.pb.h"
 
@@ -313,7 +315,12 @@ void emit_slice(LayerContext& layer, const Params& params, const Value& x, const
   const int64_t rank = x.type.rank;
   const std::vector<bool> begin_mask = flags(params.beginmasks(), rank, "beginMasks");
   const std::vector<bool> end_mask = flags(params.endmasks(), rank, "endMasks");
-  const std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
+  std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
+  // The layer graph has no rank-0 blobs: a slice that squeezes every axis (as coremltools writes
+  // for x[i, j] of torch's einsum, meshgrid or indexing) gives [1], as a reduction of every axis
+  // does (reduction_layers.cc): the last axis, of size 1, stays.
+  if (rank > 0 && std::all_of(squeeze_mask.begin(), squeeze_mask.end(), [](bool b) { return b; }))
+    squeeze_mask[rank - 1] = false;
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < rank; ++i) {
     if (strides) require((*strides)[i] != 0, "stride ", i, " is 0");
@@ -322,7 +329,7 @@ void emit_slice(LayerContext& layer, const Params& params, const Value& x, const
                                                                  (*strides)[i], begin_mask[i], end_mask[i])
                                                    : -1);
   }
-  require(!dims.empty(), "squeezes every axis; this build does not make rank-0 blobs");
+  require(!dims.empty(), "has a rank-0 input");
   layer.set_output(0, layer.emit1("slice_by_index",
                                   {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {stride}},
                                    {"begin_mask", {bool_vector(begin_mask)}}, {"end_mask", {bool_vector(end_mask)}},
