@@ -98,9 +98,9 @@ class Backend {
   virtual const std::string& name() const = 0;
   // One verdict per op of `view`, in the same order. Must not throw for ops it cannot run.
   virtual std::vector<Verdict> propose(const FunctionView& view) const = 0;
-  // The cost rule: whether running `region` here pays for the backend's per-call overhead.
-  // An empty string means yes; otherwise the reason it stays on our kernels.
-  virtual std::string worth_running(const Region& region) const = 0;
+  // The cost rule: whether running `region` here pays for the backend's per-call overhead (and
+  // fits its memory rule). Claimed: run it here; refused: it stays on our kernels, for the reason.
+  virtual Verdict worth_running(const Region& region) const = 0;
   // Lowers and compiles `region` into one kernel (see the ownership rules above). Throws
   // Error when it cannot; the runtime then keeps our kernels for the region and reports why.
   // The plan keeps the region's ops on our kernels as the step's nested block 0: a kernel whose

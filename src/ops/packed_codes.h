@@ -102,8 +102,23 @@ bool nibbles_simd(const Run& run, half* out);
 bool nibbles_simd(const Run& run, float* out);
 bool bytes_simd(const Run& run, half* out);
 bool bytes_simd(const Run& run, float* out);
-int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, half* out);
-int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, float* out);
+// What `expand` reads: a sparsity mask (bit i set: dense position i takes the next value) and
+// the nonzero values in order, fp16 or fp32 (a sparse tensor's codes, or values decoded from its
+// codes by the caller).
+struct SparseValues {
+  const uint8_t* mask = nullptr;
+  int64_t mask_bytes = 0;
+  const void* values = nullptr;
+  DType dtype = DType::Float16;
+  int64_t count = 0;
+
+  // A sparse tensor of fp16 or fp32 codes (kIdentity).
+  static SparseValues of(const ir::PackedTensor& t) {
+    return {t.mask.ptr<uint8_t>(), t.mask.numel(), t.codes.data.data, t.codes.dtype, t.codes.count};
+  }
+};
+int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, half* out);
+int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, float* out);
 
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.

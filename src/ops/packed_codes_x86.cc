@@ -68,9 +68,9 @@ bool has_vbmi2() {
 constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 // Mask bits [position, position + 64) (zeros past the mask's end).
-uint64_t mask_bits(const ir::PackedTensor& t, int64_t position) {
-  const uint8_t* mask = t.mask.ptr<uint8_t>();
-  const int64_t size = t.mask.numel(), byte = position / 8;
+uint64_t mask_bits(const SparseValues& s, int64_t position) {
+  const uint8_t* mask = s.mask;
+  const int64_t size = s.mask_bytes, byte = position / 8;
   if (position % 8 == 0 && byte + 8 <= size) {
     uint64_t bits;
     std::memcpy(&bits, mask + byte, sizeof bits);
@@ -104,7 +104,7 @@ void byte_tail(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, 
 }
 
 template <class Out, class Code>
-int64_t expand_tail(const ir::PackedTensor& t, const Code* codes, int64_t p, int64_t k, int64_t i, int64_t n, Out* out) {
+int64_t expand_tail(const SparseValues& t, const Code* codes, int64_t p, int64_t k, int64_t i, int64_t n, Out* out) {
   for (; i < n; ++i) out[i] = (mask_bits(t, p + i) & 1) ? static_cast<Out>(codes[k++]) : Out(0);
   return k;
 }
@@ -206,8 +206,8 @@ COREMLRT_AVX512_INLINE inline void bytes512(const Group& g, const uint8_t* codes
   byte_tail(g, codes, is_signed, k, i, n, out);
 }
 
-COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, half* out) {
-  const half* codes = t.codes.data.ptr<half>();
+COREMLRT_AVX512_VBMI2 int64_t expand512(const SparseValues& t, int64_t p, int64_t k, int64_t n, half* out) {
+  const half* codes = static_cast<const half*>(t.values);
   const int64_t first = k;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -218,8 +218,8 @@ COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, in
   return expand_tail(t, codes, p, k, i, n, out) - first;
 }
 
-COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, float* out) {
-  const half* codes = t.codes.data.ptr<half>();
+COREMLRT_AVX512_VBMI2 int64_t expand512(const SparseValues& t, int64_t p, int64_t k, int64_t n, float* out) {
+  const half* codes = static_cast<const half*>(t.values);
   const int64_t first = k;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -230,8 +230,8 @@ COREMLRT_AVX512_VBMI2 int64_t expand512(const ir::PackedTensor& t, int64_t p, in
   return expand_tail(t, codes, p, k, i, n, out) - first;
 }
 
-COREMLRT_AVX512 int64_t expand512_fp32(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, float* out) {
-  const float* codes = t.codes.data.ptr<float>();
+COREMLRT_AVX512 int64_t expand512_fp32(const SparseValues& t, int64_t p, int64_t k, int64_t n, float* out) {
+  const float* codes = static_cast<const float*>(t.values);
   const int64_t first = k;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -423,9 +423,9 @@ const ExpandTable& expand_table() {
 // A sparse run of fp16 codes: 8 positions at a time, the codes they take moved into place by one
 // byte shuffle. (fp32 codes, rarer, take the tail loop.)
 template <class Out>
-COREMLRT_AVX2 int64_t expand256(const ir::PackedTensor& t, int64_t p, int64_t k, int64_t n, Out* out) {
-  const half* codes = t.codes.data.ptr<half>();
-  const int64_t first = k, count = t.codes.count;
+COREMLRT_AVX2 int64_t expand256(const SparseValues& t, int64_t p, int64_t k, int64_t n, Out* out) {
+  const half* codes = static_cast<const half*>(t.values);
+  const int64_t first = k, count = t.count;
   const ExpandTable& table = expand_table();
   int64_t i = 0;
   while (i + 8 <= n && k + 8 <= count) {
@@ -517,22 +517,22 @@ bool nibbles_simd(const Run& run, float* out) { return nibbles_at_level(run, out
 bool bytes_simd(const Run& run, half* out) { return bytes_at_level(run, out); }
 bool bytes_simd(const Run& run, float* out) { return bytes_at_level(run, out); }
 
-int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, half* out) {
-  if (t.codes.dtype != DType::Float16) return -1;
+int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t n, half* out) {
+  if (t.dtype != DType::Float16) return -1;
   const SimdLevel l = level();
   if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
   if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
   return -1;
 }
 
-int64_t expand_simd(const ir::PackedTensor& t, int64_t position, int64_t k, int64_t n, float* out) {
+int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t n, float* out) {
   const SimdLevel l = level();
-  if (t.codes.dtype == DType::Float16) {
+  if (t.dtype == DType::Float16) {
     if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
     if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
     return -1;
   }
-  if (t.codes.dtype != DType::Float32) return -1;
+  if (t.dtype != DType::Float32) return -1;
   if (l == SimdLevel::kAvx512) return expand512_fp32(t, position, k, n, out);
   return -1;
 }
@@ -544,8 +544,8 @@ bool nibbles_simd(const Run&, half*) { return false; }
 bool nibbles_simd(const Run&, float*) { return false; }
 bool bytes_simd(const Run&, half*) { return false; }
 bool bytes_simd(const Run&, float*) { return false; }
-int64_t expand_simd(const ir::PackedTensor&, int64_t, int64_t, int64_t, half*) { return -1; }
-int64_t expand_simd(const ir::PackedTensor&, int64_t, int64_t, int64_t, float*) { return -1; }
+int64_t expand_simd(const SparseValues&, int64_t, int64_t, int64_t, half*) { return -1; }
+int64_t expand_simd(const SparseValues&, int64_t, int64_t, int64_t, float*) { return -1; }
 
 #endif
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "ops/packed_codes.h"
 #include "ops/util.h"
@@ -160,16 +161,55 @@ void decode_run(const packed::Run& run, Out* out) {
 
 // Decodes n values of a sparse tensor from dense position p on, in group g, whose first set
 // position takes code k. Returns the codes used.
+// `shape` and `index` name group g as packed::group_at takes them.
 template <class Out>
-int64_t decode_sparse_run(const ir::PackedTensor& t, const Group& g, int64_t p, int64_t k, int64_t n, Out* out) {
+int64_t decode_sparse_run(const ir::PackedTensor& t, const Group& shape, int64_t index, int64_t p, int64_t k, int64_t n,
+                          Out* out) {
+  const Group g = packed::group_at(t, shape, index);
   if (g.map == ir::CodeMap::kIdentity && t.codes.bits == 0) {
-    const int64_t used = packed::expand_simd(t, p, k, n, out);
+    const int64_t used = packed::expand_simd(packed::SparseValues::of(t), p, k, n, out);
     if (used >= 0) return used;
   }
+  // The run's nonzero values are consecutive codes: decode them together (decode_group takes
+  // the 4-bit palette loop from an even code on), then spread them over the run by the mask, a
+  // byte of it at a time where it is all clear or all set.
   const uint8_t* mask = t.mask.ptr<uint8_t>();
-  const int64_t first = k;
-  for (int64_t i = 0; i < n; ++i) out[i] = bit_set(mask, p + i) ? value_at<Out>(g, t.codes, k++) : Out(0);
-  return k - first;
+  const int64_t used = count_set(mask, p, p + n);
+  thread_local std::vector<Out> values;
+  values.resize(static_cast<size_t>(used));
+  int64_t first = 0;
+  if (used > 0 && k % 2 != 0) values[first++] = value_at<Out>(g, t.codes, k);
+  // From an even code on, an even count: what the x86 4-bit loops take (decode_run); the last
+  // code of an odd count alone.
+  packed::Run run;
+  run.tensor = &t;
+  run.shape = shape;
+  run.g = index;
+  run.k = k + first;
+  run.n = run.first = run.block = (used - first) & ~int64_t{1};
+  if (run.n > 0) decode_run(run, values.data() + first);
+  if (first + run.n < used) values[used - 1] = value_at<Out>(g, t.codes, k + used - 1);
+  if constexpr (std::is_same_v<Out, half>) {
+    // fp16 values spread by the loop that spreads a sparse fp16 tensor's own values.
+    const packed::SparseValues spread{mask, t.mask.numel(), values.data(), DType::Float16, used};
+    if (packed::expand_simd(spread, p, 0, n, out) == used) return used;
+  }
+  const Out* v = values.data();
+  for (int64_t i = 0; i < n;) {
+    const int64_t q = p + i;
+    if (q % 8 == 0 && i + 8 <= n && (mask[q / 8] == 0 || mask[q / 8] == 0xFF)) {
+      if (mask[q / 8] == 0) {
+        std::fill_n(out + i, 8, Out(0));
+      } else {
+        std::copy_n(v, 8, out + i);
+        v += 8;
+      }
+      i += 8;
+      continue;
+    }
+    out[i++] = bit_set(mask, q) ? *v++ : Out(0);
+  }
+  return used;
 }
 
 }  // namespace
@@ -315,8 +355,8 @@ void PackedMatrix::decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, O
     for (int64_t c = c0; c < c0 + nc;) {
       const int64_t block = c / col_block_;
       const int64_t end = std::min(c0 + nc, (block + 1) * col_block_);
-      const Group g = packed::group_at(t, shape, (r / row_block_) * col_groups_ + block);
-      k += decode_sparse_run(t, g, row_start + c, k, end - c, out + (c - c0));
+      k += decode_sparse_run(t, shape, (r / row_block_) * col_groups_ + block, row_start + c, k, end - c,
+                             out + (c - c0));
       c = end;
     }
   }

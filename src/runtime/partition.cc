@@ -109,9 +109,10 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
     std::vector<const ir::Operation*> ops;
     for (size_t i = first; i <= last; ++i) ops.push_back(steps[i].op);
     backends::Region region{*plan.function, ops, named(plan, slots.inputs), named(plan, slots.outputs), values};
-    std::string why = backend.worth_running(region);
+    const backends::Verdict worth = backend.worth_running(region);
+    std::string why = worth.reason;
     std::unique_ptr<ops::Kernel> kernel;
-    if (why.empty()) {
+    if (worth.claimed) {
       try {
         kernel = backend.compile(region);
       } catch (const Error& e) {

@@ -179,10 +179,9 @@ class OpenVinoBackend final : public Backend {
     return verdicts;
   }
 
-  std::string worth_running(const Region& region) const override {
-    if (options_.force) return {};
-    std::string why = cheap_region(region);
-    if (!why.empty()) return why;
+  Verdict worth_running(const Region& region) const override {
+    if (options_.force) return Verdict::claim();
+    if (std::string why = cheap_region(region); !why.empty()) return Verdict::refuse(why);
     // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
     // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
     // fp16 weights (a 6-layer fp16 decoder of 107 MB took +412 MB of anonymous memory with
@@ -191,14 +190,15 @@ class OpenVinoBackend final : public Backend {
     // kernels, which read every weight as the file stores it.
     const uint64_t copies = weight_copy_bytes(region);
     const uint64_t limit = options_.weight_copies_limit;
-    if (copies == 0) return {};
+    if (copies == 0) return Verdict::claim();
     uint64_t used = copies_used_.load();
     while (used + copies <= limit && !copies_used_.compare_exchange_weak(used, used + copies)) {
     }
-    if (used + copies <= limit) return {};
-    return "OpenVINO would hold " + std::to_string(copies >> 20) + " MiB of copies of the region's weights, past the "
-           "limit of " + std::to_string(limit >> 20) + " MiB of weight copies for this model (weight_copies_limit_bytes; "
-           "backend=\"openvino\" forces it)";
+    if (used + copies <= limit) return Verdict::claim();
+    return Verdict::refuse("OpenVINO would hold " + std::to_string(copies >> 20) +
+                           " MiB of copies of the region's weights, past the limit of " + std::to_string(limit >> 20) +
+                           " MiB of weight copies for this model (weight_copies_limit_bytes; backend=\"openvino\" "
+                           "forces it)");
   }
 
   // Why a region is too cheap for OpenVINO's per-call cost; empty when it is not.

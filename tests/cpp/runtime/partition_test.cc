@@ -81,8 +81,8 @@ class FakeBackend final : public backends::Backend {
       out.push_back(op->type == "relu" ? backends::Verdict::refuse("no relu here") : backends::Verdict::claim());
     return out;
   }
-  std::string worth_running(const backends::Region& region) const override {
-    return region.ops.size() >= min_ops_ ? "" : "too small";
+  backends::Verdict worth_running(const backends::Region& region) const override {
+    return region.ops.size() >= min_ops_ ? backends::Verdict::claim() : backends::Verdict::refuse("too small");
   }
   std::unique_ptr<ops::Kernel> compile(const backends::Region& region) const override {
     if (fail_compile_) fail("fake compiler refuses");
