@@ -61,14 +61,24 @@ struct StructureLayer {
   std::vector<std::string> output_names;
 };
 
+struct StructureSubModel;
+
 struct ModelStructure {
   std::string model_type;  // "mlProgram", "neuralNetwork", ...
   std::vector<StructureFunction> functions;  // ML programs, in name order
   std::vector<StructureLayer> layers;        // neuralNetwork models
+  // Pipelines: each stage by the pipeline's name for it, in order. Classic models (GLMs, trees,
+  // feature engineering, ...) have none of the three: Core ML describes no structure for them.
+  std::vector<StructureSubModel> sub_models;
 };
 
-// Throws Error for files that are not models, and for model types whose structure this build
-// does not read (pipelines and classic ML models).
+struct StructureSubModel {
+  std::string name;
+  ModelStructure structure;
+};
+
+// Throws Error for files that are not models (and for compiled pipelines, whose stages this
+// build does not read).
 ModelStructure read_model_structure(const std::string& path);
 
 }  // namespace coremlrt

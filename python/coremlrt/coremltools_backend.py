@@ -22,7 +22,8 @@ coremltools' runtime API:
   the low-precision mode can run (the OpenVINO backend on a CPU with bf16 matrix instructions),
   an ``MLNeuralEngineComputeDevice`` standing for the CPU's matrix unit that
   ``ComputeUnit.CPU_AND_NE`` uses;
-* ``MLModelStructure.load_from_path`` (ML programs and neuralNetwork layers) and
+* ``MLModelStructure.load_from_path`` (ML programs, neuralNetwork layers, pipelines by stage;
+  classic models have no structure, as in Core ML) and
   ``MLComputePlan.load_from_path`` (every op on the CPU, the backend that runs it in
   coremlrt's terms, and cost as :mod:`coremlrt.compute_plan` estimates it);
 * ``MLModelAsset.from_memory`` (loaded from memory: no file is written) / ``from_path`` with
@@ -30,8 +31,8 @@ coremltools' runtime API:
 
 Optimization hints are accepted (checked as coremltools checks them) and kept; they change
 nothing, since they steer Core ML's GPU and Neural Engine specialization. What stays
-unavailable on Linux: the structure of pipelines and classic ML models, and models coremlrt
-cannot run (see ``coremlrt info``).
+unavailable on Linux: the stages of a compiled (.mlmodelc) pipeline's structure, and models
+coremlrt cannot run (see ``coremlrt info``).
 """
 
 import contextlib
@@ -332,7 +333,8 @@ class _MLComputePlanProxy:
 
 def _structure_objects(raw):
     """coremltools' MLModelStructure for ``_core.model_structure``'s dict, and the keys its
-    operations and layers carry in ``__proxy__`` ((function, path) and ("layer", index))."""
+    operations and layers carry in ``__proxy__``: (function, path) and ("layer", index), a
+    pipeline stage's with the stage indices put before the function name or the index."""
     from coremltools.models import compute_plan as cp
 
     keys = set()
@@ -357,21 +359,32 @@ def _structure_objects(raw):
         return cp.MLModelStructureProgramBlock(inputs=named(data["inputs"]), operations=operations,
                                                output_names=list(data["output_names"]))
 
-    program = neuralnetwork = None
-    if raw["model_type"] == "mlProgram":
-        program = cp.MLModelStructureProgram(functions={
-            f["name"]: cp.MLModelStructureProgramFunction(inputs=named(f["inputs"]), block=block(f["block"], f["name"], ()))
-            for f in raw["functions"]})
-    else:  # neuralNetwork (model_structure refuses other types)
-        layers = []
-        for index, layer in enumerate(raw["layers"]):
-            keys.add(("layer", index))
-            # input_names: coremlrt's layer reading keeps the outputs only (format/neural_network_reader.h).
-            layers.append(cp.MLModelStructureNeuralNetworkLayer(
-                name=layer["name"], type=layer["type"], input_names=[], output_names=list(layer["output_names"]),
-                __proxy__=("layer", index)))
-        neuralnetwork = cp.MLModelStructureNeuralNetwork(layers=layers)
-    return cp.MLModelStructure(neuralnetwork=neuralnetwork, program=program, pipeline=None), keys
+    def structure(raw, stage):
+        """`stage`: the path of stage indices to this sub-model (() for the model itself), so
+        that the keys of a stage's operations and layers differ from every other stage's."""
+        program = neuralnetwork = pipeline = None
+        if raw["model_type"] == "mlProgram":
+            program = cp.MLModelStructureProgram(functions={
+                f["name"]: cp.MLModelStructureProgramFunction(
+                    inputs=named(f["inputs"]), block=block(f["block"], stage + (f["name"],) if stage else f["name"], ()))
+                for f in raw["functions"]})
+        elif raw["model_type"].startswith("neuralNetwork"):
+            layers = []
+            for index, layer in enumerate(raw["layers"]):
+                key = ("layer",) + stage + (index,)
+                keys.add(key)
+                # input_names: coremlrt's layer reading keeps the outputs only (format/neural_network_reader.h).
+                layers.append(cp.MLModelStructureNeuralNetworkLayer(
+                    name=layer["name"], type=layer["type"], input_names=[], output_names=list(layer["output_names"]),
+                    __proxy__=key))
+            neuralnetwork = cp.MLModelStructureNeuralNetwork(layers=layers)
+        elif raw["model_type"].startswith("pipeline"):
+            pipeline = cp.MLModelStructurePipeline(sub_models=tuple(
+                (name, structure(sub, stage + (index,))) for index, (name, sub) in enumerate(raw["sub_models"])))
+        # Any other (classic) model: Core ML describes no structure, so all three stay None.
+        return cp.MLModelStructure(neuralnetwork=neuralnetwork, program=program, pipeline=pipeline)
+
+    return structure(raw, ()), keys
 
 
 def check_coremltools_version(version):

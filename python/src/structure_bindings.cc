@@ -89,6 +89,9 @@ nb::dict structure_dict(const ModelStructure& s) {
     layers.append(ld);
   }
   d["layers"] = layers;
+  nb::list sub_models;
+  for (const auto& sub : s.sub_models) sub_models.append(nb::make_tuple(sub.name, structure_dict(sub.structure)));
+  d["sub_models"] = sub_models;
   return d;
 }
 

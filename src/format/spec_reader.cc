@@ -486,13 +486,8 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
   return out;
 }
 
-}  // namespace
-
-LoadedModel read_model(const ModelFiles& files) {
-  if (files.compiled) return read_compiled_model(files);
-  LoadedModel out;
-  out.files = files;
-  std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
+// The Model message of `files`, checked as every reader needs it.
+spec::Model parse_model(const ModelFiles& files, const MemoryModel* memory) {
   std::string bytes = memory ? memory->spec : read_file(files.model_file);
   spec::Model model;
   COREMLRT_CHECK(!bytes.empty(), "model file '", files.model_file, "' is empty");
@@ -506,10 +501,13 @@ LoadedModel read_model(const ModelFiles& files) {
   COREMLRT_CHECK(model.specificationversion() <= kMaxSpecificationVersion, "model file '", files.model_file,
                  "' has specification version ", model.specificationversion(), "; this build reads up to ",
                  kMaxSpecificationVersion);
-  out.description = read_description(model);
+  return model;
+}
+
+// The program of an ML program, or the layers (and program) of a neuralNetwork model; false
+// for any other type.
+bool read_network_or_program(const spec::Model& model, ValueReader& values, LoadedModel& out) {
   if (model.Type_case() == spec::Model::kMlProgram) {
-    ValueReader values(files.model_dir);
-    if (memory) values.use_memory_blobs(memory->blobs);
     out.program = read_program(model.mlprogram(), values);
     out.weight_bytes = values.weight_bytes();
   } else if (model.Type_case() == spec::Model::kNeuralNetwork) {
@@ -526,9 +524,58 @@ LoadedModel read_model(const ModelFiles& files) {
     out.network = read_neural_network(model.neuralnetworkregressor(), out.description.functions.front(),
                                       NetworkRole::Regressor);
     out.program = std::move(out.network.program);
-  } else if (is_pipeline(model) || translated_type(model)) {
-    ValueReader values(files.model_dir);
-    if (memory) values.use_memory_blobs(memory->blobs);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::vector<PipelineStageModel> stages_of(const spec::Model& model, const ModelFiles& files, ValueReader& values,
+                                          int depth) {
+  spec::Pipeline pipeline;
+  COREMLRT_CHECK(parse_pipeline(model, pipeline), "pipeline: the message does not parse");
+  COREMLRT_CHECK(depth < kMaxBlockNesting, "pipelines nested more than ", kMaxBlockNesting,
+                 " deep (the nesting limit; coremlrt/limits.h)");
+  std::vector<PipelineStageModel> out;
+  for (int i = 0; i < pipeline.models_size(); ++i) {
+    PipelineStageModel stage;
+    stage.name = i < pipeline.names_size() ? pipeline.names(i) : "model" + std::to_string(i);
+    spec::Model stage_model;
+    COREMLRT_CHECK(stage_model.ParseFromString(pipeline.models(i)), "pipeline: stage ", i, " '", stage.name,
+                   "' does not parse");
+    stage.model.files = files;
+    stage.model.description = read_description(stage_model);
+    if (is_pipeline(stage_model)) stage.stages = stages_of(stage_model, files, values, depth + 1);
+    else read_network_or_program(stage_model, values, stage.model);
+    out.push_back(std::move(stage));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipelineStageModel> read_pipeline_stages(const ModelFiles& files) {
+  COREMLRT_CHECK(!files.compiled, "'", files.model_file, "': the stages of a compiled pipeline are not read here");
+  std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
+  const spec::Model model = parse_model(files, memory.get());
+  COREMLRT_CHECK(is_pipeline(model), "model file '", files.model_file, "' is a ", model_type_name(model),
+                 " model, not a pipeline");
+  ValueReader values(files.model_dir);
+  if (memory) values.use_memory_blobs(memory->blobs);
+  return stages_of(model, files, values, 0);
+}
+
+LoadedModel read_model(const ModelFiles& files) {
+  if (files.compiled) return read_compiled_model(files);
+  LoadedModel out;
+  out.files = files;
+  std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
+  const spec::Model model = parse_model(files, memory.get());
+  out.description = read_description(model);
+  ValueReader values(files.model_dir);
+  if (memory) values.use_memory_blobs(memory->blobs);
+  if (read_network_or_program(model, values, out)) return out;
+  if (is_pipeline(model) || translated_type(model)) {
     try {
       out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
                                     &values);

@@ -4,6 +4,7 @@
 // the memory-mapped weight files).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coremlrt/description.h"
 #include "format/neural_network/reader.h"
@@ -28,5 +29,19 @@ struct LoadedModel {
 constexpr int kMaxSpecificationVersion = 10;
 
 LoadedModel read_model(const ModelFiles& files);
+
+// One stage of a pipeline as a model of its own, for describing its structure (not for running
+// it: read_model splices the stages into one program): its description and, by its type, its
+// ML program (ops and value types; weights stay references), its neuralNetwork layers or its own
+// stages. Classic stages carry their description only.
+struct PipelineStageModel {
+  std::string name;  // the pipeline's name for it, or "model<i>"
+  LoadedModel model;
+  std::vector<PipelineStageModel> stages;  // a nested pipeline's
+};
+
+// The stages of the pipeline in `files` (a .mlmodel or .mlpackage; not a compiled .mlmodelc).
+// Throws Error when the file is no pipeline or does not parse.
+std::vector<PipelineStageModel> read_pipeline_stages(const ModelFiles& files);
 
 }  // namespace coremlrt::format

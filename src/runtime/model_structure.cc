@@ -50,18 +50,13 @@ StructureBlock block_structure(const ir::Block& block) {
   return out;
 }
 
-}  // namespace
-
-ModelStructure read_model_structure(const std::string& path) {
-  format::LoadedModel loaded = format::read_model(format::locate_model(path));
-  ModelStructure out;
-  out.model_type = loaded.description.model_type;
-  if (format::is_neural_network_type(out.model_type)) {
+// An ML program's functions or a neuralNetwork's layers; nothing for any other type.
+void describe(const format::LoadedModel& loaded, const std::string& type, ModelStructure& out) {
+  if (format::is_neural_network_type(type)) {
     for (const auto& layer : loaded.network.layers) out.layers.push_back({layer.type, layer.name, {layer.output}});
-    return out;
+    return;
   }
-  COREMLRT_CHECK(out.model_type == "mlProgram", "model '", path, "' is of type '", out.model_type,
-                 "'; this build describes the structure of ML programs and neuralNetwork models only");
+  if (type != "mlProgram") return;
   for (const auto& [name, function] : loaded.program.functions) {
     StructureFunction f;
     f.name = name;
@@ -69,6 +64,35 @@ ModelStructure read_model_structure(const std::string& path) {
     f.inputs = named_values(function.inputs);
     f.block = block_structure(function.block);
     out.functions.push_back(std::move(f));
+  }
+}
+
+std::vector<StructureSubModel> stage_structures(const std::vector<format::PipelineStageModel>& stages) {
+  std::vector<StructureSubModel> out;
+  for (const format::PipelineStageModel& stage : stages) {
+    ModelStructure s;
+    s.model_type = stage.model.description.model_type;
+    describe(stage.model, s.model_type, s);
+    s.sub_models = stage_structures(stage.stages);
+    out.push_back({stage.name, std::move(s)});
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelStructure read_model_structure(const std::string& path) {
+  const format::ModelFiles files = format::locate_model(path);
+  format::LoadedModel loaded = format::read_model(files);
+  ModelStructure out;
+  out.model_type = loaded.description.model_type;
+  describe(loaded, out.model_type, out);
+  const bool pipeline =
+      out.model_type == "pipeline" || out.model_type == "pipelineClassifier" || out.model_type == "pipelineRegressor";
+  if (pipeline) {
+    COREMLRT_CHECK(!files.compiled, "model '", path, "' is a compiled pipeline; this build describes the stages of ",
+                   "pipelines it reads from .mlmodel and .mlpackage files");
+    out.sub_models = stage_structures(format::read_pipeline_stages(files));
   }
   return out;
 }

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -123,6 +124,46 @@ def test_neuralnetwork_structure(tmp_path):
     for layer in plan.model_structure.neuralnetwork.layers:
         usage = plan.get_compute_device_usage_for_neuralnetwork_layer(layer)
         assert isinstance(usage.preferred_compute_device, MLCPUComputeDevice)
+
+
+def test_pipeline_and_classic_structure(mlp, tmp_path, monkeypatch):
+    """A pipeline's structure lists its stages by name, each described as a model of its own
+    (ML program, neuralNetwork, nested pipeline); a classic model has no structure (all three
+    None), as Core ML describes it."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # make_pipeline's temporary packages
+    builder = NeuralNetworkBuilder([("y", datatypes.Array(8, 4))], [("z", datatypes.Array(8, 4))],
+                                   disable_rank5_shape_mapping=True)
+    builder.add_activation("act", "RELU", input_name="y", output_name="z")
+    scaler = ct.proto.Model_pb2.Model()
+    scaler.specificationVersion = 1
+    for features, name in ((scaler.description.input, "z"), (scaler.description.output, "scaled")):
+        feature = features.add()
+        feature.name = name
+        feature.type.multiArrayType.shape.extend([32])
+        feature.type.multiArrayType.dataType = ct.proto.FeatureTypes_pb2.ArrayFeatureType.DOUBLE
+    scaler.scaler.shiftValue.append(1.0)
+    scaler.scaler.scaleValue.append(2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inner = ct.utils.make_pipeline(ct.models.MLModel(builder.spec), ct.models.MLModel(scaler))
+        pipeline = ct.utils.make_pipeline(mlp[0], inner)
+    path = str(tmp_path / "pipeline.mlpackage")
+    pipeline.save(path)
+    structure = MLModelStructure.load_from_path(path)
+    assert structure.program is None and structure.neuralnetwork is None
+    (first_name, first), (second_name, second) = structure.pipeline.sub_models
+    assert (first_name, second_name) == ("model0", "model1")
+    ops = first.program.functions["main"].block.operations
+    assert [op.operator_name for op in ops if op.operator_name != "const"] == ["linear", "relu", "linear"]
+    (nn_name, nn), (scaler_name, classic) = second.pipeline.sub_models
+    assert [(l.name, l.type) for l in nn.neuralnetwork.layers] == [("act", "activation")]
+    assert classic == MLModelStructure(neuralnetwork=None, program=None, pipeline=None)
+    scaler_path = str(tmp_path / "scaler.mlmodel")
+    ct.models.utils.save_spec(scaler, scaler_path)
+    assert MLModelStructure.load_from_path(scaler_path) == classic
 
 
 # -- compute plan -------------------------------------------------------------------------------
