@@ -38,7 +38,9 @@ python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4
 # that takes numpy-array feature names, so it runs on XGBoost 1.7.6 with numpy 1.26.4 in
 # build/xgboost-1.7.6 (scripts/xgboost_tested_env.sh: pip --target, done once, the system's
 # packages untouched).
+# nncf compresses the OpenVINO models benchmarks/bench_compressed.py compares with (its smoke
+# run: tests/python/test_benchmark_smoke.py); installed with the scikit-learn pin it accepts.
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
-  "xgboost-cpu==2.1.4"
+  "xgboost-cpu==2.1.4" "nncf==3.4.0"
 bash scripts/xgboost_tested_env.sh >/dev/null
 python3 -m pip install -q --disable-pip-version-check .
