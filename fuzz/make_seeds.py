@@ -1,10 +1,9 @@
 """Seed inputs for the fuzz targets (fuzz/README.md), one folder per target under OUT.
 
 Sources: every case of ../shared/corpus when it is present (COREMLRT_CORPUS overrides), and
-always the models tests/python/fixtures.py generates, a neuralNetwork MLP converted here and
-the detection models of tests/python/detection_helpers.py,
-so a fresh clone has seeds too. Files over 256 KiB are left out (they slow the fuzzer down
-without covering more of the readers).
+always the models tests/python/fixtures.py generates, a neuralNetwork MLP converted here and the
+detection and linked-model specs made here, so a fresh clone has seeds too. Files over 256 KiB
+are left out (they slow the fuzzer down without covering more of the readers).
 
     python3 fuzz/make_seeds.py OUT
 """
@@ -54,10 +53,11 @@ def neural_network_models(out_dir):
     return paths + [generated]
 
 
-def detection_specs():
+def detection_and_linked_specs():
     """Serialized specs of the detection readers: a nonMaximumSuppression model (float32,
     thresholds as inputs; double with a fixed row count and int64 labels), a pipeline of a
-    neuralNetwork detector and such a model, and a neuralNetwork NonMaximumSuppression layer."""
+    neuralNetwork detector and such a model, and a neuralNetwork NonMaximumSuppression layer;
+    and a pipeline with a linkedModel stage."""
     import numpy as np
     import coremltools as ct
     import torch
@@ -76,6 +76,17 @@ def detection_specs():
     builder.add_nms("nms", ["boxes", "scores"], ["b", "s", "i", "n"], iou_threshold=0.4, score_threshold=0.1,
                     max_boxes=3, per_class_suppression=True)
     specs.append(builder.spec)
+    # A pipeline whose first stage is a linkedModel (the file it names is not beside the seed).
+    from coremltools.models import _interface_management as interface
+    from coremltools.proto import Model_pb2
+    pipeline, linked = Model_pb2.Model(), Model_pb2.Model()
+    for spec, outputs in ((pipeline, [("h", datatypes.Array(3))]), (linked, [("h", datatypes.Array(3))])):
+        spec.specificationVersion = 4
+        interface.set_transform_interface_params(spec, [("x", datatypes.Array(3))], outputs)
+    linked.linkedModel.linkedModelFile.linkedModelFileName.defaultValue = "stage.mlmodelc"
+    linked.linkedModel.linkedModelFile.linkedModelSearchPath.defaultValue = "models:."
+    pipeline.pipeline.models.add().CopyFrom(linked)
+    specs.append(pipeline)
     return [spec.SerializeToString() for spec in specs]
 
 
@@ -108,7 +119,7 @@ def main(out):
         if model.WhichOneof("Type") == "neuralNetwork":
             write(os.path.join(out, "neural_network"), model.neuralNetwork.SerializeToString())
             write(os.path.join(out, "program"), read(path))
-    for data in detection_specs():
+    for data in detection_and_linked_specs():
         write(os.path.join(out, "program"), data)
     rng = __import__("random").Random(7)
     for rows in (1, 3, 8):

@@ -87,6 +87,13 @@ ModelFiles locate_in_package(const fs::path& package) {
   return {model_file.string(), model_file.parent_path().string(), true};
 }
 
+// The folder `p` lies in ("a/b.mlpackage/" -> "a").
+std::string folder_of(const fs::path& p) {
+  fs::path full = fs::absolute(p).lexically_normal();
+  if (!full.has_filename()) full = full.parent_path();
+  return full.parent_path().string();
+}
+
 }  // namespace
 
 ModelFiles locate_model(const std::string& path) {
@@ -98,14 +105,18 @@ ModelFiles locate_model(const std::string& path) {
                  "' does not exist (expected an .mlpackage folder or an .mlmodel file)");
   if (fs::is_directory(status)) {
     // A compiled folder is recognised by its contents, as Core ML does not require the name.
-    if (p.extension() == ".mlmodelc" || fs::is_regular_file(p / kCompiledProgramFile) ||
-        fs::is_regular_file(p / kCompiledSourceFile))
-      return locate_compiled_model(p.string());
-    return locate_in_package(p);
+    ModelFiles files = p.extension() == ".mlmodelc" || fs::is_regular_file(p / kCompiledProgramFile) ||
+                               fs::is_regular_file(p / kCompiledSourceFile)
+                           ? locate_compiled_model(p.string())
+                           : locate_in_package(p);
+    files.location = folder_of(p);
+    return files;
   }
   COREMLRT_CHECK(fs::is_regular_file(status), "model path '", path,
                  "' is neither a folder nor a regular file");
-  return {p.string(), p.parent_path().string(), false};
+  ModelFiles files{p.string(), p.parent_path().string(), false};
+  files.location = folder_of(p);
+  return files;
 }
 
 }  // namespace coremlrt::format

@@ -11,6 +11,9 @@ struct ModelFiles {
   bool is_package = false;
   bool compiled = false;   // a compiled folder (.mlmodelc): see compiled_model.h
   bool in_memory = false;  // registered bytes (memory_model.h): model_file is the memory path
+  // The folder the model (its .mlmodel file, .mlpackage or .mlmodelc folder) lies in, where a
+  // pipeline's linked models are looked for; empty for a model in memory.
+  std::string location;
 };
 
 // Throws Error naming the path and what was expected when it is not a model.

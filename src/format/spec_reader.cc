@@ -1,5 +1,6 @@
 #include "format/spec_reader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -311,7 +312,8 @@ bool translated_type(const spec::Model& model) {
 }
 
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
-                            const std::string& type, bool stage, ValueReader* values);
+                            const std::string& type, bool stage, ValueReader* values,
+                            const std::string& location = "");
 
 // The Pipeline message of a pipeline, pipelineClassifier or pipelineRegressor; false when it
 // does not parse.
@@ -360,10 +362,96 @@ void collect_threshold_defaults(const spec::Model& model, std::map<std::string, 
   }
 }
 
+LoadedModel read_model_at(const std::string& path);
+
+// linkedModel (Model field 556): a pipeline stage that is another compiled model, named by its
+// file name and found along a search path of folders (":" between them; empty: "."), each
+// relative to `location`, the folder the pipeline lies in. Paths that leave that folder
+// (absolute ones, "..", links pointing out) and app-bundle paths ($BUNDLE_MAIN, ...) are refused:
+// a model names only models shipped beside it. Linked models may link others, at most
+// kMaxLinkDepth deep (a cycle would never end).
+constexpr int kMaxLinkDepth = 8;
+
+LoadedModel read_linked_model(const std::string& serialized, const std::string& location) {
+  spec::LinkedModel linked;
+  COREMLRT_CHECK(linked.ParseFromString(serialized), "linkedModel: the message does not parse");
+  COREMLRT_CHECK(linked.has_linkedmodelfile(), "linkedModel: the message names no model file");
+  const std::string name = linked.linkedmodelfile().linkedmodelfilename().defaultvalue();
+  const std::string search = linked.linkedmodelfile().linkedmodelsearchpath().defaultvalue();
+  COREMLRT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                 "linkedModel: the model file name '", name, "' is not the name of a file");
+  COREMLRT_CHECK(!location.empty(), "linkedModel: '", name, "': a model read from memory has no folder to look in");
+  namespace fs = std::filesystem;
+  const fs::path root = fs::weakly_canonical(fs::path(location));
+  std::string tried;
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = search.find(':', begin);
+    std::string folder = search.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (folder.empty()) folder = ".";
+    COREMLRT_CHECK(folder[0] != '$', "linkedModel: '", name, "': search path entry '", folder,
+                   "' names an app bundle, which does not exist outside Apple platforms");
+    const fs::path relative(folder);
+    bool climbs = relative.is_absolute();
+    for (const fs::path& part : relative) climbs = climbs || part == "..";
+    COREMLRT_CHECK(!climbs, "linkedModel: '", name, "': search path entry '", folder,
+                   "' leaves the folder of the model that links it");
+    const fs::path candidate = root / relative / name;
+    std::error_code ec;
+    if (fs::exists(candidate, ec)) {
+      const fs::path real = fs::weakly_canonical(candidate);
+      const auto [inside, rest] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+      COREMLRT_CHECK(inside == root.end(), "linkedModel: '", candidate.string(), "' leads out of the folder of the ",
+                     "model that links it (to '", real.string(), "')");
+      static thread_local int depth = 0;
+      COREMLRT_CHECK(depth < kMaxLinkDepth, "linkedModel: '", candidate.string(), "': linked models link each other ",
+                     "more than ", kMaxLinkDepth, " deep (a cycle?)");
+      ++depth;
+      struct Leave {
+        ~Leave() { --depth; }
+      } leave;
+      LoadedModel out = read_model_at(candidate.string());
+      const std::string problem = !out.problem.empty() ? out.problem : out.network.problem;
+      COREMLRT_CHECK(problem.empty() && !out.program.functions.empty(), "linkedModel: '", candidate.string(),
+                     "' cannot run: ", problem.empty() ? "no program this build runs" : problem);
+      if (out.program.functions.size() > 1) {  // a multifunction ML program: its default function
+        const std::string keep = out.description.default_function;
+        for (auto it = out.program.functions.begin(); it != out.program.functions.end();)
+          it = it->first == keep ? std::next(it) : out.program.functions.erase(it);
+        const FunctionDescription* chosen = out.description.find_function(keep);
+        COREMLRT_CHECK(out.program.functions.size() == 1 && chosen, "linkedModel: '", candidate.string(),
+                       "' has no default function");
+        out.description.functions = {*chosen};
+      }
+      return out;
+    }
+    tried += (tried.empty() ? "" : ", ") + candidate.string();
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  fail("linkedModel: no '", name, "' in the search path (looked for ", tried, ")");
+}
+
+// The description the splicer joins a linked stage by: the linked model's own, which its program
+// implements, after checking that it has every feature the pipeline's stage declares.
+FunctionDescription linked_stage_description(const LoadedModel& linked, const FunctionDescription& declared) {
+  const FunctionDescription& own = linked.description.functions.front();
+  for (const auto* list : {&declared.inputs, &declared.outputs}) {
+    const auto& theirs = list == &declared.inputs ? own.inputs : own.outputs;
+    for (const FeatureDescription& f : *list) {
+      bool found = false;
+      for (const FeatureDescription& g : theirs) found = found || g.name == f.name;
+      COREMLRT_CHECK(found, "linkedModel: the linked model has no ", list == &declared.inputs ? "input" : "output",
+                     " '", f.name, "', which the pipeline's stage declares");
+    }
+  }
+  return own;
+}
+
 // A pipeline's stages, each translated on its own, spliced into one function
 // (format/pipeline_splicer.h).
 ir::Program translate_pipeline(const spec::Model& model, const FunctionDescription& description,
-                               const std::string& type, int depth, ValueReader* values) {
+                               const std::string& type, int depth, ValueReader* values, const std::string& location) {
   spec::Pipeline pipeline;
   COREMLRT_CHECK(parse_pipeline(model, pipeline), type, ": the message does not parse");
   COREMLRT_CHECK(depth < kMaxBlockNesting, type, ": pipelines nested more than ", kMaxBlockNesting,
@@ -383,15 +471,20 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
     try {
       if (stage_model.Type_case() == spec::Model::kNonMaximumSuppression)
         add_threshold_inputs(stage_model.nonmaximumsuppression(), description, stage.description);
-      if (is_pipeline(stage_model))
-        stage.program =
-            translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1, values);
-      else
+      if (stage_model.Type_case() == spec::Model::kLinkedModel) {
+        LoadedModel linked = read_linked_model(stage_model.linkedmodel(), location);
+        stage.description = linked_stage_description(linked, stage.description);
+        stage.program = std::move(linked.program);
+      } else if (is_pipeline(stage_model)) {
+        stage.program = translate_pipeline(stage_model, stage.description, stage_description.model_type, depth + 1,
+                                           values, location);
+      } else {
         stage.program = translate_model(stage_model, stage.description, stage_description.model_type, true, values);
+      }
       // An ML program's ops mean what its opset says; every other stage's translated ops mean
       // the same in every opset (format/classic/predictor.h, format/neural_network/reader.h).
       stage.fixed_opset = stage_model.Type_case() == spec::Model::kMlProgram;
-      if (is_pipeline(stage_model))
+      if (is_pipeline(stage_model) || stage_model.Type_case() == spec::Model::kLinkedModel)
         stage.fixed_opset = stage.program.functions.begin()->second.opset != "CoreML5";
     } catch (const Error& e) {
       fail(type, ", ", stage.label, ": ", e.what());
@@ -406,8 +499,8 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
 // none (a classifier's probabilities aside).
 // `values` reads an ML program stage's constants and weight files.
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
-                            const std::string& type, bool stage, ValueReader* values) {
-  if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values);
+                            const std::string& type, bool stage, ValueReader* values, const std::string& location) {
+  if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values, location);
   const FunctionDescription& d = description;
   // dictVectorizer, categoricalMapping and oneHotEncoder check their own inputs: a string or
   // dictionary reaches them as numbers over their vocabulary (format/classic/text_feature_readers.cc).
@@ -578,7 +671,7 @@ LoadedModel read_model(const ModelFiles& files) {
   if (is_pipeline(model) || translated_type(model)) {
     try {
       out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
-                                    &values);
+                                    &values, files.location);
       out.weight_bytes = values.weight_bytes();
       std::map<std::string, double> thresholds;
       collect_threshold_defaults(model, thresholds, 0);
@@ -593,5 +686,11 @@ LoadedModel read_model(const ModelFiles& files) {
   }
   return out;
 }
+
+namespace {
+
+LoadedModel read_model_at(const std::string& path) { return read_model(locate_model(path)); }
+
+}  // namespace
 
 }  // namespace coremlrt::format

@@ -5,8 +5,9 @@ coremlrt and compared with scikit-learn's own predict / predict_proba, or with n
 pipelines built by hand. Core ML evaluates these models in double precision
 (src/format/classic/predictor.h), so regressions are compared at double-precision tolerances and
 class probabilities (classify's fp32 vector) at fp32 ones. Stages are spliced into one program
-at load (src/format/pipeline_splicer.h)."""
+at load (src/format/pipeline_splicer.h); a linkedModel stage is read from beside the pipeline."""
 
+import os
 import tempfile
 import warnings
 
@@ -396,3 +397,67 @@ def test_pipeline_input_keeps_its_declared_type(tmp_path):
     assert [p["op_type"] for p in model.placements()] == ["cast", "scaler"]
     x = np.array([0.1, -2.0], np.float32)
     np.testing.assert_allclose(model.predict({"x": x})["y"], (x.astype(np.float64) + 0.5) * 3.0, rtol=1e-15)
+
+
+def _linked_pipeline(tmp_path, search_path, file_name="stage.mlmodelc"):
+    """pipeline[linkedModel -> `file_name` along `search_path`, scaler(h * 3)] over x double [3]."""
+    three = [("x", datatypes.Array(3))]
+    pipeline = Model_pb2.Model()
+    pipeline.specificationVersion = 4
+    ct.models._interface_management.set_transform_interface_params(pipeline, three, [("y", datatypes.Array(3))])
+    linked = _feature_model(three, [("h", datatypes.Array(3))])
+    linked.specificationVersion = 4
+    linked.linkedModel.linkedModelFile.linkedModelFileName.defaultValue = file_name
+    linked.linkedModel.linkedModelFile.linkedModelSearchPath.defaultValue = search_path
+    scaler = _feature_model([("h", datatypes.Array(3))], [("y", datatypes.Array(3))])
+    scaler.scaler.shiftValue.append(0.0)
+    scaler.scaler.scaleValue.append(3.0)
+    pipeline.pipeline.models.add().CopyFrom(linked)
+    pipeline.pipeline.models.add().CopyFrom(scaler)
+    path = str(tmp_path / "linking.mlmodel")
+    ct.models.utils.save_spec(pipeline, path)
+    return path
+
+
+def test_linked_model_stage_is_read_from_beside_the_pipeline(tmp_path):
+    """A linkedModel stage names a compiled model by file name and search path, relative to the
+    pipeline's folder; the first folder of the path that has it wins."""
+    inner = _feature_model([("x", datatypes.Array(3))], [("h", datatypes.Array(3))])
+    inner.scaler.shiftValue.extend([1.0, 2.0, 3.0])
+    inner.scaler.scaleValue.append(0.5)
+    source = str(tmp_path / "inner.mlmodel")
+    ct.models.utils.save_spec(inner, source)
+    (tmp_path / "models").mkdir()
+    coremlrt.compile_model(source, str(tmp_path / "models" / "stage.mlmodelc"))
+    x = np.array([1.0, -2.0, 0.25])
+    expected = (x + [1.0, 2.0, 3.0]) * 0.5 * 3.0
+    for search in ["missing:models", "models", "./models/"]:
+        model = coremlrt.MLModel(_linked_pipeline(tmp_path, search))
+        np.testing.assert_allclose(model.predict({"x": x})["y"], expected, rtol=1e-12)
+    coremlrt.compile_model(source, str(tmp_path / "stage.mlmodelc"))
+    np.testing.assert_allclose(coremlrt.MLModel(_linked_pipeline(tmp_path, "")).predict({"x": x})["y"], expected,
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("search,file_name,message", [
+    ("..", "stage.mlmodelc", "leaves the folder"),
+    ("/tmp", "stage.mlmodelc", "leaves the folder"),
+    ("$BUNDLE_MAIN", "stage.mlmodelc", "app bundle"),
+    ("models", "../stage.mlmodelc", "not the name of a file"),
+    ("nowhere", "stage.mlmodelc", "no 'stage.mlmodelc' in the search path"),
+    ("out", "stage.mlmodelc", "leads out of the folder"),
+])
+def test_linked_model_paths_that_leave_the_folder_are_refused(tmp_path, search, file_name, message):
+    inner = _feature_model([("x", datatypes.Array(3))], [("h", datatypes.Array(3))])
+    inner.scaler.shiftValue.append(0.0)
+    inner.scaler.scaleValue.append(1.0)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ct.models.utils.save_spec(inner, str(outside / "inner.mlmodel"))
+    coremlrt.compile_model(str(outside / "inner.mlmodel"), str(outside / "stage.mlmodelc"))
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "out").mkdir()
+    os.symlink(outside / "stage.mlmodelc", base / "out" / "stage.mlmodelc")  # a link pointing out
+    with pytest.raises(coremlrt.Error, match=message):
+        coremlrt.MLModel(_linked_pipeline(base, search, file_name))
