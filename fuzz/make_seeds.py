@@ -2,8 +2,9 @@
 
 Sources: every case of ../shared/corpus when it is present (COREMLRT_CORPUS overrides), and
 always the models tests/python/fixtures.py generates, a neuralNetwork MLP converted here and the
-detection and linked-model specs made here, so a fresh clone has seeds too. Files over 256 KiB
-are left out (they slow the fuzzer down without covering more of the readers).
+detection, linked-model and classConfidenceThresholding specs made here, so a fresh clone has
+seeds too. Files over 256 KiB are left out (they slow the fuzzer down without covering more of
+the readers).
 
     python3 fuzz/make_seeds.py OUT
 """
@@ -53,11 +54,11 @@ def neural_network_models(out_dir):
     return paths + [generated]
 
 
-def detection_and_linked_specs():
+def detection_and_classic_specs():
     """Serialized specs of the detection readers: a nonMaximumSuppression model (float32,
     thresholds as inputs; double with a fixed row count and int64 labels), a pipeline of a
     neuralNetwork detector and such a model, and a neuralNetwork NonMaximumSuppression layer;
-    and a pipeline with a linkedModel stage."""
+    a pipeline with a linkedModel stage; a classConfidenceThresholding model."""
     import numpy as np
     import coremltools as ct
     import torch
@@ -87,6 +88,16 @@ def detection_and_linked_specs():
     linked.linkedModel.linkedModelFile.linkedModelSearchPath.defaultValue = "models:."
     pipeline.pipeline.models.add().CopyFrom(linked)
     specs.append(pipeline)
+    # classConfidenceThresholding: confidences [3] in, [2, 3] out, a precision-recall curve per class.
+    thresholding = Model_pb2.Model()
+    thresholding.specificationVersion = 8
+    interface.set_transform_interface_params(thresholding, [("c", datatypes.Array(3))], [("f", datatypes.Array(2, 3))])
+    for _ in range(3):
+        curve = thresholding.classConfidenceThresholding.precisionRecallCurves.add()
+        for values in (curve.precisionValues, curve.precisionConfidenceThresholds, curve.recallValues,
+                       curve.recallConfidenceThresholds):
+            values.vector.extend([0.25, 0.5])
+    specs.append(thresholding)
     return [spec.SerializeToString() for spec in specs]
 
 
@@ -119,7 +130,7 @@ def main(out):
         if model.WhichOneof("Type") == "neuralNetwork":
             write(os.path.join(out, "neural_network"), model.neuralNetwork.SerializeToString())
             write(os.path.join(out, "program"), read(path))
-    for data in detection_and_linked_specs():
+    for data in detection_and_classic_specs():
         write(os.path.join(out, "program"), data)
     rng = __import__("random").Random(7)
     for rows in (1, 3, 8):

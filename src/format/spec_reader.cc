@@ -49,6 +49,8 @@ const char* model_type_name(const spec::Model& model) {
     case spec::Model::kNormalizer: return "normalizer";
     case spec::Model::kArrayFeatureExtractor: return "arrayFeatureExtractor";
     case spec::Model::kNonMaximumSuppression: return "nonMaximumSuppression";
+    case spec::Model::kClassConfidenceThresholding: return "classConfidenceThresholding";
+    case spec::Model::kLinkedModel: return "linkedModel";
     case spec::Model::kIdentity: return "identity";
     case spec::Model::TYPE_NOT_SET: return "none";
     default: return "other";
@@ -306,7 +308,8 @@ bool translated_type(const spec::Model& model) {
     case spec::Model::kIdentity:
     case spec::Model::kDictVectorizer:
     case spec::Model::kCategoricalMapping:
-    case spec::Model::kNonMaximumSuppression: return true;
+    case spec::Model::kNonMaximumSuppression:
+    case spec::Model::kClassConfidenceThresholding: return true;
     default: return false;
   }
 }
@@ -563,6 +566,9 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     case spec::Model::kCategoricalMapping: out = classic::read_categorical_mapping(model.categoricalmapping(), d); break;
     case spec::Model::kNonMaximumSuppression:
       out = classic::read_non_maximum_suppression(model.nonmaximumsuppression(), d);
+      break;
+    case spec::Model::kClassConfidenceThresholding:
+      out = classic::read_class_confidence_thresholding(model.classconfidencethresholding(), d);
       break;
     default: fail("model type '", type, "' is not supported by this build");
   }

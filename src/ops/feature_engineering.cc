@@ -282,12 +282,47 @@ std::unique_ptr<Kernel> make_dict_vectorizer(KernelBuilder& b) {
   return make_kernel([=](KernelContext& ctx) { writer.write(ctx, features.read(ctx)); });
 }
 
+// classConfidenceThresholding (format/classic/class_confidence_reader.cc): x [C] in, [2, C] out,
+// row 0 x and row 1 ones (every class taken), each converted to the output's dtype.
+template <class In, class Out>
+void confidences_and_ones(const Tensor& x, Tensor& out) {
+  const int64_t c = x.numel();
+  const In* in = x.ptr<In>();
+  Out* o = out.ptr<Out>();
+  for (int64_t i = 0; i < c; ++i) {
+    o[i] = static_cast<Out>(static_cast<double>(in[i]));
+    o[c + i] = static_cast<Out>(1.0);
+  }
+}
+
+std::unique_ptr<Kernel> make_class_confidence_thresholding(KernelBuilder& b) {
+  const int x = b.input("x");
+  const DType out_dtype = b.output_type(0).dtype;
+  auto is_float = [](DType d) { return d == DType::Float16 || d == DType::Float32 || d == DType::Float64; };
+  b.check(is_float(out_dtype), "output must be fp16, fp32 or fp64, declared ", b.output_type(0).str());
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& in = ctx.input(x);
+    if (in.rank() != 1 || !is_float(in.dtype))
+      ctx.fail("the class confidences must be an fp16, fp32 or fp64 vector [C], got ", dtype_name(in.dtype), " ",
+               shape_str(in.shape));
+    Tensor& out = ctx.allocate_output(0, out_dtype, {2, in.numel()});
+    dispatch_all(in.dtype, "class_confidence_thresholding", [&](auto in_tag) {
+      using In = typename decltype(in_tag)::type;
+      dispatch_all(out_dtype, "class_confidence_thresholding", [&](auto out_tag) {
+        confidences_and_ones<In, typename decltype(out_tag)::type>(in, out);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 void register_feature_engineering_kernels(KernelRegistry& registry) {
   registry.add("scaler", kNumbers, make_scaler);
   registry.add("imputer", kNumbers, make_imputer);
   registry.add("normalizer", kNumbers, make_normalizer);
+  registry.add("class_confidence_thresholding", DTypeSet{DType::Float16, DType::Float32, DType::Float64},
+               make_class_confidence_thresholding);
   registry.add("feature_vectorizer", kNumbers, make_feature_vectorizer);
   registry.add("array_feature_extractor", kNumbers, make_array_feature_extractor);
   registry.add("one_hot_encoder", kNumbers, make_one_hot);

@@ -233,7 +233,8 @@ bool is_classic_predictor(const std::string& type) {
                             "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier",
                             "pipeline", "pipelineClassifier", "pipelineRegressor", "scaler", "imputer",
                             "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity",
-                            "dictVectorizer", "categoricalMapping", "nonMaximumSuppression"})
+                            "dictVectorizer", "categoricalMapping", "nonMaximumSuppression",
+                            "classConfidenceThresholding"})
     if (type == known) return true;
   return false;
 }

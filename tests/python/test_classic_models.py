@@ -469,3 +469,53 @@ def test_regressor_through_coremltools_predicts_a_python_float(tmp_path, data):
     np.testing.assert_allclose(got, sk.predict(x[:5, :2]), rtol=1e-12, atol=1e-12)
     assert batch == got
     assert coremlrt.MLModel(path).predict(rows[0])["target"].shape == ()
+
+
+def _thresholding_spec(in_type="FLOAT32", out_type="FLOAT32", classes=3, curves=3, bad_value=None):
+    from coremltools.proto import FeatureTypes_pb2, Model_pb2
+
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 8
+    for features, name, shape in ((spec.description.input, "confidence", [classes]),
+                                  (spec.description.output, "filtered", [2, classes])):
+        feature = features.add()
+        feature.name = name
+        array = feature.type.multiArrayType
+        array.shape.extend(shape)
+        array.dataType = getattr(FeatureTypes_pb2.ArrayFeatureType, in_type if features is spec.description.input
+                                 else out_type)
+    spec.classConfidenceThresholding.SetInParent()  # set even with no curves
+    for i in range(curves):
+        curve = spec.classConfidenceThresholding.precisionRecallCurves.add()
+        curve.precisionValues.vector.extend([0.5, 0.75, 1.0])
+        curve.precisionConfidenceThresholds.vector.extend([0.1, 0.5, 0.9])
+        curve.recallValues.vector.extend([1.0, 0.5])
+        curve.recallConfidenceThresholds.vector.extend([0.1, bad_value if bad_value is not None and i == 1 else 0.9])
+    return spec
+
+
+@pytest.mark.parametrize("in_type,out_type", [("FLOAT32", "FLOAT32"), ("DOUBLE", "FLOAT32"), ("FLOAT16", "DOUBLE")])
+def test_class_confidence_thresholding_takes_every_class(tmp_path, in_type, out_type):
+    """The format's definition: [0, :] the confidences, [1, :] ones (every class taken)."""
+    path = str(tmp_path / "thresholding.mlmodel")
+    ct.models.utils.save_spec(_thresholding_spec(in_type, out_type), path)
+    dtypes = {"FLOAT32": np.float32, "DOUBLE": np.float64, "FLOAT16": np.float16}
+    x = np.array([0.2, 0.7, 0.1], dtypes[in_type])
+    got = coremlrt.MLModel(path).predict({"confidence": x})["filtered"]
+    assert got.dtype == dtypes[out_type] and got.shape == (2, 3)
+    np.testing.assert_array_equal(got, np.stack([x.astype(dtypes[out_type]), np.ones(3, dtypes[out_type])]))
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(curves=0), "no precision-recall curves"),
+    (dict(curves=2), "2 precision-recall curves for 3 classes"),
+    (dict(bad_value=-1.0), "finite and not negative"),
+    (dict(bad_value=float("nan")), "finite and not negative"),
+    (dict(in_type="INT32"), "fp16, fp32 or fp64"),
+])
+def test_class_confidence_thresholding_refuses_what_core_ml_refuses(tmp_path, change, message):
+    path = str(tmp_path / "bad.mlmodel")
+    with open(path, "wb") as f:
+        f.write(_thresholding_spec(**change).SerializeToString())
+    with pytest.raises(coremlrt.Error, match=message):
+        coremlrt.MLModel(path)

@@ -134,6 +134,7 @@ ir::Program read_identity(const FunctionDescription& description);
 ir::Program read_dict_vectorizer(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_categorical_mapping(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_non_maximum_suppression(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_class_confidence_thresholding(const std::string& serialized, const FunctionDescription& description);
 // The threshold inputs a nonMaximumSuppression message names, each with the message's own
 // threshold: the value an absent optional input of that name stands for.
 std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized);
