@@ -51,6 +51,8 @@ const char* model_type_name(const spec::Model& model) {
     case spec::Model::kNonMaximumSuppression: return "nonMaximumSuppression";
     case spec::Model::kClassConfidenceThresholding: return "classConfidenceThresholding";
     case spec::Model::kLinkedModel: return "linkedModel";
+    case spec::Model::kBayesianProbitRegressor: return "bayesianProbitRegressor";
+    case spec::Model::kItemSimilarityRecommender: return "itemSimilarityRecommender";
     case spec::Model::kIdentity: return "identity";
     case spec::Model::TYPE_NOT_SET: return "none";
     default: return "other";
@@ -309,7 +311,8 @@ bool translated_type(const spec::Model& model) {
     case spec::Model::kDictVectorizer:
     case spec::Model::kCategoricalMapping:
     case spec::Model::kNonMaximumSuppression:
-    case spec::Model::kClassConfidenceThresholding: return true;
+    case spec::Model::kClassConfidenceThresholding:
+    case spec::Model::kBayesianProbitRegressor: return true;  // refused by translate_model, with the reason
     default: return false;
   }
 }
@@ -570,6 +573,11 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     case spec::Model::kClassConfidenceThresholding:
       out = classic::read_class_confidence_thresholding(model.classconfidencethresholding(), d);
       break;
+    case spec::Model::kBayesianProbitRegressor:
+      // The format defines the probability as Φ(<w, x> / β) but gives β nowhere in the message,
+      // and its sampled probability is drawn by a generator it does not name.
+      fail("model type 'bayesianProbitRegressor' is refused: its probability divides by a scale β that the "
+           "format leaves out of the model, so no result could be Core ML's");
     default: fail("model type '", type, "' is not supported by this build");
   }
   if (!stage) {

@@ -519,3 +519,20 @@ def test_class_confidence_thresholding_refuses_what_core_ml_refuses(tmp_path, ch
         f.write(_thresholding_spec(**change).SerializeToString())
     with pytest.raises(coremlrt.Error, match=message):
         coremlrt.MLModel(path)
+
+
+def test_bayesian_probit_regressor_is_refused_with_the_reason(tmp_path):
+    """Its probability is Φ(<w, x> / β) with β nowhere in the message: refused, not guessed."""
+    from coremltools.models import _interface_management, datatypes
+    from coremltools.proto import Model_pb2
+
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 3
+    _interface_management.set_transform_interface_params(spec, [("x", datatypes.Array(3))],
+                                                         [("p", datatypes.Double())])
+    spec.bayesianProbitRegressor.numberOfFeatures = 3
+    path = str(tmp_path / "probit.mlmodel")
+    with open(path, "wb") as f:
+        f.write(spec.SerializeToString())
+    with pytest.raises(coremlrt.Error, match="bayesianProbitRegressor' is refused: .* β"):
+        coremlrt.MLModel(path)
