@@ -16,6 +16,7 @@
 
 #include "coremlrt/error.h"
 #include "coremlrt/tensor.h"
+#include "ir/param_reader.h"
 #include "ir/program.h"
 
 namespace coremlrt::ops {
@@ -87,9 +88,8 @@ std::unique_ptr<Kernel> make_kernel(Fn fn) {
   return std::make_unique<Lambda>(std::move(fn));
 }
 
-class KernelBuilder {
+class KernelBuilder : public ir::ParamReader {
  public:
-  virtual ~KernelBuilder() = default;
   virtual const ir::Operation& op() const = 0;
   virtual const ir::Function& function() const = 0;
   int ios_version() const { return function().ios_version; }
@@ -99,7 +99,7 @@ class KernelBuilder {
   virtual int input(const std::string& param) = 0;
   virtual int optional_input(const std::string& param) = 0;  // -1 when absent
   virtual std::vector<int> variadic_input(const std::string& param) = 0;
-  virtual bool has(const std::string& param) const = 0;
+  bool has(const std::string& param) const override = 0;
   // Declared type of the (first) value bound to `param`.
   virtual const ir::ValueType& input_type(const std::string& param) const = 0;
   const ir::ValueType& output_type(int index) const;
@@ -117,14 +117,7 @@ class KernelBuilder {
   // Compiles nested block `index` of the op (cond branches, while_loop condition and
   // body); the result is what KernelContext::run_block takes.
   virtual int build_block(size_t index) = 0;
-  int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
-  std::vector<int64_t> const_ints(const std::string& param,
-                                  std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
-  double const_float(const std::string& param, std::optional<double> fallback = std::nullopt) const;
-  bool const_bool(const std::string& param, std::optional<bool> fallback = std::nullopt) const;
-  std::vector<bool> const_bools(const std::string& param,
-                                std::optional<std::vector<bool>> fallback = std::nullopt) const;
-  std::string const_string(const std::string& param, std::optional<std::string> fallback = std::nullopt) const;
+  // const_int, const_ints, const_float, const_bool, const_bools, const_string: src/ir/param_reader.h.
 
   // Throws Error prefixed with the function and op description.
   template <class... Parts>
@@ -135,6 +128,12 @@ class KernelBuilder {
   void check(bool condition, Parts&&... parts) const {
     if (!condition) fail(std::forward<Parts>(parts)...);
   }
+
+ protected:
+  const ir::ConstValue* known_value(const std::string& param) const override {
+    return is_constant(param) ? constant(param) : nullptr;
+  }
+  [[noreturn]] void param_error(const std::string& message) const override { fail(message); }
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(KernelBuilder&)>;

@@ -2,35 +2,7 @@
 
 #include <openvino/op/constant.hpp>
 
-#include <cstring>
-
 namespace coremlrt::backends::openvino {
-
-namespace {
-
-// The elements of a constant tensor as doubles (parameters: axes, pads, scalars).
-std::vector<double> numbers(const Tensor& t, const std::string& what) {
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (t.dtype) {
-      case DType::Int32: out[i] = t.ptr<int32_t>()[i]; break;
-      case DType::Int64: out[i] = static_cast<double>(t.ptr<int64_t>()[i]); break;
-      case DType::Int16: out[i] = t.ptr<int16_t>()[i]; break;
-      case DType::UInt16: out[i] = t.ptr<uint16_t>()[i]; break;
-      case DType::Int8: out[i] = t.ptr<int8_t>()[i]; break;
-      case DType::UInt8:
-      case DType::Bool: out[i] = t.ptr<uint8_t>()[i]; break;
-      case DType::UInt32: out[i] = t.ptr<uint32_t>()[i]; break;
-      case DType::Float32: out[i] = t.ptr<float>()[i]; break;
-      case DType::Float16: out[i] = static_cast<float>(t.ptr<half>()[i]); break;
-      case DType::Float64: out[i] = t.ptr<double>()[i]; break;
-      default: fail(what, " has dtype ", dtype_name(t.dtype), ", which is not a number");
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::optional<ov::element::Type> element_type(DType dtype) {
   switch (dtype) {
@@ -78,58 +50,7 @@ bool OpReader::is_constant(const std::string& param) const {
   return has(param);
 }
 
-std::vector<int64_t> OpReader::const_ints(const std::string& param, std::optional<std::vector<int64_t>> fallback) const {
-  const ir::ConstValue* value = constant(param);
-  if (!value) {
-    if (has(param)) fail(op_.describe(), ": parameter '", param, "' is not known at load");
-    if (!fallback) fail(op_.describe(), ": missing parameter '", param, "'");
-    return *fallback;
-  }
-  std::vector<int64_t> out;
-  for (double v : numbers(value->tensor, op_.describe() + " parameter '" + param + "'"))
-    out.push_back(static_cast<int64_t>(v));
-  return out;
-}
-
-int64_t OpReader::const_int(const std::string& param, std::optional<int64_t> fallback) const {
-  std::vector<int64_t> values = const_ints(param, fallback ? std::optional(std::vector<int64_t>{*fallback}) : std::nullopt);
-  if (values.size() != 1) fail(op_.describe(), ": parameter '", param, "' must be a scalar");
-  return values[0];
-}
-
-double OpReader::const_float(const std::string& param, std::optional<double> fallback) const {
-  const ir::ConstValue* value = constant(param);
-  if (!value) {
-    if (has(param)) fail(op_.describe(), ": parameter '", param, "' is not known at load");
-    if (!fallback) fail(op_.describe(), ": missing parameter '", param, "'");
-    return *fallback;
-  }
-  std::vector<double> values = numbers(value->tensor, op_.describe() + " parameter '" + param + "'");
-  if (values.size() != 1) fail(op_.describe(), ": parameter '", param, "' must be a scalar");
-  return values[0];
-}
-
-bool OpReader::const_bool(const std::string& param, std::optional<bool> fallback) const {
-  return const_int(param, fallback ? std::optional<int64_t>(*fallback) : std::nullopt) != 0;
-}
-
-std::vector<bool> OpReader::const_bools(const std::string& param, std::optional<std::vector<bool>> fallback) const {
-  if (!constant(param) && !has(param) && fallback) return *fallback;
-  std::vector<bool> out;
-  for (int64_t v : const_ints(param)) out.push_back(v != 0);
-  return out;
-}
-
-std::string OpReader::const_string(const std::string& param, std::optional<std::string> fallback) const {
-  const ir::ConstValue* value = constant(param);
-  if (!value) {
-    if (has(param)) fail(op_.describe(), ": parameter '", param, "' is not known at load");
-    if (!fallback) fail(op_.describe(), ": missing parameter '", param, "'");
-    return *fallback;
-  }
-  if (value->strings.size() != 1) fail(op_.describe(), ": parameter '", param, "' must be a string");
-  return value->strings[0];
-}
+void OpReader::param_error(const std::string& message) const { fail(op_.describe(), ": ", message); }
 
 Value Lowerer::constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data) {
   return std::make_shared<ov::op::v0::Constant>(type, ov::Shape(shape.begin(), shape.end()), data);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "ir/param_reader.h"
 
 namespace coremlrt::backends::openvino {
 
@@ -31,14 +32,14 @@ std::optional<ov::element::Type> element_type(DType dtype);
 // The float dtypes of MIL's op tables (T = F), the only ones most lowerings accept.
 inline bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
 
-// Reads one op's parameters: types, constants and (while lowering) graph values.
-class OpReader {
+// Reads one op's parameters: types, constants and (while lowering) graph values; constants as
+// plain values through ir::ParamReader (src/ir/param_reader.h), as our kernels read them.
+class OpReader : public ir::ParamReader {
  public:
   OpReader(const ir::Operation& op, const ValueInfo& values) : op_(op), values_(values) {}
-  virtual ~OpReader() = default;
 
   const ir::Operation& op() const { return op_; }
-  bool has(const std::string& param) const;
+  bool has(const std::string& param) const override;
   // Number of bindings of a (variadic) parameter; 0 when absent.
   size_t count(const std::string& param) const;
   const ir::ValueType& type(const std::string& param, size_t index = 0) const;
@@ -47,17 +48,10 @@ class OpReader {
   const ir::ConstValue* constant(const std::string& param, size_t index = 0) const;
   bool is_constant(const std::string& param) const;
 
-  // Constant parameters as plain values; `fallback` when absent. Throws Error when present but
-  // not constant or not of a usable type.
-  int64_t const_int(const std::string& param, std::optional<int64_t> fallback = std::nullopt) const;
-  std::vector<int64_t> const_ints(const std::string& param,
-                                  std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
-  double const_float(const std::string& param, std::optional<double> fallback = std::nullopt) const;
-  bool const_bool(const std::string& param, std::optional<bool> fallback = std::nullopt) const;
-  std::vector<bool> const_bools(const std::string& param, std::optional<std::vector<bool>> fallback = std::nullopt) const;
-  std::string const_string(const std::string& param, std::optional<std::string> fallback = std::nullopt) const;
-
  protected:
+  const ir::ConstValue* known_value(const std::string& param) const override { return constant(param); }
+  [[noreturn]] void param_error(const std::string& message) const override;
+
   const ir::Binding& binding(const std::string& param, size_t index) const;
   const ir::Operation& op_;
   const ValueInfo& values_;
