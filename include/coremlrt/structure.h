@@ -77,8 +77,8 @@ struct StructureSubModel {
   ModelStructure structure;
 };
 
-// Throws Error for files that are not models (and for compiled pipelines, whose stages this
-// build does not read).
+// Throws Error for files that are not models (and for pipelines compiled by Apple's compiler,
+// whose stages this build does not read).
 ModelStructure read_model_structure(const std::string& path);
 
 }  // namespace coremlrt

@@ -31,7 +31,7 @@ coremltools' runtime API:
 
 Optimization hints are accepted (checked as coremltools checks them) and kept; they change
 nothing, since they steer Core ML's GPU and Neural Engine specialization. What stays
-unavailable on Linux: the stages of a compiled (.mlmodelc) pipeline's structure, and models
+unavailable on Linux: the stages of a pipeline compiled by Apple's compiler, and models
 coremlrt cannot run (see ``coremlrt info``).
 """
 

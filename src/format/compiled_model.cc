@@ -11,9 +11,11 @@
 #include "Model.pb.h"
 #include "coremlrt/compile.h"
 #include "coremlrt/error.h"
+#include "coremlrt/limits.h"
 #include "format/compiled_metadata.h"
 #include "format/memory_model.h"
 #include "format/mil_text.h"
+#include "format/pipeline_message.h"
 #include "format/value_reader.h"
 
 namespace coremlrt::format {
@@ -94,6 +96,27 @@ void write_memory_blob(const std::string& file_name, const MemoryModel& model, c
   write_bytes(to_dir / relative, std::string(reinterpret_cast<const char*>(blob->second->bytes()), blob->second->size()));
 }
 
+// The blob files an ML program references, and its ops by type (for the metadata), or those of
+// every ML program stage of a pipeline, nested ones included.
+void collect_program_blobs(const spec::Model& model, std::set<std::string>& blobs, std::map<std::string, int>& histogram,
+                           int depth) {
+  if (model.Type_case() == spec::Model::kMlProgram) {
+    for (const auto& [name, function] : model.mlprogram().functions()) {
+      auto block = function.block_specializations().find(function.opset());
+      if (block == function.block_specializations().end()) continue;
+      collect_blob_files(block->second, blobs);
+      if (depth == 0) count_ops(block->second, histogram_opset(function.opset()), histogram);
+    }
+    return;
+  }
+  spec::Pipeline pipeline;
+  if (depth >= kMaxBlockNesting || !parse_pipeline(model, pipeline)) return;  // read_model checked it
+  for (const std::string& bytes : pipeline.models()) {
+    spec::Model stage;
+    if (stage.ParseFromString(bytes)) collect_program_blobs(stage, blobs, histogram, depth + 1);
+  }
+}
+
 void assemble(const ModelFiles& files, const std::string& bytes, const fs::path& folder) {
   spec::Model model;
   COREMLRT_CHECK(model.ParseFromString(bytes), "model file '", files.model_file,
@@ -105,17 +128,14 @@ void assemble(const ModelFiles& files, const std::string& bytes, const fs::path&
   if (model.Type_case() == spec::Model::kMlProgram) {
     ValueReader values(files.model_dir);
     write_bytes(folder / kCompiledProgramFile, print_mil_text(model.mlprogram(), values));
-    std::set<std::string> blobs;
-    for (const auto& [name, function] : model.mlprogram().functions()) {
-      auto block = function.block_specializations().find(function.opset());
-      if (block == function.block_specializations().end()) continue;
-      collect_blob_files(block->second, blobs);
-      count_ops(block->second, histogram_opset(function.opset()), histogram);
-    }
-    for (const auto& blob : blobs) {
-      if (files.in_memory) write_memory_blob(blob, *find_memory_model(files.model_file), folder);
-      else copy_blob_file(blob, files.model_dir, folder);
-    }
+  }
+  // The weight files of the program, or of a pipeline's ML program stages (each its own
+  // weights/<i>-weight.bin), go with the source model.
+  std::set<std::string> blobs;
+  collect_program_blobs(model, blobs, histogram, 0);
+  for (const auto& blob : blobs) {
+    if (files.in_memory) write_memory_blob(blob, *find_memory_model(files.model_file), folder);
+    else copy_blob_file(blob, files.model_dir, folder);
   }
   write_bytes(folder / kCompiledMetadataFile, write_compiled_metadata(loaded.description, histogram));
 }

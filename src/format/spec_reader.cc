@@ -14,6 +14,7 @@
 #include "format/classic/predictor.h"
 #include "format/compiled_model.h"
 #include "format/memory_model.h"
+#include "format/pipeline_message.h"
 #include "format/pipeline_splicer.h"
 #include "format/value_reader.h"
 
@@ -320,22 +321,6 @@ bool translated_type(const spec::Model& model) {
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
                             const std::string& type, bool stage, ValueReader* values,
                             const std::string& location = "");
-
-// The Pipeline message of a pipeline, pipelineClassifier or pipelineRegressor; false when it
-// does not parse.
-bool parse_pipeline(const spec::Model& model, spec::Pipeline& pipeline) {
-  if (model.Type_case() == spec::Model::kPipeline) return pipeline.ParseFromString(model.pipeline());
-  if (model.Type_case() == spec::Model::kPipelineClassifier) {
-    spec::PipelineClassifier outer;
-    if (!outer.ParseFromString(model.pipelineclassifier())) return false;
-    pipeline = outer.pipeline();
-    return true;
-  }
-  spec::PipelineRegressor outer;
-  if (!outer.ParseFromString(model.pipelineregressor())) return false;
-  pipeline = outer.pipeline();
-  return true;
-}
 
 // A nonMaximumSuppression stage reads the threshold inputs its message names from the features
 // of its pipeline, as Core ML passes a stage every feature by name, even when the stage's own
@@ -662,7 +647,10 @@ std::vector<PipelineStageModel> stages_of(const spec::Model& model, const ModelF
 }  // namespace
 
 std::vector<PipelineStageModel> read_pipeline_stages(const ModelFiles& files) {
-  COREMLRT_CHECK(!files.compiled, "'", files.model_file, "': the stages of a compiled pipeline are not read here");
+  // A compiled folder that coremlrt wrote keeps the source model (compiled_model.h); one
+  // compiled by Apple's compiler holds binary files this build does not read.
+  COREMLRT_CHECK(!files.compiled || std::filesystem::path(files.model_file).filename() == kCompiledSourceFile, "'",
+                 files.model_dir, "': the stages of a pipeline compiled by Apple's compiler are not read here");
   std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
   const spec::Model model = parse_model(files, memory.get());
   COREMLRT_CHECK(is_pipeline(model), "model file '", files.model_file, "' is a ", model_type_name(model),

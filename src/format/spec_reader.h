@@ -40,8 +40,8 @@ struct PipelineStageModel {
   std::vector<PipelineStageModel> stages;  // a nested pipeline's
 };
 
-// The stages of the pipeline in `files` (a .mlmodel or .mlpackage; not a compiled .mlmodelc).
-// Throws Error when the file is no pipeline or does not parse.
+// The stages of the pipeline in `files` (a .mlmodel, an .mlpackage, or an .mlmodelc that coremlrt
+// compiled). Throws Error when the file is no pipeline or does not parse.
 std::vector<PipelineStageModel> read_pipeline_stages(const ModelFiles& files);
 
 }  // namespace coremlrt::format

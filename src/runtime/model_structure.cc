@@ -89,11 +89,7 @@ ModelStructure read_model_structure(const std::string& path) {
   describe(loaded, out.model_type, out);
   const bool pipeline =
       out.model_type == "pipeline" || out.model_type == "pipelineClassifier" || out.model_type == "pipelineRegressor";
-  if (pipeline) {
-    COREMLRT_CHECK(!files.compiled, "model '", path, "' is a compiled pipeline; this build describes the stages of ",
-                   "pipelines it reads from .mlmodel and .mlpackage files");
-    out.sub_models = stage_structures(format::read_pipeline_stages(files));
-  }
+  if (pipeline) out.sub_models = stage_structures(format::read_pipeline_stages(files));
   return out;
 }
 

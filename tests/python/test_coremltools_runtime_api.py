@@ -161,6 +161,8 @@ def test_pipeline_and_classic_structure(mlp, tmp_path, monkeypatch):
     (nn_name, nn), (scaler_name, classic) = second.pipeline.sub_models
     assert [(l.name, l.type) for l in nn.neuralnetwork.layers] == [("act", "activation")]
     assert classic == MLModelStructure(neuralnetwork=None, program=None, pipeline=None)
+    # The compiled model coremltools asks for (get_compiled_model_path: a folder coremlrt wrote).
+    assert MLModelStructure.load_from_path(ct.models.MLModel(path).get_compiled_model_path()) == structure
     scaler_path = str(tmp_path / "scaler.mlmodel")
     ct.models.utils.save_spec(scaler, scaler_path)
     assert MLModelStructure.load_from_path(scaler_path) == classic
