@@ -10,7 +10,8 @@
 // unless its IoU with an already kept box (of the same class, with per_class_suppression)
 // exceeds iou_threshold. At most max_boxes are kept; the remaining output rows are padded
 // with zero boxes, zero scores and index -1 (the value PyTorch's converter filters on).
-// Boxes are (center x, center y, width, height).
+// Boxes are (center x, center y, width, height). How the score threshold is held, and what
+// happens when no box passes it: ScoreRule below; docs/design/detection.md gives the evidence.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
