@@ -10,7 +10,8 @@ namespace coremlrt::ir {
 const Tensor* ParamReader::tensor_or_fallback(const std::string& param, bool has_fallback) const {
   const ConstValue* value = known_value(param);
   if (!value) {
-    if (has(param)) param_error("parameter '" + param + "' is not known at load");
+    if (has(param))
+      param_error("parameter '" + param + "' must be a compile-time constant; it is known only at run time");
     if (!has_fallback) param_error("missing required parameter '" + param + "'");
     return nullptr;
   }
@@ -89,7 +90,8 @@ std::vector<bool> ParamReader::const_bools(const std::string& param, std::option
 std::string ParamReader::const_string(const std::string& param, std::optional<std::string> fallback) const {
   const ConstValue* value = known_value(param);
   if (!value) {
-    if (has(param)) param_error("parameter '" + param + "' is not known at load");
+    if (has(param))
+      param_error("parameter '" + param + "' must be a compile-time constant; it is known only at run time");
     if (!fallback) param_error("missing required parameter '" + param + "'");
     return *fallback;
   }

@@ -32,7 +32,8 @@ class ParamReader {
   std::string const_string(const std::string& param, std::optional<std::string> fallback = std::nullopt) const;
 
  protected:
-  // The parameter's value when known at load; nullptr when absent or known only at run time.
+  // The parameter's value when known at load; nullptr when absent. For one known only at run
+  // time: nullptr, or an Error of the reader's own.
   virtual const ConstValue* known_value(const std::string& param) const = 0;
   // Throws Error naming the op, then `message`.
   [[noreturn]] virtual void param_error(const std::string& message) const = 0;

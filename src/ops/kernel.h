@@ -130,9 +130,8 @@ class KernelBuilder : public ir::ParamReader {
   }
 
  protected:
-  const ir::ConstValue* known_value(const std::string& param) const override {
-    return is_constant(param) ? constant(param) : nullptr;
-  }
+  // constant() itself fails for a parameter known only at run time, naming the value it is bound to.
+  const ir::ConstValue* known_value(const std::string& param) const override { return constant(param); }
   [[noreturn]] void param_error(const std::string& message) const override { fail(message); }
 };
 

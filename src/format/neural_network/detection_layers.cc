@@ -28,7 +28,9 @@ void non_maximum_suppression(LayerContext& layer) {
   require(params.maxboxes() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), "maxBoxes ",
           params.maxboxes(), " does not fit 32 bits");
   const int64_t max_boxes = dynamic_max ? -1 : static_cast<int64_t>(params.maxboxes());
-  auto input_or = [&](int index, const Value& fallback) { return layer.input_count() > index ? layer.input(index) : fallback; };
+  auto input_or = [&](int index, const Value& fallback) {
+    return layer.input_count() > index ? layer.input(index) : fallback;
+  };
   const int64_t batch = boxes.type.dims[0], classes = scores.type.dims[2];
   const std::vector<Value> out = layer.emit(
       "non_maximum_suppression",
@@ -38,8 +40,9 @@ void non_maximum_suppression(LayerContext& layer) {
        {"score_threshold", {input_or(3, float_scalar(params.scorethreshold()))}},
        {"max_boxes", {input_or(4, int_scalar(static_cast<int32_t>(params.maxboxes())))}},
        {"per_class_suppression", {bool_scalar(params.perclasssuppression())}}},
-      {tensor_type(boxes.type.dtype, {batch, max_boxes, 4}), tensor_type(scores.type.dtype, {batch, max_boxes, classes}),
-       tensor_type(DType::Int32, {batch, max_boxes}), tensor_type(DType::Int32, {batch})});
+      {tensor_type(boxes.type.dtype, {batch, max_boxes, 4}),
+       tensor_type(scores.type.dtype, {batch, max_boxes, classes}), tensor_type(DType::Int32, {batch, max_boxes}),
+       tensor_type(DType::Int32, {batch})});
   layer.set_output(0, out[0]);
   layer.set_output(1, out[1]);
   layer.set_output(2, as_float_blob(layer, out[2]));
