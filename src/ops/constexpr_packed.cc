@@ -53,6 +53,19 @@ std::optional<ir::PackedArray> codes_of(const ir::ConstValue* v) {
   return ir::PackedArray{flat, v->tensor.dtype, 0, flat.numel()};
 }
 
+// iOS18 shift-scale: `scale` (and `offset`, of the same block grid) per block of `t`'s codes.
+// False when the offset is not plain codes or does not match the scale's grid.
+bool set_shift_scale(ir::PackedTensor& t, const ir::ConstValue& scale, const ir::ConstValue* offset) {
+  t.map = ir::CodeMap::kShiftScale;
+  t.groups = scale.tensor.shape;
+  t.scale = scale.tensor.reshaped({scale.tensor.numel()});
+  if (!offset) return true;
+  std::optional<ir::PackedArray> offsets = codes_of(offset);
+  if (!offsets || offset->tensor.shape != scale.tensor.shape) return false;
+  t.offset = *offsets;
+  return true;
+}
+
 // A mask constant as bits, LSB-first: the stored bits of a packed uint1 constant, or a new
 // (small) tensor for one byte per element.
 std::optional<Tensor> mask_bits(const ir::ConstValue* v) {
@@ -153,14 +166,7 @@ PackedOutputs pack_blockwise_shift_scale(KernelBuilder& b) {
   t->dtype = scale->tensor.dtype;
   t->shape = Shape(b.input_type("data").dims.begin(), b.input_type("data").dims.end());
   t->codes = *codes;
-  t->map = ir::CodeMap::kShiftScale;
-  t->groups = scale->tensor.shape;
-  t->scale = scale->tensor.reshaped({scale->tensor.numel()});
-  if (offset) {
-    std::optional<ir::PackedArray> offsets = codes_of(offset);
-    if (!offsets || offset->tensor.shape != scale->tensor.shape) return {};
-    t->offset = *offsets;
-  }
+  if (!set_shift_scale(*t, *scale, offset)) return {};
   return single(packed_output(b, 0, t));
 }
 
@@ -273,14 +279,7 @@ PackedOutputs pack_sparse_blockwise_shift_scale(KernelBuilder& b) {
   t->mask = *mask;
   t->nonzero = codes->count;
   t->nonzero_only = true;
-  t->map = ir::CodeMap::kShiftScale;
-  t->groups = scale->tensor.shape;
-  t->scale = scale->tensor.reshaped({scale->tensor.numel()});
-  if (offset) {
-    std::optional<ir::PackedArray> offsets = codes_of(offset);
-    if (!offsets || offset->tensor.shape != scale->tensor.shape) return {};
-    t->offset = *offsets;
-  }
+  if (!set_shift_scale(*t, *scale, offset)) return {};
   std::shared_ptr<const ir::ConstValue> values = packed_output(b, 1, t);
   if (!values) return {};
   return {std::make_shared<ir::ConstValue>(*mask_value), values};

@@ -57,22 +57,29 @@ std::vector<float> float_bias(KernelBuilder& b, int64_t d_out) {
                                          : to_floats(widened);
 }
 
+// y = x W^T + b into output 0, x [..., D_in] from input x, W^T [D_in, D_out] read through
+// `weight_t` (a dense weight with swapped strides, or a packed one decoded as the GEMM reads it).
+void linear_into(KernelContext& ctx, int x, int64_t d_in, int64_t d_out, const std::vector<float>& bias,
+                 const MatrixView& weight_t) {
+  const Tensor& tx = ctx.input(x);
+  if (tx.rank() < 1 || tx.shape.back() != d_in) ctx.fail("x ", shape_str(tx.shape), " must end in D_in = ", d_in);
+  Shape shape = tx.shape;
+  shape.back() = d_out;
+  Tensor& out = ctx.allocate_output(0, tx.dtype, shape);
+  std::vector<float> os;
+  float* op = float_output(out, os);
+  const int64_t rows = tx.numel() / std::max<int64_t>(d_in, 1);
+  for (int64_t r = 0; r < rows; ++r) std::copy(bias.begin(), bias.end(), op + r * d_out);
+  gemm(rows, d_out, d_in, matrix_view(tx, 0, d_in), weight_t, op, d_out, true);
+  commit_float_output(out, op);
+}
+
 // y = x W^T + b for a packed W [D_out, D_in], decoded block by block as the GEMM reads it.
 std::unique_ptr<Kernel> linear_packed(KernelBuilder& b, int x, std::shared_ptr<const PackedMatrix> weight) {
   const int64_t d_out = weight->rows(), d_in = weight->cols();
   std::vector<float> bv = float_bias(b, d_out);
   return make_kernel([x, d_in, d_out, weight, bv = std::move(bv)](KernelContext& ctx) {
-    const Tensor& tx = ctx.input(x);
-    if (tx.rank() < 1 || tx.shape.back() != d_in) ctx.fail("x ", shape_str(tx.shape), " must end in D_in = ", d_in);
-    Shape shape = tx.shape;
-    shape.back() = d_out;
-    Tensor& out = ctx.allocate_output(0, tx.dtype, shape);
-    std::vector<float> os;
-    float* op = float_output(out, os);
-    const int64_t rows = tx.numel() / std::max<int64_t>(d_in, 1);
-    for (int64_t r = 0; r < rows; ++r) std::copy(bv.begin(), bv.end(), op + r * d_out);
-    gemm(rows, d_out, d_in, matrix_view(tx, 0, d_in), MatrixView(*weight).transposed(), op, d_out, true);
-    commit_float_output(out, op);
+    linear_into(ctx, x, d_in, d_out, bv, MatrixView(*weight).transposed());
   });
 }
 
@@ -126,18 +133,8 @@ std::unique_ptr<Kernel> make_linear(KernelBuilder& b) {
                                          : to_floats(widened);
   }
   return make_kernel([x, d_in, d_out, weight, bv = std::move(bv)](KernelContext& ctx) {
-    const Tensor& tx = ctx.input(x);
-    if (tx.rank() < 1 || tx.shape.back() != d_in) ctx.fail("x ", shape_str(tx.shape), " must end in D_in = ", d_in);
-    Shape shape = tx.shape;
-    shape.back() = d_out;
-    Tensor& out = ctx.allocate_output(0, tx.dtype, shape);
-    std::vector<float> os;
-    float* op = float_output(out, os);
-    const int64_t rows = tx.numel() / std::max<int64_t>(d_in, 1);
-    for (int64_t r = 0; r < rows; ++r) std::copy(bv.begin(), bv.end(), op + r * d_out);
-    // y = x W^T: B = W^T is W [D_out, D_in] read with swapped strides.
-    gemm(rows, d_out, d_in, matrix_view(tx, 0, d_in), matrix_view(weight, 0, 1, d_in), op, d_out, true);
-    commit_float_output(out, op);
+    // W^T is W [D_out, D_in] read with swapped strides.
+    linear_into(ctx, x, d_in, d_out, bv, matrix_view(weight, 0, 1, d_in));
   });
 }
 
