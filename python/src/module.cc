@@ -96,6 +96,9 @@ nb::list features(const std::vector<FeatureDescription>& list) {
   return out;
 }
 
+}  // namespace
+
+// Also used by program_bindings.cc.
 nb::dict description_dict(const ModelDescription& desc) {
   nb::dict d;
   d["specification_version"] = desc.specification_version;
@@ -123,6 +126,8 @@ nb::dict description_dict(const ModelDescription& desc) {
   d["metadata"] = meta;
   return d;
 }
+
+namespace {
 
 // Threads between "finished f() without the GIL" and "hold the GIL again" (without_gil).
 std::atomic<int> g_reacquiring{0};
@@ -332,6 +337,7 @@ nb::dict inspect(const std::string& path) {
 }  // namespace
 
 void bind_structure(nb::module_& m);  // structure_bindings.cc
+void bind_program(nb::module_& m);    // program_bindings.cc
 
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
@@ -375,6 +381,7 @@ NB_MODULE(_core, m) {
     return out;
   });
   bind_structure(m);
+  bind_program(m);
   // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
   // for kernels that move elements of every dtype without reading them.
   m.def("supported_ops", [] {

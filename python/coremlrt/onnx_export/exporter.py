@@ -1,0 +1,232 @@
+"""One function of a model's program -> one ONNX model.
+
+Walks the function's top-level ops in order. A value the planner knows at load (a constant, an
+op computed from constants alone, a compressed weight kept packed) is not translated: it becomes
+an initializer, or a DequantizeLinear of its codes (quantized.py), where something reads it.
+Every other op goes to its translator (registry.py). States become a graph input ``<state>``
+(the value before the call) and a graph output ``<state>_out`` (the value after it), listed in
+the model's metadata under ``coremlrt.states``.
+"""
+
+import json
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from . import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (they register their translators)
+from .graph import Constant, GraphBuilder, OpView, Unsupported
+from .quantized import Deferred
+from .registry import TRANSLATORS
+
+STATE_OUTPUT_SUFFIX = "_out"
+
+
+class Problem:
+    """An op that has no ONNX form here."""
+
+    def __init__(self, op_type, output, reason):
+        self.op_type, self.output, self.reason = op_type, output, reason
+
+    def __str__(self):
+        return "%s producing '%s': %s" % (self.op_type, self.output, self.reason)
+
+
+def _value_info(builder, name, type_dict, symbol_prefix):
+    if type_dict["kind"] != "tensor":
+        raise Unsupported("a %s value cannot be a graph input or output" % type_dict["kind"])
+    if type_dict["rank"] < 0:
+        shape = None
+    else:
+        shape = [d if d >= 0 else "%s_d%d" % (symbol_prefix, i) for i, d in enumerate(type_dict["dims"])]
+    return helper.make_tensor_value_info(name, builder.onnx_type(type_dict["dtype"]), shape)
+
+
+def _all_program_names(block, out):
+    for value in block["inputs"]:
+        out.add(value["name"])
+    for op in block["operations"]:
+        for value in op["outputs"]:
+            out.add(value["name"])
+        for nested in op["blocks"]:
+            _all_program_names(nested, out)
+    return out
+
+
+def _flexible_input_dims(description_inputs):
+    """Input name -> dims with -1 where the description lets a dim vary (ranges, enumerations)."""
+    flexible = {}
+    for feature in description_inputs:
+        dims = list(feature["shape"])
+        if feature["shape_range"]:
+            dims = [-1 if lo != hi else lo for lo, hi in feature["shape_range"]]
+        elif feature["enumerated_shapes"]:
+            shapes = feature["enumerated_shapes"]
+            dims = [shapes[0][i] if all(s[i] == shapes[0][i] for s in shapes) else -1 for i in range(len(shapes[0]))]
+        flexible[feature["name"]] = dims
+    return flexible
+
+
+class FunctionExport:
+    def __init__(self, function, description, opset, fp32):
+        self.function = function
+        self.description = description
+        self.builder = GraphBuilder(opset, fp32)
+        self.builder.ios_version = function["ios_version"]
+        self.builder.deferred = {}
+        self.builder.reserved = _all_program_names(function["block"], set(v["name"] for v in function["inputs"]))
+        self.problems = []
+        self.states = {}  # state name -> ONNX name of its current value
+        self.graph_inputs = []
+
+    # ------------------------------------------------------------------------------------------
+
+    def run(self):
+        b = self.builder
+        flexible = _flexible_input_dims(self.description["inputs"]) if self.description else {}
+        for value in self.function["inputs"]:
+            type_dict = value["type"]
+            if type_dict["kind"] == "state":
+                element = type_dict["element"]
+                name = b.define(value["name"], element, value["name"])
+                self.states[value["name"]] = name
+                self.graph_inputs.append(_value_info(b, name, element, value["name"]))
+                continue
+            if value["name"] in flexible and type_dict["kind"] == "tensor" and \
+                    len(flexible[value["name"]]) == len(type_dict["dims"]):
+                type_dict = dict(type_dict, dims=[d if f != -1 else -1
+                                                  for d, f in zip(type_dict["dims"], flexible[value["name"]])])
+            name = b.define(value["name"], type_dict, value["name"])
+            self.graph_inputs.append(_value_info(b, name, type_dict, value["name"]))
+        known = self.function.get("known") or {}
+        for op in self.function["block"]["operations"]:
+            self._op(op, known)
+        return self
+
+    def _op(self, op, known):
+        b = self.builder
+        outputs = op["outputs"]
+        if op["type"] == "const":
+            b.constants[outputs[0]["name"]] = Constant(op["attributes"]["val"])
+            b.types[outputs[0]["name"]] = outputs[0]["type"]
+            return
+        if outputs and all(out["name"] in known for out in outputs) and op["type"] not in ("read_state",):
+            for out in outputs:
+                entry = known[out["name"]]
+                b.types[out["name"]] = out["type"]
+                if "packed" in entry:
+                    b.deferred[out["name"]] = Deferred(out["name"], entry["packed"])
+                else:
+                    b.constants[out["name"]] = Constant({"type": out["type"], "array": entry["array"]})
+            return
+        view = OpView(b, op)
+        try:
+            if op["type"] == "read_state":
+                self._read_state(view)
+            elif op["type"] == "write_state":
+                self._write_state(view)
+            else:
+                translator = TRANSLATORS.get(op["type"])
+                if translator is None:
+                    raise Unsupported("no ONNX translation for this op type yet")
+                if op["blocks"]:
+                    raise Unsupported("ops with nested blocks are not exported yet")
+                translator(view)
+        except Unsupported as exc:
+            self.problems.append(Problem(op["type"], outputs[0]["name"] if outputs else "", str(exc)))
+            for out in outputs:  # later ops still translate, so every problem is listed
+                if out["name"] not in b.onnx_names:
+                    b.define(out["name"], out["type"])
+
+    def _state_name(self, view):
+        name = view.bindings("input")[0]["name"]
+        if name not in self.states:
+            raise Unsupported("'%s' is not a state of this function" % name)
+        return name
+
+    def _read_state(self, view):
+        state = self._state_name(view)
+        out = view.outputs[0]
+        self.builder.onnx_names[out["name"]] = self.states[state]
+        self.builder.types[out["name"]] = out["type"]
+
+    def _write_state(self, view):
+        state = self._state_name(view)
+        self.states[state] = view.input("data")
+        for out in view.outputs:  # write_state has no outputs in MIL; tolerate any
+            self.builder.onnx_names[out["name"]] = self.states[state]
+
+    # ------------------------------------------------------------------------------------------
+
+    def graph(self, graph_name):
+        b = self.builder
+        outputs = []
+        taken = set(info.name for info in self.graph_inputs)
+        for name in self.function["block"]["outputs"]:
+            type_dict = b.types.get(name)
+            if name not in b.onnx_names:
+                if name in b.constants or name in b.deferred:
+                    source = _materialize(b, name)
+                else:
+                    raise Unsupported("output '%s' is not computed" % name)
+            else:
+                source = b.onnx_names[name]
+            if source != name or name in taken:
+                b.nodes.append(helper.make_node("Identity", [source], [name], name=b.fresh("n_out_" + name)))
+            taken.add(name)
+            type_dict = type_dict or {"kind": "tensor", "dtype": "float32", "rank": -1, "dims": []}
+            outputs.append(_value_info(b, name, type_dict, name))
+        for state, current in self.states.items():
+            out_name = state + STATE_OUTPUT_SUFFIX
+            b.nodes.append(helper.make_node("Identity", [current], [out_name], name=b.fresh("n_out_" + out_name)))
+            element = next(v["type"]["element"] for v in self.function["inputs"] if v["name"] == state)
+            outputs.append(_value_info(b, out_name, element, state))
+        return helper.make_graph(b.nodes, graph_name, self.graph_inputs, outputs, b.initializers)
+
+
+def _materialize(builder, name):
+    if name in builder.deferred:
+        return builder.deferred[name].emit(builder)
+    from .graph import constant_name
+    return constant_name(builder, builder.constants[name], name)
+
+
+def build_model(program, function_name, opset, fp32, source_name=""):
+    """(onnx.ModelProto or None, problems) for one function of `program` (read_program's dict)."""
+    function = program["functions"][function_name]
+    description = next((f for f in program["description"]["functions"] if f["name"] == function_name), None)
+    export = FunctionExport(function, description, opset, fp32).run()
+    if export.problems:
+        return None, export.problems
+    graph = export.graph(function_name)
+    imports = [helper.make_opsetid("", opset)]
+    if export.builder.uses_ml_domain:
+        imports.append(helper.make_opsetid("ai.onnx.ml", 5))
+    model = helper.make_model(graph, opset_imports=imports, producer_name="coremlrt",
+                              ir_version=helper.find_min_ir_version_for(imports))
+    metadata = {
+        "coremlrt.source": source_name,
+        "coremlrt.function": function_name,
+        "coremlrt.states": json.dumps({s: s + STATE_OUTPUT_SUFFIX for s in export.states}),
+    }
+    helper.set_model_props(model, metadata)
+    return model, []
+
+
+def save_model(model, path, external_data):
+    """Writes `model` to `path`; external_data: True, False or None (only when over 1 GiB)."""
+    import os
+    total = sum(len(t.raw_data) for t in model.graph.initializer)
+    if external_data is None:
+        external_data = total > (1 << 30)
+    if external_data:
+        location = os.path.basename(path) + ".data"
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+                        size_threshold=1024)
+    else:
+        onnx.save_model(model, path)
+    onnx.checker.check_model(path, full_check=True)
+    return path
+
+
+__all__ = ["build_model", "save_model", "Problem", "np"]

@@ -1,0 +1,230 @@
+"""Network ops: convolution, pooling, linear and matrix products, normalization, softmax,
+attention, resampling.
+
+MIL lists spatial padding as (begin, end) pairs per spatial dim, [b0, e0, b1, e1]; ONNX lists
+all begins then all ends, [b0, b1, e0, e1]. pad_type "same" puts the odd pixel at the end
+(ONNX SAME_UPPER), "same_lower" at the start.
+"""
+
+import math
+
+import numpy as np
+
+from .graph import Unsupported
+from .quantized import Deferred
+from .registry import translates
+
+
+def _spatial_attributes(v, spatial):
+    attributes = {}
+    pad_type = v.scalar("pad_type", "valid")
+    if pad_type == "custom":
+        pad = v.ints("pad", [0] * (2 * spatial))
+        attributes["pads"] = pad[0::2] + pad[1::2]
+    elif pad_type == "same":
+        attributes["auto_pad"] = "SAME_UPPER"
+    elif pad_type == "same_lower":
+        attributes["auto_pad"] = "SAME_LOWER"
+    elif pad_type != "valid":
+        raise Unsupported("pad_type '%s'" % pad_type)
+    strides = v.ints("strides")
+    if strides is not None:
+        attributes["strides"] = strides
+    return attributes
+
+
+@translates("conv")
+def conv(v):
+    b = v.builder
+    spatial = v.rank("x") - 2
+    attributes = _spatial_attributes(v, spatial)
+    dilations = v.ints("dilations")
+    if dilations is not None:
+        attributes["dilations"] = dilations
+    attributes["group"] = int(v.scalar("groups", 1))
+    inputs = [v.input("x"), weight_input(v, "weight")]
+    if v.has("bias"):
+        inputs.append(v.input("bias"))
+    b.node("Conv", inputs, [v.output()], **attributes)
+
+
+@translates("conv_transpose")
+def conv_transpose(v):
+    b = v.builder
+    spatial = v.rank("x") - 2
+    attributes = _spatial_attributes(v, spatial)
+    if "auto_pad" in attributes:
+        raise Unsupported("conv_transpose with pad_type same")
+    dilations = v.ints("dilations")
+    if dilations is not None:
+        attributes["dilations"] = dilations
+    attributes["group"] = int(v.scalar("groups", 1))
+    # The output's spatial size is the program's: output_shape where given, else what the
+    # type says; ONNX derives the padding from it.
+    out_dims = v.outputs[0]["type"]["dims"]
+    if all(d > 0 for d in out_dims[2:]):
+        attributes["output_shape"] = out_dims[2:]
+        attributes.pop("pads", None)
+        pad = v.ints("pad", [0] * (2 * spatial))
+        if any(pad):
+            raise Unsupported("conv_transpose with both padding and an output shape")
+    # MIL's weight is [C_in, C_out / groups, k...], ONNX's too.
+    inputs = [v.input("x"), weight_input(v, "weight")]
+    if v.has("bias"):
+        inputs.append(v.input("bias"))
+    b.node("ConvTranspose", inputs, [v.output()], **attributes)
+
+
+def _pool(v, onnx_op, extra):
+    b = v.builder
+    spatial = v.rank("x") - 2
+    attributes = _spatial_attributes(v, spatial)
+    attributes["kernel_shape"] = v.ints("kernel_sizes")
+    if v.scalar("ceil_mode", False):
+        attributes["ceil_mode"] = 1
+    attributes.update(extra)
+    b.node(onnx_op, [v.input("x")], [v.output()], **attributes)
+
+
+@translates("max_pool")
+def max_pool(v):
+    _pool(v, "MaxPool", {})
+
+
+@translates("avg_pool")
+def avg_pool(v):
+    exclude = bool(v.scalar("exclude_padding_from_average", False))
+    _pool(v, "AveragePool", {"count_include_pad": 0 if exclude else 1})
+
+
+def weight_input(v, param, transpose=False):
+    """A weight input; `transpose` swaps the last two dims (linear's [out, in] -> MatMul's
+    [in, out]), in the stored data where the weight is a constant, so no Transpose runs."""
+    b = v.builder
+    deferred = b.deferred.get(_bound_name(v, param))
+    if deferred is not None:
+        return deferred.emit(b, transpose)
+    if transpose:
+        if v.is_constant(param):
+            array = v.constant(param).array
+            perm = list(range(array.ndim - 2)) + [array.ndim - 1, array.ndim - 2]
+            return b.initializer(np.ascontiguousarray(array.transpose(perm)), _bound_name(v, param) or "weight_t")
+        rank = v.rank(param)
+        perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+        return b.node("Transpose", [v.input(param)], perm=perm)
+    return v.input(param)
+
+
+def _bound_name(v, param):
+    binding = v.bindings(param)[0]
+    return binding["name"] if binding["value"] is None else None
+
+
+@translates("linear")
+def linear(v):
+    b = v.builder
+    product = b.node("MatMul", [v.input("x"), weight_input(v, "weight", transpose=True)],
+                     None if v.has("bias") else [v.output()])
+    if v.has("bias"):
+        b.node("Add", [product, v.input("bias")], [v.output()])
+
+
+@translates("matmul")
+def matmul(v):
+    b = v.builder
+    operands = []
+    for param, flag in (("x", "transpose_x"), ("y", "transpose_y")):
+        transpose = bool(v.scalar(flag, False))
+        if transpose and v.rank(param) < 2:
+            raise Unsupported("%s of a rank-1 operand" % flag)
+        operands.append(weight_input(v, param, transpose=transpose))
+    b.node("MatMul", operands, [v.output()])
+
+
+def _ones_or(v, param, channels, dtype, value):
+    if v.has(param):
+        return v.input(param)
+    return v.builder.initializer(np.full([channels], value, dtype=dtype), param)
+
+
+def _np_float(v, param="x"):
+    return {"float16": np.float16, "float32": np.float32}[v.builder.float_dtype(v.dtype(param))]
+
+
+@translates("batch_norm")
+def batch_norm(v):
+    b = v.builder
+    channels = v.type_of("mean")["dims"][0]
+    dtype = _np_float(v)
+    b.node("BatchNormalization",
+           [v.input("x"), _ones_or(v, "gamma", channels, dtype, 1), _ones_or(v, "beta", channels, dtype, 0),
+            v.input("mean"), v.input("variance")],
+           [v.output()], epsilon=float(v.scalar("epsilon", 1e-5)))
+
+
+@translates("instance_norm")
+def instance_norm(v):
+    b = v.builder
+    channels = v.type_of("x")["dims"][1]
+    if channels < 0:
+        raise Unsupported("instance_norm over an unknown channel count")
+    dtype = _np_float(v)
+    b.node("InstanceNormalization",
+           [v.input("x"), _ones_or(v, "gamma", channels, dtype, 1), _ones_or(v, "beta", channels, dtype, 0)],
+           [v.output()], epsilon=float(v.scalar("epsilon", 1e-5)))
+
+
+@translates("layer_norm")
+def layer_norm(v):
+    b = v.builder
+    rank = v.rank("x")
+    axes = sorted(a % rank for a in v.ints("axes", list(range(rank))))
+    if axes != list(range(axes[0], rank)):
+        raise Unsupported("layer_norm over axes %s (ONNX normalizes the trailing dims)" % axes)
+    dims = v.type_of("x")["dims"][axes[0]:]
+    if any(d < 0 for d in dims) and not (v.has("gamma") and v.has("beta")):
+        raise Unsupported("layer_norm without gamma over dims of unknown size")
+    dtype = _np_float(v)
+    scale = v.input("gamma") if v.has("gamma") else b.initializer(np.ones(dims, dtype=dtype), "ln_scale")
+    bias = v.input("beta") if v.has("beta") else b.initializer(np.zeros(dims, dtype=dtype), "ln_bias")
+    b.node("LayerNormalization", [v.input("x"), scale, bias], [v.output()], axis=axes[0],
+           epsilon=float(v.scalar("epsilon", 1e-5)))
+
+
+@translates("softmax")
+def softmax(v):
+    v.builder.node("Softmax", [v.input("x")], [v.output()], axis=int(v.scalar("axis", -1)))
+
+
+@translates("scaled_dot_product_attention")
+def scaled_dot_product_attention(v):
+    # softmax(Q K^T / sqrt(E) + mask) V; a bool mask keeps the scores where it is true.
+    b = v.builder
+    q, k, val = v.input("query"), v.input("key"), v.input("value")
+    rank = v.rank("key")
+    head = v.type_of("query")["dims"][-1]
+    if head < 0:
+        raise Unsupported("attention with an unknown head size")
+    key_t = b.node("Transpose", [k], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+    scale = b.const_like(1.0 / math.sqrt(head), v.dtype("query"), "attention_scale")
+    scores = b.node("Mul", [b.node("MatMul", [q, key_t]), scale])
+    if v.has("attn_mask"):
+        mask = v.input("attn_mask")
+        if v.dtype("attn_mask") == "bool":
+            scores = b.node("Where", [mask, scores, b.const_like(-np.inf, v.dtype("query"), "minus_inf")])
+        else:
+            scores = b.node("Add", [scores, mask])
+    b.node("MatMul", [b.node("Softmax", [scores], axis=-1), val], [v.output()])
+
+
+@translates("upsample_nearest_neighbor")
+def upsample_nearest_neighbor(v):
+    b = v.builder
+    scales = [1.0, 1.0, float(v.scalar("scale_factor_height", 1)), float(v.scalar("scale_factor_width", 1))]
+    if v.rank("x") != 4:
+        raise Unsupported("upsample_nearest_neighbor of rank %d" % v.rank("x"))
+    b.node("Resize", [v.input("x"), "", b.initializer(np.asarray(scales, dtype=np.float32), "scales")],
+           [v.output()], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+__all__ = ["weight_input", "Deferred"]

@@ -1,0 +1,373 @@
+"""Shape, indexing and reduction ops.
+
+MIL index parameters are int32 where ONNX wants int64, so run-time indices and shapes pass a
+Cast; constant ones are written as int64 initializers. Slices follow src/ops/slice.cc: Python
+slicing with clamping (ONNX Slice clamps the same way), a masked begin/end meaning "from the
+start"/"to the end" in the stride's direction, a squeezed dim taking the single element at
+begin.
+"""
+
+import numpy as np
+
+from .graph import MIL_DTYPE_NAMES, Unsupported
+from .registry import translates
+
+INT64_MAX = np.iinfo(np.int64).max
+INT64_MIN = np.iinfo(np.int64).min
+
+
+def int64_input(v, param):
+    """An index parameter as int64: a constant initializer, or a Cast of the run-time value."""
+    if v.is_constant(param):
+        return v.builder.const_int64(v.ints(param), param)
+    if v.dtype(param) == "int64":
+        return v.input(param)
+    return v.builder.node("Cast", [v.input(param)], to=7)  # TensorProto.INT64
+
+
+def _static_dims(type_dict):
+    dims = type_dict["dims"]
+    return dims if type_dict["rank"] >= 0 and all(d >= 0 for d in dims) else None
+
+
+@translates("reshape")
+def reshape(v):
+    b = v.builder
+    dims = _static_dims(v.outputs[0]["type"])
+    if dims is not None:
+        shape = b.const_int64(dims, "shape")
+    elif v.is_constant("shape"):
+        target = v.ints("shape")
+        if 0 in target and b.ios_version < 17:
+            raise Unsupported("a shape with 0 before iOS17 (right-aligned) with unknown dims")
+        shape = b.const_int64(target, "shape")
+    else:
+        if b.ios_version < 17:
+            raise Unsupported("a run-time shape before iOS17")
+        shape = int64_input(v, "shape")
+    b.node("Reshape", [v.input("x"), shape], [v.output()])
+
+
+@translates("reshape_like")
+def reshape_like(v):
+    dims = _static_dims(v.outputs[0]["type"])
+    if dims is None:
+        raise Unsupported("reshape_like to a shape known only at run time")
+    v.builder.node("Reshape", [v.input("x"), v.builder.const_int64(dims, "shape")], [v.output()])
+
+
+@translates("transpose")
+def transpose(v):
+    v.builder.node("Transpose", [v.input("x")], [v.output()], perm=v.ints("perm"))
+
+
+@translates("concat")
+def concat(v):
+    if v.scalar("interleave", False):
+        raise Unsupported("interleaved concat")
+    v.builder.node("Concat", v.inputs("values"), [v.output()], axis=int(v.scalar("axis")))
+
+
+@translates("stack")
+def stack(v):
+    b = v.builder
+    axis = int(v.scalar("axis"))
+    expanded = [b.node("Unsqueeze", [x, b.const_int64([axis], "axes")]) for x in v.inputs("values")]
+    b.node("Concat", expanded, [v.output()], axis=axis)
+
+
+@translates("split")
+def split(v):
+    b = v.builder
+    axis = int(v.scalar("axis"))
+    sizes = v.ints("split_sizes")
+    if sizes is None:
+        count = len(v.outputs)
+        sizes = [out["type"]["dims"][axis] for out in v.outputs]
+        if any(s < 0 for s in sizes):
+            b.node("Split", [v.input("x")], [v.output(i) for i in range(count)], axis=axis, num_outputs=count)
+            return
+    b.node("Split", [v.input("x"), b.const_int64(sizes, "split")], [v.output(i) for i in range(len(v.outputs))],
+           axis=axis)
+
+
+@translates("squeeze")
+def squeeze(v):
+    b = v.builder
+    axes = v.ints("axes")
+    inputs = [v.input("x")] + ([b.const_int64(axes, "axes")] if axes is not None else [])
+    if axes is None and v.output_rank() == 0 and v.rank("x") >= 0:
+        inputs = [v.input("x")]
+    b.node("Squeeze", inputs, [v.output()])
+
+
+@translates("expand_dims")
+def expand_dims(v):
+    b = v.builder
+    b.node("Unsqueeze", [v.input("x"), b.const_int64(v.ints("axes"), "axes")], [v.output()])
+
+
+@translates("flatten2d")
+def flatten2d(v):
+    v.builder.node("Flatten", [v.input("x")], [v.output()], axis=int(v.scalar("axis", 1)))
+
+
+def _slice_bounds(v, rank, begin_param, end_values, strides, masks):
+    """(starts, ends) inputs of a Slice over every dim."""
+    b = v.builder
+    begin_mask, end_mask, squeeze_mask = masks
+    begin_fill = [0 if s > 0 else INT64_MAX for s in strides]
+    end_fill = [INT64_MAX if s > 0 else INT64_MIN for s in strides]
+    if v.is_constant(begin_param):
+        begin = v.ints(begin_param)
+        starts = [begin_fill[d] if begin_mask[d] else begin[d] for d in range(rank)]
+    else:
+        starts = b.node("Where", [b.initializer(np.asarray(begin_mask), "begin_mask"),
+                                  b.const_int64(begin_fill, "begin_fill"), int64_input(v, begin_param)])
+    if end_values is not None:
+        if isinstance(end_values, list):
+            ends = [end_fill[d] if end_mask[d] else end_values[d] for d in range(rank)]
+        else:
+            ends = b.node("Where", [b.initializer(np.asarray(end_mask), "end_mask"), b.const_int64(end_fill, "end_fill"),
+                                    end_values])
+    else:
+        ends = end_fill
+    if any(squeeze_mask):
+        # A squeezed dim takes [begin, begin + 1); -1 + 1 would be 0, so its end is "to the end".
+        if isinstance(starts, list):
+            ends = list(ends) if isinstance(ends, list) else ends
+            if isinstance(ends, list):
+                for d in range(rank):
+                    if squeeze_mask[d]:
+                        ends[d] = INT64_MAX if starts[d] == -1 else starts[d] + 1
+        if not isinstance(starts, list) or not isinstance(ends, list):
+            start_t = starts if not isinstance(starts, list) else b.const_int64(starts, "starts")
+            end_t = ends if not isinstance(ends, list) else b.const_int64(ends, "ends")
+            one = b.const_int64(1, "one")
+            next_index = b.node("Add", [start_t, one])
+            squeezed_end = b.node("Where", [b.node("Equal", [start_t, b.const_int64(-1, "minus_one")]),
+                                            b.const_int64(INT64_MAX, "int64_max"), next_index])
+            ends = b.node("Where", [b.initializer(np.asarray(squeeze_mask), "squeeze_mask"), squeezed_end, end_t])
+    starts = b.const_int64(starts, "starts") if isinstance(starts, list) else starts
+    ends = b.const_int64(ends, "ends") if isinstance(ends, list) else ends
+    return starts, ends
+
+
+def _masks(v, rank):
+    def bools(param):
+        c = v.constant(param)
+        return [False] * rank if c is None else [bool(x) for x in c.array.reshape(-1)]
+    return bools("begin_mask"), bools("end_mask"), bools("squeeze_mask")
+
+
+@translates("slice_by_index")
+def slice_by_index(v):
+    b = v.builder
+    rank = v.rank("x")
+    strides = v.ints("stride", [1] * rank)
+    masks = _masks(v, rank)
+    if v.has("end"):
+        end = v.ints("end") if v.is_constant("end") else int64_input(v, "end")
+    else:
+        end = None
+    starts, ends = _slice_bounds(v, rank, "begin", end, strides, masks)
+    squeeze_axes = [d for d in range(rank) if masks[2][d]]
+    sliced = b.node("Slice", [v.input("x"), starts, ends, b.const_int64(list(range(rank)), "axes"),
+                              b.const_int64(strides, "steps")], None if squeeze_axes else [v.output()])
+    if squeeze_axes:
+        b.node("Squeeze", [sliced, b.const_int64(squeeze_axes, "axes")], [v.output()])
+
+
+@translates("slice_by_size")
+def slice_by_size(v):
+    b = v.builder
+    rank = v.rank("x")
+    begin = int64_input(v, "begin")
+    if v.is_constant("size") and v.is_constant("begin"):
+        starts, sizes = v.ints("begin"), v.ints("size")
+        ends = [INT64_MAX if s == -1 else st + s for st, s in zip(starts, sizes)]
+        ends = [INT64_MAX if e == 0 and st < 0 else e for e, st in zip(ends, starts)]
+        end = b.const_int64(ends, "ends")
+    else:
+        size = int64_input(v, "size")
+        to_end = b.node("Equal", [size, b.const_int64(-1, "minus_one")])
+        end = b.node("Where", [to_end, b.const_int64(INT64_MAX, "int64_max"), b.node("Add", [begin, size])])
+    b.node("Slice", [v.input("x"), begin, end, b.const_int64(list(range(rank)), "axes")], [v.output()])
+
+
+@translates("slice_update")
+def slice_update(v):
+    """x with a slice replaced by `update`: ScatterND at the slice's indices, built as a grid of
+    one Range per dim (begin may be known only at run time: a KV-cache write at the position)."""
+    b = v.builder
+    rank = v.rank("x")
+    strides = v.ints("stride", [1] * rank)
+    if any(s <= 0 for s in strides):
+        raise Unsupported("slice_update with a stride below 1")
+    begin_mask, _, squeeze_mask = _masks(v, rank)
+    x = v.input("x")
+    update = v.input("update")
+    squeezed = [d for d in range(rank) if squeeze_mask[d]]
+    if squeezed:
+        update = b.node("Unsqueeze", [update, b.const_int64(squeezed, "axes")])
+    x_shape = b.node("Shape", [x])
+    update_shape = b.node("Shape", [update])
+    begin = int64_input(v, "begin")
+    if any(begin_mask):
+        begin = b.node("Where", [b.initializer(np.asarray(begin_mask), "begin_mask"), b.const_int64([0] * rank, "zeros"),
+                                 begin])
+    # Negative begins count from the end.
+    begin = b.node("Where", [b.node("Less", [begin, b.const_int64(0, "zero")]), b.node("Add", [begin, x_shape]), begin])
+    columns = []
+    for d in range(rank):
+        index = b.const_int64(d, "dim")
+        start = b.node("Gather", [begin, index], axis=0)
+        count = b.node("Gather", [update_shape, index], axis=0)
+        step = b.const_int64(strides[d], "step")
+        positions = b.node("Range", [start, b.node("Add", [start, b.node("Mul", [count, step])]), step])
+        grid_shape = [1] * rank
+        grid_shape[d] = -1
+        positions = b.node("Reshape", [positions, b.const_int64(grid_shape, "grid_shape")])
+        positions = b.node("Expand", [positions, update_shape])
+        columns.append(b.node("Unsqueeze", [positions, b.const_int64([-1], "axes")]))
+    indices = b.node("Concat", columns, axis=-1)
+    b.node("ScatterND", [x, indices, update], [v.output()])
+
+
+@translates("gather")
+def gather(v):
+    if int(v.scalar("batch_dims", 0)) != 0:
+        raise Unsupported("gather with batch_dims")
+    b = v.builder
+    b.node("Gather", [v.input("x"), v.input("indices")], [v.output()], axis=int(v.scalar("axis", 0)))
+
+
+@translates("gather_along_axis")
+def gather_along_axis(v):
+    v.builder.node("GatherElements", [v.input("x"), int64_input(v, "indices")], [v.output()],
+                   axis=int(v.scalar("axis", 0)))
+
+
+@translates("gather_nd")
+def gather_nd(v):
+    v.builder.node("GatherND", [v.input("x"), int64_input(v, "indices")], [v.output()],
+                   batch_dims=int(v.scalar("batch_dims", 0)))
+
+
+@translates("shape")
+def shape(v):
+    b = v.builder
+    shape_value = b.node("Shape", [v.input("x")])
+    b.node("Cast", [shape_value], [v.output()], to=b.onnx_type(v.output_dtype()))
+
+
+@translates("fill")
+def fill(v):
+    b = v.builder
+    value = v.constant("value")
+    dtype = v.output_dtype()
+    scalar = 0.0 if value is None else value.scalar()
+    np_value = np.asarray([scalar], dtype={"float16": np.float16, "float32": np.float32, "int32": np.int32,
+                                           "bool": np.bool_, "int64": np.int64}[b.float_dtype(dtype)])
+    from onnx import numpy_helper
+    b.node("ConstantOfShape", [int64_input(v, "shape")], [v.output()], value=numpy_helper.from_array(np_value))
+
+
+@translates("range_1d")
+def range_1d(v):
+    v.builder.node("Range", [v.input("start"), v.input("end"), v.input("step")], [v.output()])
+
+
+@translates("tile")
+def tile(v):
+    v.builder.node("Tile", [v.input("x"), int64_input(v, "reps")], [v.output()])
+
+
+@translates("select")
+def select(v):
+    v.builder.node("Where", [v.input("cond"), v.input("a"), v.input("b")], [v.output()])
+
+
+@translates("pad")
+def pad(v):
+    b = v.builder
+    rank = v.rank("x")
+    mode = v.scalar("mode", "constant")
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+    if mode not in modes:
+        raise Unsupported("pad mode '%s'" % mode)
+    pads = v.ints("pad")
+    if pads is None:
+        raise Unsupported("padding known only at run time")
+    padded = len(pads) // 2
+    begins = [0] * (rank - padded) + pads[0::2]
+    ends = [0] * (rank - padded) + pads[1::2]
+    inputs = [v.input("x"), b.const_int64(begins + ends, "pads")]
+    if mode == "constant":
+        inputs.append(b.const_like(v.scalar("constant_val", 0.0), v.dtype("x"), "pad_value"))
+    b.node("Pad", inputs, [v.output()], mode=modes[mode])
+
+
+@translates("cumsum")
+def cumsum(v):
+    b = v.builder
+    b.node("CumSum", [v.input("x"), b.const_int64(int(v.scalar("axis", 0)), "axis")], [v.output()],
+           exclusive=int(bool(v.scalar("exclusive", False))), reverse=int(bool(v.scalar("reverse", False))))
+
+
+@translates("topk")
+def topk(v):
+    b = v.builder
+    k = b.const_int64([int(v.scalar("k", 1))], "k")
+    axis = int(v.scalar("axis", -1))
+    values, indices = b.node("TopK", [v.input("x"), k], 2, axis=axis, largest=int(not v.scalar("ascending", False)),
+                             sorted=1)
+    b.node("Identity", [values], [v.output(0)])
+    if len(v.outputs) > 1:
+        b.node("Cast", [indices], [v.output(1)], to=b.onnx_type(v.output_dtype(1)))
+
+
+_REDUCE = {
+    "reduce_sum": "ReduceSum", "reduce_mean": "ReduceMean", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin",
+    "reduce_prod": "ReduceProd", "reduce_l1_norm": "ReduceL1", "reduce_l2_norm": "ReduceL2",
+    "reduce_log_sum": "ReduceLogSum", "reduce_log_sum_exp": "ReduceLogSumExp", "reduce_sum_square": "ReduceSumSquare",
+}
+
+
+@translates(*_REDUCE)
+def reduce(v):
+    b = v.builder
+    axes = v.ints("axes")
+    inputs = [v.input("x")]
+    if axes is not None:
+        inputs.append(b.const_int64(axes, "axes"))
+    b.node(_REDUCE[v.type], inputs, [v.output()], keepdims=int(bool(v.scalar("keep_dims", False))))
+
+
+@translates("reduce_argmax", "reduce_argmin")
+def reduce_arg(v):
+    b = v.builder
+    op = "ArgMax" if v.type == "reduce_argmax" else "ArgMin"
+    index = b.node(op, [v.input("x")], axis=int(v.scalar("axis", -1)),
+                   keepdims=int(bool(v.scalar("keep_dims", False))))
+    b.node("Cast", [index], [v.output()], to=b.onnx_type(v.output_dtype()))
+
+
+@translates("band_part")
+def band_part(v):
+    b = v.builder
+    lower, upper = int(v.scalar("lower", -1)), int(v.scalar("upper", -1))
+    x = v.input("x")
+    if lower == 0 and upper == -1:
+        b.node("Trilu", [x], [v.output()], upper=1)
+    elif lower == -1 and upper == 0:
+        b.node("Trilu", [x], [v.output()], upper=0)
+    elif lower == -1 and upper == -1:
+        b.node("Identity", [x], [v.output()])
+    else:
+        upper_part = b.node("Trilu", [x, b.const_int64(-lower, "k")], upper=1) if lower >= 0 else x
+        b.node("Trilu", [upper_part, b.const_int64(upper, "k")], [v.output()], upper=0) if upper >= 0 else \
+            b.node("Identity", [upper_part], [v.output()])
+
+
+__all__ = ["MIL_DTYPE_NAMES", "int64_input"]

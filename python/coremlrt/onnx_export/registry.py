@@ -1,0 +1,16 @@
+"""Program op type -> the function that writes its ONNX nodes.
+
+A translator takes an ``OpView`` (graph.py), reads the op's compile-time parameters, adds nodes
+through ``view.builder`` and names every output with ``view.output(i)``. It raises
+``Unsupported`` with the reason when a use of the op has no ONNX form here.
+"""
+
+TRANSLATORS = {}
+
+
+def translates(*op_types):
+    def register(function):
+        for op_type in op_types:
+            TRANSLATORS[op_type] = function
+        return function
+    return register

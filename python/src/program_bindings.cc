@@ -1,0 +1,258 @@
+// Binding for the ONNX exporter (python/coremlrt/onnx_export/): a model's typed program as plain
+// data, the IR that format/ reads every model type into (ML programs, neuralNetwork layers,
+// classic models and pipelines spliced into one function), before any planning. The exporter
+// is a second consumer of the IR beside the OpenVINO lowering; it reads, never changes, it.
+//
+// Constants come out as numpy arrays that own a copy: an export is a one-off file operation, and
+// a copy keeps no view into the model's memory-mapped weight files once the dict is returned.
+// A constant the weight file stores bit-packed (a sub-byte integer blob) comes out as one int8 or
+// uint8 per element with its dtype named ("int4", "uint4"...), so the exporter can write it back
+// as ONNX's own 4-bit types where they exist. The GIL is kept, as structure_bindings.cc says.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "coremlrt/error.h"
+#include "format/package.h"
+#include "format/spec_reader.h"
+#include "ir/program.h"
+#include "ops/kernel.h"
+#include "ops/packed_weight.h"
+#include "runtime/plan.h"
+
+namespace nb = nanobind;
+using namespace coremlrt;
+
+nb::dict description_dict(const ModelDescription& desc);  // module.cc
+
+namespace {
+
+const char* kind_name(ir::TypeKind kind) {
+  switch (kind) {
+    case ir::TypeKind::Tensor: return "tensor";
+    case ir::TypeKind::List: return "list";
+    case ir::TypeKind::Tuple: return "tuple";
+    case ir::TypeKind::Dictionary: return "dictionary";
+    case ir::TypeKind::State: return "state";
+  }
+  return "?";
+}
+
+nb::dict type_dict(const ir::ValueType& t) {
+  nb::dict d;
+  d["kind"] = kind_name(t.kind);
+  d["dtype"] = dtype_name(t.dtype);
+  d["rank"] = t.rank;
+  d["dims"] = t.dims;
+  d["text"] = t.str();
+  d["element"] = t.element ? nb::object(type_dict(*t.element)) : nb::none();
+  nb::list members;
+  for (const auto& m : t.members) members.append(type_dict(m));
+  d["members"] = members;
+  return d;
+}
+
+// The numpy dtype a tensor of `dtype` is copied into: sub-byte integers take a byte each.
+nb::dlpack::dtype storage_dtype(DType dtype, const std::string& where) {
+  using Code = nb::dlpack::dtype_code;
+  switch (dtype) {
+    case DType::Float32: return nb::dtype<float>();
+    case DType::Float16: return {static_cast<uint8_t>(Code::Float), 16, 1};
+    case DType::Float64: return nb::dtype<double>();
+    case DType::Int32: return nb::dtype<int32_t>();
+    case DType::Int64: return nb::dtype<int64_t>();
+    case DType::Int16: return nb::dtype<int16_t>();
+    case DType::UInt16: return nb::dtype<uint16_t>();
+    case DType::UInt32: return nb::dtype<uint32_t>();
+    case DType::UInt64: return nb::dtype<uint64_t>();
+    case DType::Int8:
+    case DType::Int4: return nb::dtype<int8_t>();
+    case DType::UInt8:
+    case DType::UInt1:
+    case DType::UInt2:
+    case DType::UInt3:
+    case DType::UInt4:
+    case DType::UInt6: return nb::dtype<uint8_t>();
+    case DType::Bool: return nb::dtype<bool>();
+    default: fail(where, ": a constant of dtype ", dtype_name(dtype), " cannot be exported");
+  }
+}
+
+nb::object copy_to_numpy(const Tensor& tensor, const std::string& where) {
+  const nb::dlpack::dtype dtype = storage_dtype(tensor.dtype, where);
+  const size_t bytes = static_cast<size_t>(tensor.numel()) * (dtype.bits / 8);
+  auto* storage = new uint8_t[bytes > 0 ? bytes : 1];
+  if (bytes > 0) std::memcpy(storage, tensor.data, bytes);
+  nb::capsule owner(storage, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+  std::vector<size_t> shape(tensor.shape.begin(), tensor.shape.end());
+  return nb::cast(nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu>(storage, shape.size(), shape.data(), owner,
+                                                                         nullptr, dtype));
+}
+
+nb::dict const_dict(const ir::ConstValue& value, const std::string& where) {
+  nb::dict d;
+  d["type"] = type_dict(value.type);
+  if (value.type.kind == ir::TypeKind::Tensor) {
+    if (value.type.dtype == DType::String) {
+      d["strings"] = value.strings;
+    } else if (value.packed) {
+      ops::check_packed(*value.packed);
+      d["array"] = copy_to_numpy(ops::decode_dense(*value.packed), where);
+    } else {
+      d["array"] = copy_to_numpy(value.tensor, where);
+    }
+  }
+  nb::list items;
+  for (const auto& item : value.items) items.append(const_dict(item, where));
+  d["items"] = items;
+  return d;
+}
+
+nb::list named_values(const std::vector<ir::NamedValue>& values) {
+  nb::list out;
+  for (const auto& v : values) {
+    nb::dict d;
+    d["name"] = v.name;
+    d["type"] = type_dict(v.type);
+    out.append(d);
+  }
+  return out;
+}
+
+nb::dict block_dict(const ir::Block& block);
+
+nb::dict operation_dict(const ir::Operation& op) {
+  const std::string where = op.describe();
+  nb::dict o;
+  o["type"] = op.type;
+  o["name"] = op.name;
+  nb::dict inputs;
+  for (const auto& [param, bindings] : op.inputs) {
+    nb::list list;
+    for (const auto& b : bindings) {
+      nb::dict bd;
+      bd["name"] = b.value ? nb::none() : nb::cast(b.name);
+      bd["value"] = b.value ? nb::object(const_dict(*b.value, where + ", input '" + param + "'")) : nb::none();
+      list.append(bd);
+    }
+    inputs[param.c_str()] = list;
+  }
+  o["inputs"] = inputs;
+  nb::dict attributes;
+  for (const auto& [name, value] : op.attributes)
+    attributes[name.c_str()] = const_dict(*value, where + ", attribute '" + name + "'");
+  o["attributes"] = attributes;
+  o["outputs"] = named_values(op.outputs);
+  nb::list blocks;
+  for (const auto& nested : op.blocks) blocks.append(block_dict(nested));
+  o["blocks"] = blocks;
+  return o;
+}
+
+nb::dict block_dict(const ir::Block& block) {
+  nb::dict d;
+  d["inputs"] = named_values(block.inputs);
+  d["outputs"] = block.outputs;
+  nb::list operations;
+  for (const auto& op : block.operations) operations.append(operation_dict(op));
+  d["operations"] = operations;
+  return d;
+}
+
+const char* map_name(ir::CodeMap map) {
+  switch (map) {
+    case ir::CodeMap::kIdentity: return "identity";
+    case ir::CodeMap::kLut: return "lut";
+    case ir::CodeMap::kShiftScale: return "shift_scale";
+    case ir::CodeMap::kAffine: return "affine";
+  }
+  return "?";
+}
+
+// One code per element, dense, one byte each (int4 sign-extended), of a packed tensor without a
+// sparsity mask: the codes read as a sub-byte integer constant of the codes' dtype.
+Tensor dense_codes(const ir::PackedTensor& t) {
+  ir::PackedTensor codes;
+  codes.dtype = t.codes.dtype;
+  codes.shape = t.shape;
+  codes.codes = t.codes;
+  codes.groups = Shape(t.shape.size(), 1);
+  return ops::decode_dense(codes);
+}
+
+// A weight the planner keeps packed (docs/design/compressed-weights.md): its parts, so the exporter
+// can write a DequantizeLinear of the same codes and scales, and `decode()` for its dense values.
+nb::dict packed_dict(const std::shared_ptr<const ir::PackedTensor>& t, const std::string& where) {
+  nb::dict d;
+  d["dtype"] = dtype_name(t->dtype);
+  d["shape"] = t->shape;
+  d["map"] = map_name(t->map);
+  d["form"] = t->form();
+  d["groups"] = t->groups;
+  d["codes_dtype"] = dtype_name(t->codes.dtype);
+  d["sparse"] = t->mask.defined();
+  d["nonzero_only"] = t->nonzero_only;
+  const bool affine = t->map == ir::CodeMap::kAffine || t->map == ir::CodeMap::kShiftScale;
+  d["codes"] = affine && !t->mask.defined() ? copy_to_numpy(dense_codes(*t), where) : nb::none();
+  d["scale"] = t->scale.defined() ? copy_to_numpy(t->scale, where) : nb::none();
+  d["offset"] = t->offset.defined() ? copy_to_numpy(t->offset.data, where) : nb::none();
+  d["offset_dtype"] = t->offset.defined() ? nb::cast(std::string(dtype_name(t->offset.dtype))) : nb::none();
+  d["offset_bits"] = t->offset.bits;
+  d["decode"] = nb::cpp_function([t, where] { return copy_to_numpy(ops::decode_dense(*t), where); });
+  return d;
+}
+
+// The values the planner knows at load (runtime/plan.h): constants, results of ops computed from
+// constants alone (folded), and compressed weights kept packed. By value name.
+nb::dict known_values(const ir::Function& function) {
+  runtime::PlanOptions options;
+  options.packed_weights = true;
+  const std::unique_ptr<runtime::Plan> plan = runtime::build_plan(function, ops::KernelRegistry::cpu(), {}, options);
+  nb::dict out;
+  for (size_t slot = 0; slot < plan->slot_count(); ++slot) {
+    const std::string& name = plan->slot_names[slot];
+    const std::string where = "function '" + function.name + "', value '" + name + "'";
+    if (plan->packed[slot]) {
+      nb::dict d;
+      d["packed"] = packed_dict(plan->packed[slot], where);
+      out[name.c_str()] = d;
+    } else if (plan->constants[slot].defined() && plan->slot_types[slot].dtype != DType::String) {
+      nb::dict d;
+      d["array"] = copy_to_numpy(plan->constants[slot], where);
+      out[name.c_str()] = d;
+    }
+  }
+  return out;
+}
+
+nb::dict read_program(const std::string& path, bool known) {
+  const format::LoadedModel loaded = format::read_model(format::locate_model(path));
+  nb::dict d;
+  d["description"] = description_dict(loaded.description);
+  d["problem"] = loaded.problem;
+  d["network_problem"] = loaded.network.problem;
+  nb::dict functions;
+  for (const auto& [name, function] : loaded.program.functions) {
+    nb::dict fd;
+    fd["name"] = function.name;
+    fd["opset"] = function.opset;
+    fd["ios_version"] = function.ios_version;
+    fd["inputs"] = named_values(function.inputs);
+    fd["block"] = block_dict(function.block);
+    fd["known"] = known ? nb::object(known_values(function)) : nb::none();
+    functions[name.c_str()] = fd;
+  }
+  d["functions"] = functions;
+  return d;
+}
+
+}  // namespace
+
+void bind_program(nb::module_& m) {
+  m.def("read_program", &read_program, nb::arg("path"), nb::arg("known") = true,
+        "The model's typed program as plain data (functions, blocks, ops, constants as numpy arrays);\n"
+        "with known=True, each function's values known at load (folded or kept packed) by name.");
+}
