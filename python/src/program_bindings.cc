@@ -172,14 +172,14 @@ const char* map_name(ir::CodeMap map) {
   return "?";
 }
 
-// One code per element, dense, one byte each (int4 sign-extended), of a packed tensor without a
-// sparsity mask: the codes read as a sub-byte integer constant of the codes' dtype.
-Tensor dense_codes(const ir::PackedTensor& t) {
+// The elements of a packed array, one byte each (int4 sign-extended), in `shape`: codes and
+// offsets may be bit-packed (src/ir/packed.h, PackedArray).
+Tensor unpacked(const ir::PackedArray& array, const Shape& shape) {
   ir::PackedTensor codes;
-  codes.dtype = t.codes.dtype;
-  codes.shape = t.shape;
-  codes.codes = t.codes;
-  codes.groups = Shape(t.shape.size(), 1);
+  codes.dtype = array.dtype;
+  codes.shape = shape;
+  codes.codes = array;
+  codes.groups = Shape(shape.size(), 1);
   return ops::decode_dense(codes);
 }
 
@@ -196,11 +196,10 @@ nb::dict packed_dict(const std::shared_ptr<const ir::PackedTensor>& t, const std
   d["sparse"] = t->mask.defined();
   d["nonzero_only"] = t->nonzero_only;
   const bool affine = t->map == ir::CodeMap::kAffine || t->map == ir::CodeMap::kShiftScale;
-  d["codes"] = affine && !t->mask.defined() ? copy_to_numpy(dense_codes(*t), where) : nb::none();
+  d["codes"] = affine && !t->mask.defined() ? copy_to_numpy(unpacked(t->codes, t->shape), where) : nb::none();
   d["scale"] = t->scale.defined() ? copy_to_numpy(t->scale, where) : nb::none();
-  d["offset"] = t->offset.defined() ? copy_to_numpy(t->offset.data, where) : nb::none();
+  d["offset"] = t->offset.defined() ? copy_to_numpy(unpacked(t->offset, {t->offset.count}), where) : nb::none();
   d["offset_dtype"] = t->offset.defined() ? nb::cast(std::string(dtype_name(t->offset.dtype))) : nb::none();
-  d["offset_bits"] = t->offset.bits;
   d["decode"] = nb::cpp_function([t, where] { return copy_to_numpy(ops::decode_dense(*t), where); });
   return d;
 }

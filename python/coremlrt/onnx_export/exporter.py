@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from . import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (they register their translators)
+from . import ops_classic, ops_elementwise, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS
@@ -174,7 +174,11 @@ class FunctionExport:
             if source != name or name in taken:
                 b.nodes.append(helper.make_node("Identity", [source], [name], name=b.fresh("n_out_" + name)))
             taken.add(name)
-            type_dict = type_dict or {"kind": "tensor", "dtype": "float32", "rank": -1, "dims": []}
+            if name in b.output_types:
+                outputs.append(helper.make_value_info(name, b.output_types[name]))
+                continue
+            if type_dict is None:
+                raise Unsupported("output '%s' has no type" % name)
             outputs.append(_value_info(b, name, type_dict, name))
         for state, current in self.states.items():
             out_name = state + STATE_OUTPUT_SUFFIX
@@ -198,7 +202,10 @@ def build_model(program, function_name, opset, fp32, source_name=""):
     export = FunctionExport(function, description, opset, fp32).run()
     if export.problems:
         return None, export.problems
-    graph = export.graph(function_name)
+    try:
+        graph = export.graph(function_name)
+    except Unsupported as exc:
+        return None, [Problem("output", "", str(exc))]
     imports = [helper.make_opsetid("", opset)]
     if export.builder.uses_ml_domain:
         imports.append(helper.make_opsetid("ai.onnx.ml", 5))

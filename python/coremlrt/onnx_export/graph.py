@@ -75,6 +75,7 @@ class GraphBuilder:
         self.reserved = set()  # every value name of the program: fresh names avoid them
         self.deferred = {}     # program value name -> quantized.Deferred (a packed weight)
         self.ios_version = 0
+        self.output_types = {}  # program value name -> onnx TypeProto, for non-tensor outputs (maps)
         self.uses_ml_domain = False
 
     # Names -----------------------------------------------------------------------------------

@@ -53,21 +53,30 @@ def conv_transpose(v):
     b = v.builder
     spatial = v.rank("x") - 2
     attributes = _spatial_attributes(v, spatial)
-    if "auto_pad" in attributes:
-        raise Unsupported("conv_transpose with pad_type same")
     dilations = v.ints("dilations")
     if dilations is not None:
         attributes["dilations"] = dilations
     attributes["group"] = int(v.scalar("groups", 1))
-    # The output's spatial size is the program's: output_shape where given, else what the
-    # type says; ONNX derives the padding from it.
-    out_dims = v.outputs[0]["type"]["dims"]
-    if all(d > 0 for d in out_dims[2:]):
-        attributes["output_shape"] = out_dims[2:]
-        attributes.pop("pads", None)
-        pad = v.ints("pad", [0] * (2 * spatial))
-        if any(pad):
-            raise Unsupported("conv_transpose with both padding and an output shape")
+    # The output's spatial size is the program's (output_shape where given): with explicit pads,
+    # ONNX reaches it through output_padding; with pad_type same, through output_shape.
+    out_dims = v.outputs[0]["type"]["dims"][2:]
+    in_dims = v.type_of("x")["dims"][2:]
+    if "auto_pad" in attributes:
+        if any(d < 0 for d in out_dims):
+            raise Unsupported("conv_transpose with pad_type same and an output size known only at run time")
+        attributes["output_shape"] = out_dims
+    elif all(d >= 0 for d in out_dims + in_dims):
+        kernel = v.type_of("weight")["dims"][2:]
+        strides = attributes.get("strides", [1] * spatial)
+        dilations = attributes.get("dilations", [1] * spatial)
+        pads = attributes.get("pads", [0] * (2 * spatial))
+        natural = [strides[i] * (in_dims[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[spatial + i]
+                   for i in range(spatial)]
+        extra = [out_dims[i] - natural[i] for i in range(spatial)]
+        if any(e < 0 or e >= max(strides[i], dilations[i]) for i, e in enumerate(extra)):
+            raise Unsupported("conv_transpose output size %s from %s" % (out_dims, natural))
+        if any(extra):
+            attributes["output_padding"] = extra
     # MIL's weight is [C_in, C_out / groups, k...], ONNX's too.
     inputs = [v.input("x"), weight_input(v, "weight")]
     if v.has("bias"):

@@ -58,14 +58,26 @@ def reshape_like(v):
 
 @translates("transpose")
 def transpose(v):
-    v.builder.node("Transpose", [v.input("x")], [v.output()], perm=v.ints("perm"))
+    rank = v.rank("x")
+    v.builder.node("Transpose", [v.input("x")], [v.output()], perm=[p % rank for p in v.ints("perm")])
 
 
 @translates("concat")
 def concat(v):
-    if v.scalar("interleave", False):
-        raise Unsupported("interleaved concat")
-    v.builder.node("Concat", v.inputs("values"), [v.output()], axis=int(v.scalar("axis")))
+    b = v.builder
+    axis = int(v.scalar("axis"))
+    if not v.scalar("interleave", False):
+        b.node("Concat", v.inputs("values"), [v.output()], axis=axis)
+        return
+    # Interleaved: out[.., i * n + k, ..] = values[k][.., i, ..]: stack after the axis, then merge.
+    dims = _static_dims(v.outputs[0]["type"])
+    if dims is None:
+        raise Unsupported("interleaved concat to a shape known only at run time")
+    rank = len(dims)
+    axis %= rank
+    expanded = [b.node("Unsqueeze", [x, b.const_int64([axis + 1], "axes")]) for x in v.inputs("values")]
+    stacked = b.node("Concat", expanded, axis=axis + 1)
+    b.node("Reshape", [stacked, b.const_int64(dims, "shape")], [v.output()])
 
 
 @translates("stack")
