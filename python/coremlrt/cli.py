@@ -6,6 +6,9 @@
                            [--function NAME] [--output OUT.npz]
     coremlrt batch MODEL --inputs DATA --output OUT [--threads N] [--fail-fast] [--resume]
                          [--format npz|parquet] [--function NAME] [--no-progress]
+    coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
+                   [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
+                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
 """
 
 import argparse
@@ -160,6 +163,52 @@ def cmd_batch(args, out=None):
     return 0 if result.failed == 0 else 2
 
 
+def cmd_serve(args, out=None):
+    from .serve import ServeConfig
+    from .serve.server import main as serve_main
+
+    config = ServeConfig(host=args.host, http_port=args.port, grpc_port=args.grpc_port,
+                         metrics_port=args.metrics_port, workers=args.workers, max_batch=args.max_batch,
+                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                         max_request_bytes=args.max_request_bytes, max_sequences=args.max_sequences,
+                         sequence_timeout_s=args.sequence_timeout, merge=not args.no_merge, backend=args.backend,
+                         threads=args.threads, log_format=args.log_format)
+    return serve_main(args.model, config)
+
+
+def _add_serve_parser(sub):
+    from .serve.config import ServeConfig  # no MLServer import: `coremlrt --help` works without it
+
+    defaults = ServeConfig()
+    serve = sub.add_parser("serve", help="serve models over the Open Inference Protocol (REST and gRPC)",
+                           description="Serves one model, or each model in a folder (named after its file), "
+                                       "over the Open Inference Protocol (KServe V2 / Triton), with MLServer. "
+                                       "docs/design/serving.md describes batching, sequences and limits.")
+    serve.add_argument("model", metavar="MODEL_OR_FOLDER")
+    serve.add_argument("--host", default=defaults.host, help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=defaults.http_port, help="REST port")
+    serve.add_argument("--grpc-port", type=int, default=defaults.grpc_port, help="gRPC port")
+    serve.add_argument("--metrics-port", type=int, default=defaults.metrics_port, help="Prometheus /metrics port")
+    serve.add_argument("--workers", type=int, default=defaults.workers,
+                       help="predictions per model at once, side by side (threads in this process)")
+    serve.add_argument("--max-batch", type=int, default=defaults.max_batch,
+                       help="requests merged into one prediction at most (models with a flexible batch dimension)")
+    serve.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms,
+                       help="how long a batch's first request waits for more (default 0: batch what is queued)")
+    serve.add_argument("--max-queue", type=int, default=defaults.max_queue,
+                       help="requests per model waiting for a worker; past it: 503 with Retry-After")
+    serve.add_argument("--max-request-bytes", type=int, default=defaults.max_request_bytes,
+                       help="largest REST body / gRPC message (413 / RESOURCE_EXHAUSTED past it)")
+    serve.add_argument("--max-sequences", type=int, default=defaults.max_sequences,
+                       help="live stateful sequences per model")
+    serve.add_argument("--sequence-timeout", type=float, default=defaults.sequence_timeout_s,
+                       help="seconds after which an idle sequence is dropped")
+    serve.add_argument("--no-merge", action="store_true", help="never merge requests; run them side by side")
+    serve.add_argument("--backend", default=None, help="auto (default), reference or a backend name")
+    serve.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
+    serve.add_argument("--log-format", choices=["json", "text"], default=defaults.log_format)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="coremlrt", description="Run Core ML models on Linux.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -195,10 +244,11 @@ def main(argv=None):
                        help="shard format (default: parquet when OUT ends in .parquet, else npz)")
     batch.add_argument("--function", default=None, help="function of a multifunction model")
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_serve_parser(sub)
     args = parser.parse_args(argv)
     try:
         return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
-                "batch": cmd_batch}[args.command](args)
+                "batch": cmd_batch, "serve": cmd_serve}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,185 @@
+"""Dynamic batching of stateless requests for one function of one model.
+
+Requests wait in a bounded queue; a request that finds it full is refused with 503 at once
+(never queued unboundedly). A dispatcher hands work to ``workers`` prediction slots:
+
+* a model whose inputs all have a flexible first dimension (a batch dimension) gets the
+  queued requests merged: up to ``max_batch`` requests whose other dimensions agree are
+  concatenated along axis 0, predicted once, and the outputs split back by rows;
+* any other model runs one request per slot, ``workers`` side by side on the model's
+  execution contexts.
+
+Batches form from what is queued when a slot frees up, so a lone request never waits;
+``max_wait_ms`` > 0 lets the first request of a batch wait that long for more.
+A merged prediction that fails is re-run request by request, so that one bad request (a
+value the model rejects) fails alone and its neighbours get their own answers.
+"""
+
+import asyncio
+import collections
+import time
+
+import numpy as np
+
+from .features import RequestError
+
+
+def mergeable(function):
+    """Whether requests for this function may be concatenated along axis 0: every input is a
+    multiArray whose first dimension may vary beyond 1, and the function keeps no state."""
+    if function["states"] or not function["inputs"]:
+        return False
+    for feature in function["inputs"]:
+        ranges = feature["shape_range"]
+        if feature["kind"] != "multiArray" or not ranges or ranges[0][0] > 1 or 0 <= ranges[0][1] <= 1:
+            return False
+        if any(lo != hi for lo, hi in ranges[1:]):  # other flexible dims: leave them to one request each
+            return False
+    return True
+
+
+def _batch_limit(function):
+    highs = [f["shape_range"][0][1] for f in function["inputs"]]
+    return min([h for h in highs if h > 0] or [1 << 30])
+
+
+class QueueFull(RequestError):
+    def __init__(self, model, depth, retry_after_s):
+        super().__init__(f"model '{model}': {depth} requests are queued (the limit); retry after "
+                         f"{retry_after_s} s", 503)
+
+
+class Batcher:
+    def __init__(self, name, model, executor, options, metrics):
+        self.name = name
+        self.model = model
+        self.executor = executor
+        self.max_batch = options["max_batch"]
+        self.max_wait_s = options["max_wait_ms"] / 1000.0
+        self.max_queue = options["max_queue"]
+        self.retry_after_s = options["retry_after_s"]
+        self.merge = options["merge"] and mergeable(model._function)
+        self.rows_limit = _batch_limit(model._function) if self.merge else 1
+        self.metrics = metrics
+        self._queue = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(options["workers"])
+        self._task = None
+
+    def start(self):
+        self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def stop(self):
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def submit(self, inputs):
+        if len(self._queue) >= self.max_queue:
+            self.metrics.rejected.labels(self.name, "queue_full").inc()
+            raise QueueFull(self.name, len(self._queue), self.retry_after_s)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((inputs, future))
+        self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+        self._wakeup.set()
+        return await future
+
+    async def _dispatch(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            await self._slots.acquire()
+            if self.merge and self.max_wait_s > 0 and len(self._queue) < self.max_batch:
+                deadline = time.monotonic() + self.max_wait_s
+                while len(self._queue) < self.max_batch and time.monotonic() < deadline:
+                    self._wakeup.clear()
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), deadline - time.monotonic())
+                    except asyncio.TimeoutError:
+                        break
+            batch = self._take()
+            self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+            if not batch:
+                self._slots.release()
+                continue
+            self.metrics.batch_size.labels(self.name).observe(len(batch))
+            work = loop.run_in_executor(self.executor, self._predict, [inputs for inputs, _ in batch])
+            work.add_done_callback(lambda done, batch=batch: self._finish(done, batch))
+
+    def _take(self):
+        """The next batch: the oldest live request, and (merging) the queued ones whose
+        non-batch dimensions match it, up to max_batch requests and the model's row limit."""
+        while self._queue and self._queue[0][1].done():  # a client that went away
+            self._queue.popleft()
+        if not self._queue:
+            return []
+        first = self._queue.popleft()
+        batch = [first]
+        if not self.merge:
+            return batch
+        key = _trailing(first[0])
+        rows = _rows(first[0])
+        kept = collections.deque()
+        while self._queue and len(batch) < self.max_batch:
+            item = self._queue.popleft()
+            if item[1].done():
+                continue
+            if _trailing(item[0]) == key and rows + _rows(item[0]) <= self.rows_limit:
+                batch.append(item)
+                rows += _rows(item[0])
+            else:
+                kept.append(item)
+        self._queue.extendleft(reversed(kept))
+        return batch
+
+    def _finish(self, done, batch):
+        self._slots.release()
+        if done.cancelled():
+            results = [asyncio.CancelledError()] * len(batch)
+        elif done.exception() is not None:
+            results = [done.exception()] * len(batch)
+        else:
+            results = done.result()
+        for (_, future), result in zip(batch, results):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def _predict(self, requests):
+        """Runs on a worker thread. One result (outputs or the exception) per request."""
+        if len(requests) == 1:
+            return [_guarded(self.model.predict, requests[0])]
+        names = list(requests[0])
+        merged = {name: np.concatenate([r[name] for r in requests], axis=0) for name in names}
+        counts = [_rows(r) for r in requests]
+        try:
+            outputs = self.model.predict(merged)
+        except Exception:  # noqa: BLE001 - find which request it was: each runs alone
+            return [_guarded(self.model.predict, r) for r in requests]
+        total = sum(counts)
+        if any(not isinstance(v, np.ndarray) or v.ndim == 0 or v.shape[0] != total for v in outputs.values()):
+            # The outputs are not per row (a model that pools over the batch): no merging then.
+            return [_guarded(self.model.predict, r) for r in requests]
+        bounds = np.cumsum([0] + counts)
+        return [{name: np.ascontiguousarray(v[bounds[i]:bounds[i + 1]]) for name, v in outputs.items()}
+                for i in range(len(requests))]
+
+
+def _guarded(function, *args):
+    try:
+        return function(*args)
+    except Exception as exc:  # noqa: BLE001 - handed to that request's caller
+        return exc
+
+
+def _rows(inputs):
+    return next(iter(inputs.values())).shape[0]
+
+
+def _trailing(inputs):
+    return tuple((name, value.shape[1:]) for name, value in sorted(inputs.items()))

@@ -1,0 +1,98 @@
+"""Live stateful sequences of one model: one MLState per sequence id, as Triton's sequence
+batcher keeps one per correlation id.
+
+A request carries ``sequence_id`` (int or string), ``sequence_start`` and ``sequence_end``
+(booleans) in its parameters (tritonclient's ``infer(sequence_id=..., sequence_start=...,
+sequence_end=...)`` sends exactly these). ``start`` makes a fresh zero state (replacing a live
+one of that id), a request without ``start`` continues a live sequence, ``end`` drops the
+state once its prediction is done. Requests of one sequence run one at a time, in arrival
+order (an asyncio lock per sequence); different sequences run side by side.
+
+At most ``max_sequences`` live at once; one idle for ``timeout_s`` is dropped (a client that
+went away must not hold memory). Starting one more when all are live and busy gets 503.
+"""
+
+import asyncio
+import contextlib
+import time
+
+from .features import RequestError
+
+
+class _Sequence:
+    __slots__ = ("state", "lock", "last_used", "users")
+
+    def __init__(self, state):
+        self.state = state
+        self.lock = asyncio.Lock()
+        self.last_used = time.monotonic()
+        self.users = 0  # requests holding or waiting for the lock: never evicted while > 0
+
+
+class SequenceTable:
+    def __init__(self, name, max_sequences, timeout_s, retry_after_s, metrics):
+        self.name = name
+        self.max_sequences = max_sequences
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self.metrics = metrics
+        self._live = {}
+        self._task = None
+        self.evicted = 0
+
+    def __len__(self):
+        return len(self._live)
+
+    def start(self):
+        self._task = asyncio.get_running_loop().create_task(self._reaper())
+
+    async def stop(self):
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._live.clear()
+
+    @contextlib.asynccontextmanager
+    async def use(self, sequence_id, start, end, make_state):
+        """Holds the sequence's state for one request (yields the MLState)."""
+        created = False
+        if start:
+            if sequence_id not in self._live:
+                self._evict_idle()
+                if len(self._live) >= self.max_sequences:
+                    self.metrics.rejected.labels(self.name, "sequences_full").inc()
+                    raise RequestError(f"model '{self.name}': {len(self._live)} sequences are live (the limit); "
+                                       f"end one or retry after {self.retry_after_s} s", 503)
+                self._live[sequence_id] = _Sequence(make_state())
+                created = True
+        sequence = self._live.get(sequence_id)
+        if sequence is None:
+            raise RequestError(f"model '{self.name}': sequence {sequence_id!r} is not live: it was never started "
+                               f"(send sequence_start=true), has ended, or was dropped after "
+                               f"{self.timeout_s:g} s idle")
+        sequence.users += 1
+        self.metrics.live_sequences.labels(self.name).set(len(self._live))
+        try:
+            async with sequence.lock:
+                if start and not created:  # a start arriving for a live id begins it again, from a zero state
+                    sequence.state = make_state()
+                yield sequence.state
+                sequence.last_used = time.monotonic()
+        finally:
+            sequence.users -= 1
+            if end and self._live.get(sequence_id) is sequence:
+                del self._live[sequence_id]
+            self.metrics.live_sequences.labels(self.name).set(len(self._live))
+
+    def _evict_idle(self):
+        now = time.monotonic()
+        for key, sequence in list(self._live.items()):
+            if sequence.users == 0 and now - sequence.last_used > self.timeout_s:
+                del self._live[key]
+                self.evicted += 1
+        self.metrics.live_sequences.labels(self.name).set(len(self._live))
+
+    async def _reaper(self):
+        while True:
+            await asyncio.sleep(min(1.0, self.timeout_s / 4))
+            self._evict_idle()

@@ -1,0 +1,95 @@
+"""Models the serving tests and benchmarks make with coremltools and torch (cached under
+build/test-fixtures/serving, like tests/python/fixtures.py's cases):
+
+* ``tiny``: y = tanh(x @ W + b), x fp32 [1, 8] (a fixed shape: requests run side by side);
+* ``conv``: a small conv net, x fp32 [B, 3, 32, 32] with B flexible in 1..64 (requests merge);
+* ``lm``: the prefill/decode KV-cache LM of tests/python/lm_helpers.py (states, two functions).
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # fixtures, lm_helpers
+import fixtures  # noqa: E402
+import lm_helpers  # noqa: E402
+
+# Bump when a builder changes, so that stale caches are rebuilt.
+VERSION = 1
+ROOT = os.path.join(os.path.abspath(fixtures.FIXTURES_DIR), "serving", f"v{VERSION}")
+
+
+def _tiny(directory):
+    import coremltools as ct
+    import torch
+
+    torch.manual_seed(11)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).eval()
+    traced = torch.jit.trace(module, torch.zeros(1, 8))
+    model = ct.convert(traced, convert_to="mlprogram", inputs=[ct.TensorType(name="x", shape=(1, 8))],
+                       outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT32,
+                       minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
+    model.save(os.path.join(directory, "tiny.mlpackage"))
+
+
+def _conv(directory):
+    import coremltools as ct
+    import torch
+
+    torch.manual_seed(12)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10)).eval()
+    traced = torch.jit.trace(module, torch.zeros(1, 3, 32, 32))
+    batch = ct.RangeDim(lower_bound=1, upper_bound=64, default=1)
+    model = ct.convert(traced, convert_to="mlprogram",
+                       inputs=[ct.TensorType(name="x", shape=(batch, 3, 32, 32))],
+                       outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT32,
+                       minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
+    model.save(os.path.join(directory, "conv.mlpackage"))
+
+
+def _lm(directory):
+    path, _ = lm_helpers.build_lm_package(directory)
+    os.rename(path, os.path.join(directory, "lm.mlpackage"))
+    for name in ("lm_prefill.mlpackage", "lm_decode.mlpackage"):
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+BUILDERS = {"tiny": _tiny, "conv": _conv, "lm": _lm}
+
+
+def model_path(name):
+    """The package of a serving test model, built on first use (atomically: concurrent test
+    processes never see half a package)."""
+    target = os.path.join(ROOT, name)
+    if not os.path.isdir(target):
+        os.makedirs(ROOT, exist_ok=True)
+        scratch = tempfile.mkdtemp(prefix=name + ".", dir=ROOT)
+        try:
+            os.environ.setdefault("TQDM_DISABLE", "1")
+            BUILDERS[name](scratch)
+            os.rename(scratch, target)
+        except OSError:
+            if not os.path.isdir(target):
+                raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return os.path.join(target, name + ".mlpackage")
+
+
+def torch_lm():
+    """The torch module the LM package was converted from (same seed): the sequence reference."""
+    return lm_helpers.make_torch_lm(0)
+
+
+def random_input(name, rng, batch=1):
+    if name == "tiny":
+        return {"x": rng.standard_normal((1, 8)).astype(np.float32)}
+    if name == "conv":
+        return {"x": rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
+    raise KeyError(name)
