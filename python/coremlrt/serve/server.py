@@ -1,7 +1,8 @@
 """Starts MLServer with a :class:`~.runtime.CoreMLRuntime` per model, and adds what MLServer
 leaves open: a request-size limit and a ``Retry-After`` header on 503 for REST, gRPC status
-codes for 413 and 503, and Triton's binary tensor extension for REST (tritonclient's http
-client sends tensors that way by default; rest_binary.py)."""
+codes for 413 and 503 and for malformed messages (grpc_guard.py), and Triton's binary tensor
+extension for REST (tritonclient's http client sends tensors that way by default;
+rest_binary.py)."""
 
 import asyncio
 import json
@@ -33,13 +34,14 @@ def build_settings(config: ServeConfig, models):
     return settings, model_settings
 
 
-class _TooLarge(Exception):
-    pass
+# Oversized bodies up to this many times the limit are read (and dropped) before the 413.
+_DRAIN_FACTOR = 64
 
 
 class RequestLimits:
-    """ASGI middleware: refuses a body over ``max_bytes`` with 413 (by Content-Length, or while
-    a chunked body streams in) and adds ``Retry-After`` to 503 answers."""
+    """ASGI middleware: refuses a body over ``max_bytes`` with 413 (by Content-Length, or by
+    reading a chunked body, which has none, up to the limit first) and adds ``Retry-After``
+    to 503 answers."""
 
     def __init__(self, app, max_bytes, retry_after_s):
         self.app, self.max_bytes, self.retry_after = app, max_bytes, str(retry_after_s).encode()
@@ -48,41 +50,56 @@ class RequestLimits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        try:
-            declared = int(headers.get(b"content-length", b"0"))
-        except ValueError:
-            return await _send_error(send, 400, "Content-Length is not a number")
-        if declared > self.max_bytes:
-            return await _send_error(send, 413, self._message(declared))
-        received = 0
-        started = False
-
-        async def limited_receive():
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge()
-            return message
+        if b"content-length" in headers:
+            try:
+                declared = int(headers[b"content-length"])
+            except ValueError:
+                return await _send_error(send, 400, "Content-Length is not a number")
+            if declared > self.max_bytes:
+                if declared <= _DRAIN_FACTOR * self.max_bytes:
+                    # Read and drop the body first: a client still sending when the connection
+                    # closes sees a broken pipe instead of the 413.
+                    while (await receive()).get("more_body"):
+                        pass
+                return await _send_error(send, 413, self._message(declared))
+        elif scope.get("method") in ("POST", "PUT"):
+            # The server checks a declared length; a chunked body is counted here, before the
+            # application sees it (an error raised while FastAPI reads would become a 400).
+            chunks, size = [], 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > self.max_bytes:
+                    return await _send_error(send, 413, self._message(size))
+                if not message.get("more_body"):
+                    break
+            receive = _replay(b"".join(chunks), receive)
 
         async def marked_send(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                if message["status"] == 503:
-                    message = dict(message, headers=list(message.get("headers", [])) +
-                                   [(b"retry-after", self.retry_after)])
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                message = dict(message, headers=list(message.get("headers", [])) + [(b"retry-after", self.retry_after)])
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, marked_send)
-        except _TooLarge:
-            if not started:
-                await _send_error(send, 413, self._message(received))
+        await self.app(scope, receive, marked_send)
 
     def _message(self, size):
         return f"request body of {size}+ bytes is over the limit of {self.max_bytes} (--max-request-bytes)"
+
+
+def _replay(body, receive):
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if sent:
+            return await receive()  # waits for the client's disconnect, as Starlette expects
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 async def _send_error(send, status, message):
@@ -92,24 +109,16 @@ async def _send_error(send, status, message):
     await send({"type": "http.response.body", "body": body})
 
 
-def _map_grpc_status_codes():
-    """MLServer maps only 400/404/422/500 to gRPC codes (the rest become UNKNOWN)."""
-    import grpc
-    from mlserver.grpc import utils
-
-    utils.STATUS_CODE_MAPPING.setdefault(413, grpc.StatusCode.RESOURCE_EXHAUSTED)
-    utils.STATUS_CODE_MAPPING.setdefault(503, grpc.StatusCode.UNAVAILABLE)
-
-
 async def serve(config: ServeConfig, models=None, ready=None):
     """Serves until SIGINT/SIGTERM. ``ready`` (an asyncio.Event) is set once every model is loaded."""
     from mlserver import MLServer
 
+    from . import grpc_guard
     from .rest_binary import TritonBinaryTensors
 
     models = models or {}
     settings, model_settings = build_settings(config, models)
-    _map_grpc_status_codes()
+    grpc_guard.install()
     server = MLServer(settings)
     app = server._rest_server._app  # MLServer has no public hook for ASGI middleware
     app.add_middleware(TritonBinaryTensors)

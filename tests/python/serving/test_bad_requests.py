@@ -1,0 +1,186 @@
+"""Each kind of bad request gets a 4xx (or the gRPC code for it) naming what was wrong, a full
+queue gets 503 with Retry-After, and none of it disturbs good requests or the process."""
+
+import concurrent.futures
+import json
+import urllib.error
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import coremlrt
+import server_helpers as SH
+
+
+def _post(server, path, body, headers=None):
+    """(status, JSON answer, headers) of a plain HTTP POST."""
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method="POST",
+                                     headers=headers or {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null"), dict(e.headers)
+
+
+def _tiny_body(name="x", datatype="FP32", shape=(1, 8), data=None, **extra):
+    data = list(range(int(np.prod(shape)))) if data is None else data
+    return json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": list(shape), "data": data}],
+                       **extra}).encode()
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (_tiny_body(datatype="FP64"), 400, "input 'x': datatype FP64, the model takes FP32"),
+    (_tiny_body(datatype="INT32"), 400, "datatype INT32"),
+    (_tiny_body(shape=(2, 8)), 400, "input 'x': shape [2, 8], the model takes [1, 8]"),
+    (_tiny_body(shape=(1, 8), data=[1, 2, 3]), 400, "3 values for shape [1, 8]"),
+    (_tiny_body(data=["a"] * 8), 400, "data is not FP32 values"),
+    (_tiny_body(name="z"), 400, "unknown input 'z'"),
+    (json.dumps({"inputs": []}).encode(), 400, "missing input(s) ['x']"),
+    (_tiny_body(shape=(1, -8)), 400, "negative"),
+    (_tiny_body(parameters={"function": "nope"}), 404, "has no function 'nope'; its functions are ['main']"),
+    (_tiny_body(parameters={"sequence_id": 5, "sequence_start": True}), 400, "keeps no state"),
+    (b'{"inputs": [{"name": "x",', 422, "JSON decode error"),
+    (b"\x00\xff garbage", 422, "JSON decode error"),
+    (b'[1, 2]', 422, "valid dictionary"),
+])
+def test_rest_bad_request(server, body, status, message):
+    got, answer, _ = _post(server, "/v2/models/tiny/infer", body)
+    assert got == status
+    assert message in json.dumps(answer).replace('\\"', '"'), answer
+
+
+def test_rest_unknown_model(server):
+    got, answer, _ = _post(server, "/v2/models/no_such_model/infer", _tiny_body())
+    assert got == 404 and "no_such_model" in answer["error"]
+
+
+def test_binary_extension_errors_are_400(server):
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8],
+                                     "parameters": {"binary_data_size": 32}}]}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}
+    got, answer, _ = _post(server, "/v2/models/tiny/infer", header + b"\x00" * 8, headers)  # 8 of 32 bytes
+    assert got == 400 and "runs past the body" in answer["error"]
+    headers["Inference-Header-Content-Length"] = "999999"
+    got, answer, _ = _post(server, "/v2/models/tiny/infer", header + b"\x00" * 32, headers)
+    assert got == 400 and "outside the body" in answer["error"]
+
+
+def _grpc_infer(server, model, x, datatype="FP32", shape=None, **kwargs):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    item = grpcclient.InferInput("x", list(shape or x.shape), datatype)
+    item.set_data_from_numpy(x)
+    return client.infer(model, [item], **kwargs)
+
+
+def test_grpc_bad_requests(server):
+    x = np.zeros((1, 8), np.float32)
+    cases = [
+        (dict(model="tiny", x=x.astype(np.float64), datatype="FP64"), "INVALID_ARGUMENT", "datatype FP64"),
+        (dict(model="tiny", x=np.zeros((2, 8), np.float32)), "INVALID_ARGUMENT", "shape [2, 8]"),
+        (dict(model="no_such_model", x=x), "NOT_FOUND", "no_such_model"),
+        (dict(model="tiny", x=x, parameters={"function": "nope"}), "NOT_FOUND", "has no function 'nope'"),
+    ]
+    for kwargs, code, message in cases:
+        with pytest.raises(InferenceServerException) as error:
+            _grpc_infer(server, **kwargs)
+        assert code in str(error.value.status()) and message in error.value.message(), str(error.value)
+
+
+def test_malformed_protobuf(server):
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                   request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as error:
+            call(b"\x0a\xff\xff\xff\xff\x0f garbage", timeout=30)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed request message: DecodeError" in error.value.details()
+
+
+@pytest.fixture(scope="module")
+def limited(model_paths):
+    """A server with small limits: 500 kB requests, one queued request, no merging."""
+    with SH.serve(model_paths["conv"], "--max-request-bytes", "500000", "--max-queue", "1", "--no-merge",
+                  "--workers", "1", models=["conv"]) as s:
+        yield s
+
+
+def test_oversized_requests(limited):
+    x = np.zeros((64, 3, 32, 32), np.float32)  # 786 kB of data
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape),
+                                   "data": x.ravel().tolist()}]}).encode()
+    got, answer, _ = _post(limited, "/v2/models/conv/infer", body)
+    assert got == 413 and "over the limit of 500000" in answer["error"]
+    with pytest.raises(InferenceServerException) as error:
+        _grpc_infer(limited, "conv", x)
+    assert "RESOURCE_EXHAUSTED" in str(error.value.status())
+    # A chunked body (no Content-Length) is counted as it arrives.
+    def chunks():
+        for start in range(0, len(body), 65536):
+            yield body[start:start + 65536]
+    request = urllib.request.Request(f"http://{limited.http_url}/v2/models/conv/infer", data=chunks(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(request, timeout=60)
+    assert error.value.code == 413
+
+
+def test_full_queue_gets_503_and_good_requests_stay_right(limited, model_paths):
+    """One worker, one queued request: of 16 concurrent requests some are refused (UNAVAILABLE,
+    gRPC's 503) and every one that is answered is right. (REST's 503 and its Retry-After
+    header: tests/python/serving/test_sequences.py, where the sequence limit gives one surely.)"""
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal((32, 3, 32, 32)).astype(np.float32) for _ in range(16)]
+    reference = coremlrt.MLModel(model_paths["conv"])
+
+    def one(x):
+        try:
+            return _grpc_infer(limited, "conv", x).as_numpy("y")
+        except InferenceServerException as exc:
+            return exc
+
+    with concurrent.futures.ThreadPoolExecutor(len(inputs)) as pool:
+        answers = list(pool.map(one, inputs))
+    refused = [a for a in answers if isinstance(a, InferenceServerException)]
+    assert refused and len(refused) < len(answers), [str(a) for a in refused]
+    for x, answer in zip(inputs, answers):
+        if isinstance(answer, InferenceServerException):
+            assert "UNAVAILABLE" in str(answer.status()), str(answer)
+            assert "requests are queued (the limit); retry after 1 s" in answer.message()
+        else:
+            np.testing.assert_array_equal(answer, reference.predict({"x": x})["y"])
+    assert 'coremlrt_rejected_total{model="conv",reason="queue_full"}' in limited.metrics()
+
+
+def test_bad_requests_never_fail_good_ones(server, model_paths):
+    """Good and bad requests at once, on both protocols: every good one gets its right answer."""
+    rng = np.random.default_rng(10)
+    good = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(16)]
+    reference = coremlrt.MLModel(model_paths["tiny"])
+    bad_bodies = [_tiny_body(datatype="FP64"), b"{", _tiny_body(shape=(3, 8)), _tiny_body(name="q")]
+
+    def run(i):
+        if i % 2:
+            return "bad", _post(server, "/v2/models/tiny/infer", bad_bodies[i // 2 % len(bad_bodies)])[0]
+        x = good[i // 2]
+        if i % 4:
+            return "good", (x, _grpc_infer(server, "tiny", x).as_numpy("y"))
+        client = httpclient.InferenceServerClient(server.http_url)
+        item = httpclient.InferInput("x", [1, 8], "FP32")
+        item.set_data_from_numpy(x)
+        return "good", (x, client.infer("tiny", [item]).as_numpy("y"))
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, range(32)))
+    for kind, value in results:
+        if kind == "bad":
+            assert 400 <= value < 500
+        else:
+            x, y = value
+            np.testing.assert_array_equal(y, reference.predict({"x": x})["y"])
+    assert server.process.poll() is None
