@@ -6,6 +6,10 @@ parse with UNKNOWN. MLServer registers its servicer through one function
 unary method's deserializer hands a parse failure to the method, which aborts with
 INVALID_ARGUMENT. MLServer also maps only 400/404/422/500 to gRPC codes; 413 and 503 are
 added (RESOURCE_EXHAUSTED, UNAVAILABLE).
+
+Raw tensors (``raw_input_contents``, tritonclient's gRPC default) are handed to the runtime
+as the bytes they are (features.py reads them with ``np.frombuffer``): MLServer would unpack
+each value into a Python list with ``struct`` first.
 """
 
 import grpc
@@ -56,9 +60,28 @@ class _GuardedServer:
         self.server.add_registered_method_handlers(service, {k: _guarded(v) for k, v in handlers.items()})
 
 
+def _inject_raw_bytes(elems, raw_contents):
+    """mlserver.raw.inject_raw, keeping numeric tensors as bytes (BYTES ones as MLServer does)."""
+    from mlserver.raw import unpack
+    from mlserver.types import TensorData
+
+    index = 0
+    for elem in elems:
+        if not elem.data:
+            if index >= len(raw_contents):
+                break  # fewer raw entries than inputs: the runtime reports the empty input
+            raw = raw_contents[index]
+            elem.data = TensorData(unpack(elem, raw) if elem.datatype == "BYTES" else bytes(raw))
+            index += 1
+    return elems
+
+
 def install():
+    from mlserver.grpc import converters
     from mlserver.grpc import server as grpc_server
     from mlserver.grpc import utils
+
+    converters.inject_raw = _inject_raw_bytes
 
     utils.STATUS_CODE_MAPPING.setdefault(413, grpc.StatusCode.RESOURCE_EXHAUSTED)
     utils.STATUS_CODE_MAPPING.setdefault(503, grpc.StatusCode.UNAVAILABLE)

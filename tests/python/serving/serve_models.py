@@ -3,6 +3,8 @@ build/test-fixtures/serving, like tests/python/fixtures.py's cases):
 
 * ``tiny``: y = tanh(x @ W + b), x fp32 [1, 8] (a fixed shape: requests run side by side);
 * ``conv``: a small conv net, x fp32 [B, 3, 32, 32] with B flexible in 1..64 (requests merge);
+  ``conv64`` the same net wider, on [B, 3, 64, 64] (benchmarks/bench_serve.py: enough work per
+  request that batching, not the server's per-request cost, decides throughput);
 * ``lm``: the prefill/decode KV-cache LM of tests/python/lm_helpers.py (states, two functions).
 """
 
@@ -19,7 +21,7 @@ import fixtures  # noqa: E402
 import lm_helpers  # noqa: E402
 
 # Bump when a builder changes, so that stale caches are rebuilt.
-VERSION = 1
+VERSION = 2
 ROOT = os.path.join(os.path.abspath(fixtures.FIXTURES_DIR), "serving", f"v{VERSION}")
 
 
@@ -36,21 +38,27 @@ def _tiny(directory):
     model.save(os.path.join(directory, "tiny.mlpackage"))
 
 
-def _conv(directory):
+def _conv(directory, name="conv", size=32, width=16):
     import coremltools as ct
     import torch
 
     torch.manual_seed(12)
     module = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2, padding=1),
-        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10)).eval()
-    traced = torch.jit.trace(module, torch.zeros(1, 3, 32, 32))
+        torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(2 * width, 2 * width, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(2 * width, 10)).eval()
+    traced = torch.jit.trace(module, torch.zeros(1, 3, size, size))
     batch = ct.RangeDim(lower_bound=1, upper_bound=64, default=1)
     model = ct.convert(traced, convert_to="mlprogram",
-                       inputs=[ct.TensorType(name="x", shape=(batch, 3, 32, 32))],
+                       inputs=[ct.TensorType(name="x", shape=(batch, 3, size, size))],
                        outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT32,
                        minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
-    model.save(os.path.join(directory, "conv.mlpackage"))
+    model.save(os.path.join(directory, name + ".mlpackage"))
+
+
+def _conv64(directory):
+    _conv(directory, "conv64", size=64, width=32)
 
 
 def _lm(directory):
@@ -60,7 +68,7 @@ def _lm(directory):
         shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-BUILDERS = {"tiny": _tiny, "conv": _conv, "lm": _lm}
+BUILDERS = {"tiny": _tiny, "conv": _conv, "conv64": _conv64, "lm": _lm}
 
 
 def model_path(name):
@@ -90,6 +98,7 @@ def torch_lm():
 def random_input(name, rng, batch=1):
     if name == "tiny":
         return {"x": rng.standard_normal((1, 8)).astype(np.float32)}
-    if name == "conv":
-        return {"x": rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
+    if name in ("conv", "conv64"):
+        size = 64 if name == "conv64" else 32
+        return {"x": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
     raise KeyError(name)
