@@ -31,7 +31,11 @@ python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4
   "dask[array,bag,dataframe]==2026.8.0" "distributed==2026.8.0" "ray[data]==2.60.0"
 # coremlrt serve's framework and the client its tests use (tests/python/serving): MLServer 1.7.1
 # pins protobuf 6.33.6 (down from 7) and ml_dtypes 0.5.4, which coremltools 9.0 works with.
-python3 -m pip install -q --disable-pip-version-check "mlserver==1.7.1" "tritonclient[http,grpc]==2.73.0"
+# grpcio-reflection is the one module `import ray.serve` lacks (coremlrt.ray.serve_deployment);
+# 1.78.2 is built for protobuf 6 (1.85 needs 7), and ray[serve] itself would pull fastapi >= 0.133,
+# which MLServer refuses (< 0.116).
+python3 -m pip install -q --disable-pip-version-check "mlserver==1.7.1" "tritonclient[http,grpc]==2.73.0" \
+  "grpcio-reflection==1.78.2"
 # The libraries coremltools' classic-model tests convert from (scripts/coremltools_op_tests.py
 # --suite sklearn, xgboost, pipeline): scikit-learn 1.5.1 is the newest coremltools 9 supports
 # (coremltools/_deps/__init__.py, _SKLEARN_MAX_VERSION); libsvm-official 3.35.0 is the newest

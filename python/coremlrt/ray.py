@@ -8,6 +8,13 @@
 ``predictor`` returns a callable class: Ray makes one instance per actor, and each loads the
 model once (cached by path and content, model_cache.py), so the path must name the same model
 on every node. Needs the ``ray`` extra (``pip install coremlrt[ray]``).
+
+``serve_deployment`` makes a Ray Serve application of a model, with ``@serve.batch`` batching
+(serve/ray_serve.py):
+
+    from ray import serve
+    handle = serve.run(coremlrt.ray.serve_deployment("model.mlpackage", max_batch_size=16))
+    outputs = handle.predict.remote({"x": array}).result()
 """
 
 # This module is coremlrt.ray; nothing here imports the real `ray` package: Ray calls us.
@@ -134,3 +141,11 @@ def predictor(model_path, *, function_name=None, compute_units=None, on_error="r
 
     BoundPredictor.__name__ = BoundPredictor.__qualname__ = "CoreMLPredictor"
     return BoundPredictor
+
+
+def serve_deployment(model_path, **options):
+    """A Ray Serve application serving ``model_path`` (coremlrt.serve.ray_serve.serve_deployment
+    documents the options)."""
+    from .serve.ray_serve import serve_deployment as make
+
+    return make(model_path, **options)

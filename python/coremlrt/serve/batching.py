@@ -38,7 +38,7 @@ def mergeable(function):
     return True
 
 
-def _batch_limit(function):
+def batch_limit(function):
     highs = [f["shape_range"][0][1] for f in function["inputs"]]
     return min([h for h in highs if h > 0] or [1 << 30])
 
@@ -59,7 +59,7 @@ class Batcher:
         self.max_queue = options["max_queue"]
         self.retry_after_s = options["retry_after_s"]
         self.merge = options["merge"] and mergeable(model._function)
-        self.rows_limit = _batch_limit(model._function) if self.merge else 1
+        self.rows_limit = batch_limit(model._function) if self.merge else 1
         self.metrics = metrics
         self._queue = collections.deque()
         self._wakeup = asyncio.Event()
@@ -152,22 +152,47 @@ class Batcher:
 
     def _predict(self, requests):
         """Runs on a worker thread. One result (outputs or the exception) per request."""
-        if len(requests) == 1:
-            return [_guarded(self.model.predict, requests[0])]
-        names = list(requests[0])
-        merged = {name: np.concatenate([r[name] for r in requests], axis=0) for name in names}
-        counts = [_rows(r) for r in requests]
-        try:
-            outputs = self.model.predict(merged)
-        except Exception:  # noqa: BLE001 - find which request it was: each runs alone
-            return [_guarded(self.model.predict, r) for r in requests]
-        total = sum(counts)
-        if any(not isinstance(v, np.ndarray) or v.ndim == 0 or v.shape[0] != total for v in outputs.values()):
-            # The outputs are not per row (a model that pools over the batch): no merging then.
-            return [_guarded(self.model.predict, r) for r in requests]
-        bounds = np.cumsum([0] + counts)
-        return [{name: np.ascontiguousarray(v[bounds[i]:bounds[i + 1]]) for name, v in outputs.items()}
-                for i in range(len(requests))]
+        return predict_requests(self.model, requests)
+
+
+def predict_requests(model, requests):
+    """Predicts stateless requests (dicts of arrays) as one merged prediction when there are
+    several (the caller checked :func:`mergeable` and that their trailing shapes agree), else
+    alone. One result per request: its outputs, or the exception it raised. A merged
+    prediction that fails, or whose outputs are not per row, is re-run request by request."""
+    if len(requests) == 1:
+        return [_guarded(model.predict, requests[0])]
+    names = list(requests[0])
+    merged = {name: np.concatenate([r[name] for r in requests], axis=0) for name in names}
+    counts = [_rows(r) for r in requests]
+    try:
+        outputs = model.predict(merged)
+    except Exception:  # noqa: BLE001 - find which request it was: each runs alone
+        return [_guarded(model.predict, r) for r in requests]
+    total = sum(counts)
+    if any(not isinstance(v, np.ndarray) or v.ndim == 0 or v.shape[0] != total for v in outputs.values()):
+        # The outputs are not per row (a model that pools over the batch): no merging then.
+        return [_guarded(model.predict, r) for r in requests]
+    bounds = np.cumsum([0] + counts)
+    return [{name: np.ascontiguousarray(v[bounds[i]:bounds[i + 1]]) for name, v in outputs.items()}
+            for i in range(len(requests))]
+
+
+def groups(requests, rows_limit):
+    """Indices of requests that may merge (same trailing shapes, within the row limit), in order."""
+    out, current, key, rows = [], [], None, 0
+    for i, r in enumerate(requests):
+        k, n = _trailing(r), _rows(r)
+        if current and (k != key or rows + n > rows_limit):
+            out.append(current)
+            current, rows = [], 0
+        if not current:
+            key = k
+        current.append(i)
+        rows += n
+    if current:
+        out.append(current)
+    return out
 
 
 def _guarded(function, *args):
