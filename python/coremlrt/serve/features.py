@@ -2,8 +2,9 @@
 
 Every check a request can fail happens here, before anything runs, and raises
 :class:`RequestError` naming the input and what the model expects: datatype (the model's own,
-as Triton requires; an FP16 input also takes FP32), shape (the model's fixed shape, its ranges or its enumerated shapes), missing and
-unknown inputs, data that does not fill the shape.
+as Triton requires; an FP16 input also takes FP32), shape (the model's fixed shape, its
+ranges or its enumerated shapes), missing and unknown inputs, data that does not fill the
+shape.
 """
 
 import numpy as np

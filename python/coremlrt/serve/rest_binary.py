@@ -74,7 +74,8 @@ class TritonBinaryTensors:
             if scope.get("method") == "POST":
                 # The protocol's bodies are JSON whatever the client labels them (curl -d says
                 # form data), and FastAPI would not parse another content type.
-                headers = [(k, v) for k, v in headers if k != b"content-type"] + [(b"content-type", b"application/json")]
+                headers = [(k, v) for k, v in headers if k != b"content-type"]
+                headers.append((b"content-type", b"application/json"))
                 scope = dict(scope, headers=headers)
             return await self.app(scope, receive, send)
         chunks = []

@@ -29,10 +29,13 @@ from .batching import Batcher
 from .metrics import metrics
 from .sequences import SequenceTable
 
-logger = logging.getLogger("coremlrt.serve")
+logger = logging.getLogger("mlserver.coremlrt")  # MLServer's handlers (and JSON format) apply
 
 # Elements one input may declare; a shape past it is refused before any memory is taken.
 _MAX_ELEMENTS = 1 << 28
+
+# Names of the models this process has loaded, ever (server.py exits 1 when one never was).
+LOADED = set()
 
 
 class CoreMLRuntime(mlserver.MLModel):
@@ -66,6 +69,7 @@ class CoreMLRuntime(mlserver.MLModel):
                        for f in function["inputs"]]
         self.outputs = [MetadataTensor(name=f["name"], datatype=F.datatype(f, output=True), shape=F.metadata_shape(f))
                         for f in function["outputs"]]
+        LOADED.add(self.name)
         logger.info("loaded model '%s' from %s: functions %s (default %s), merging %s, %d worker(s)", self.name,
                     self.path, sorted(self.functions), self.default_function,
                     sorted(n for n, b in self.batchers.items() if b.merge) or "none", workers)
@@ -76,10 +80,13 @@ class CoreMLRuntime(mlserver.MLModel):
                        threads=self.options["threads"], concurrent_predictions=self.options["workers"])
 
     async def unload(self):
-        for batcher in self.batchers.values():
+        # Also called after a load that failed part way: only what was made is stopped.
+        for batcher in getattr(self, "batchers", {}).values():
             await batcher.stop()
-        await self.sequences.stop()
-        self.executor.shutdown(wait=False)
+        if getattr(self, "sequences", None) is not None:
+            await self.sequences.stop()
+        if getattr(self, "executor", None) is not None:
+            self.executor.shutdown(wait=False)
         return True
 
     async def metadata(self):

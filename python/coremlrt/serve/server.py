@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 
+from ..model import Error
 from .config import ServeConfig, discover_models
 
 logger = logging.getLogger("mlserver.coremlrt")
@@ -109,14 +110,13 @@ async def _send_error(send, status, message):
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve(config: ServeConfig, models=None, ready=None):
-    """Serves until SIGINT/SIGTERM. ``ready`` (an asyncio.Event) is set once every model is loaded."""
+async def serve(config: ServeConfig, models):
+    """Serves ``models`` ({name: path}) until SIGINT/SIGTERM."""
     from mlserver import MLServer
 
     from . import grpc_guard
     from .rest_binary import TritonBinaryTensors
 
-    models = models or {}
     settings, model_settings = build_settings(config, models)
     grpc_guard.install()
     server = MLServer(settings)
@@ -126,6 +126,12 @@ async def serve(config: ServeConfig, models=None, ready=None):
     logger.info("serving %s on http://%s:%d (REST), %s:%d (gRPC), metrics on :%d", sorted(models), config.host,
                 config.http_port, config.host, config.grpc_port, config.metrics_port)
     await server.start(model_settings)
+    # MLServer logs a model that fails to load and stops; say so in the exit status too.
+    from .runtime import LOADED
+
+    failed = sorted(set(models) - LOADED)
+    if failed:
+        raise Error(f"model(s) {failed} failed to load (the log above says why)")
 
 
 def main(path, config: ServeConfig):

@@ -3,6 +3,8 @@ queue gets 503 with Retry-After, and none of it disturbs good requests or the pr
 
 import concurrent.futures
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -184,3 +186,15 @@ def test_bad_requests_never_fail_good_ones(server, model_paths):
             x, y = value
             np.testing.assert_array_equal(y, reference.predict({"x": x})["y"])
     assert server.process.poll() is None
+
+
+def test_a_model_that_does_not_load_stops_the_server_with_status_1(tmp_path):
+    bad = tmp_path / "broken.mlmodel"
+    bad.write_bytes(b"not a model")
+    http, grpc_port, metrics = SH.free_ports(3)
+    done = subprocess.run([sys.executable, "-m", "coremlrt", "serve", str(bad), "--port", str(http), "--grpc-port",
+                           str(grpc_port), "--metrics-port", str(metrics), "--log-format", "text"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "model(s) ['broken'] failed to load" in done.stderr
+    assert "is not a valid Core ML model" in done.stdout + done.stderr
