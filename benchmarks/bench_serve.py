@@ -5,10 +5,10 @@
 Two models (tests/python/serving/serve_models.py): ``tiny`` (a Linear(8, 8), fixed shape:
 requests run side by side; what it measures is the server's own cost per request) and
 ``conv64`` (a small conv net on 64x64 images with a flexible batch dimension: concurrent
-requests merge). For each model, protocol (REST through tritonclient.http, JSON
-tensors; gRPC through tritonclient.grpc) and number of concurrent clients (threads of this
-process, each sending one batch-1 request after the other), it reports throughput and p50/p99
-latency, and the same for an in-process ``MLModel.predict`` loop on one thread (the baseline):
+requests merge). For each model, protocol (REST through tritonclient.http with binary
+tensors, its default; gRPC through tritonclient.grpc) and number of concurrent clients
+(threads of this process, each sending one batch-1 request after the other), it reports
+throughput and p50/p99 latency, and the same for an in-process ``MLModel.predict`` loop on one thread (the baseline):
 ratios are served / in-process. Each cell runs at most --requests requests and --seconds
 seconds. The server runs in a subprocess with its defaults (--max-wait-ms 0: batches form
 from what is queued).
@@ -74,7 +74,7 @@ def served(server, protocol, model, x, clients, requests, seconds):
         if protocol == "grpc":
             item.set_data_from_numpy(x)
         else:
-            item.set_data_from_numpy(x, binary_data=False)
+            item.set_data_from_numpy(x, binary_data=True)
         for _ in range(3):
             client.infer(model, [item])
         ready.wait()

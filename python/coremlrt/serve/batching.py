@@ -17,11 +17,14 @@ value the model rejects) fails alone and its neighbours get their own answers.
 
 import asyncio
 import collections
+import logging
 import time
 
 import numpy as np
 
 from .features import RequestError
+
+logger = logging.getLogger("mlserver.coremlrt")
 
 
 def mergeable(function):
@@ -99,14 +102,22 @@ class Batcher:
                         await asyncio.wait_for(self._wakeup.wait(), deadline - time.monotonic())
                     except asyncio.TimeoutError:
                         break
-            batch = self._take()
-            self.metrics.queue_depth.labels(self.name).set(len(self._queue))
-            if not batch:
+            batch = []
+            try:
+                batch = self._take()
+                self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+                if not batch:
+                    self._slots.release()
+                    continue
+                self.metrics.batch_size.labels(self.name).observe(len(batch))
+                work = loop.run_in_executor(self.executor, self._predict, [inputs for inputs, _ in batch])
+                work.add_done_callback(lambda done, batch=batch: self._finish(done, batch))
+            except Exception as exc:  # noqa: BLE001 - a bug here must fail this batch, not stop the dispatcher
+                logger.exception("batch dispatch failed")
                 self._slots.release()
-                continue
-            self.metrics.batch_size.labels(self.name).observe(len(batch))
-            work = loop.run_in_executor(self.executor, self._predict, [inputs for inputs, _ in batch])
-            work.add_done_callback(lambda done, batch=batch: self._finish(done, batch))
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
 
     def _take(self):
         """The next batch: the oldest live request, and (merging) the queued ones whose

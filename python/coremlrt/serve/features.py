@@ -9,6 +9,8 @@ shape.
 
 import numpy as np
 
+from .rest_binary import PENDING, TOKEN_PARAMETER
+
 # Model feature dtype -> protocol datatype.
 DATATYPES = {"float32": "FP32", "float16": "FP16", "float64": "FP64", "int32": "INT32", "int8": "INT8",
              "double": "FP64", "int64": "INT64"}
@@ -100,6 +102,11 @@ def decode_inputs(request_inputs, features, max_elements):
 
 def _to_array(item, shape):
     data = getattr(item.data, "root", item.data)
+    token = getattr(item.parameters, TOKEN_PARAMETER, None) if item.parameters is not None else None
+    if token is not None:  # a REST binary-extension tensor (rest_binary.py)
+        data = PENDING.get(token) if isinstance(token, str) else None
+        if data is None:
+            raise RequestError(f"input '{item.name}': {TOKEN_PARAMETER} names no binary tensor of this request")
     dtype = _NUMPY[item.datatype]
     try:
         if isinstance(data, (bytes, bytearray)):

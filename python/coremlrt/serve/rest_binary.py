@@ -3,13 +3,16 @@ whatever their content type).
 
 tritonclient's http client sends each tensor as raw bytes after the JSON header
 (``Inference-Header-Content-Length`` says where the JSON ends; each input's
-``parameters.binary_data_size`` says how many bytes are its). This ASGI middleware turns such
-a body into the plain JSON form before MLServer parses it. Answers stay JSON, which
-tritonclient reads as well (it asks for binary outputs, and falls back to an output's
-``data`` when none came).
+``parameters.binary_data_size`` says how many bytes are its). This ASGI middleware hands
+MLServer the JSON header alone, each binary input's ``data`` empty and its parameters naming
+a one-time token under which the bytes wait in :data:`PENDING` (features.py takes them from
+there with ``np.frombuffer``: no list of Python floats on the way). The tokens of a request are
+dropped when its answer is sent. Answers stay JSON, which tritonclient reads as well (it asks
+for binary outputs, and falls back to an output's ``data`` when none came).
 """
 
 import json
+import secrets
 
 import numpy as np
 
@@ -17,12 +20,18 @@ _DTYPES = {"FP32": "<f4", "FP16": "<f2", "FP64": "<f8", "INT8": "i1", "INT16": "
            "INT64": "<i8", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "BOOL": "?"}
 
 
+# token -> raw bytes of one binary input, from the middleware to the runtime (one process).
+PENDING = {}
+TOKEN_PARAMETER = "coremlrt_binary_token"
+
+
 class BadBinaryBody(ValueError):
     pass
 
 
-def to_json_body(body, header_length):
-    """The plain-JSON equivalent of a binary-extension body."""
+def to_json_body(body, header_length, tokens):
+    """The JSON header of a binary-extension body, each binary input's bytes left in
+    :data:`PENDING` under a new token (appended to ``tokens``)."""
     if header_length < 0 or header_length > len(body):
         raise BadBinaryBody(f"Inference-Header-Content-Length {header_length} is outside the body "
                             f"of {len(body)} bytes")
@@ -44,11 +53,14 @@ def to_json_body(body, header_length):
         if dtype is None:
             raise BadBinaryBody(f"input {item.get('name')!r}: binary data of datatype {item.get('datatype')!r} "
                                 f"is not supported")
-        chunk = body[offset:offset + size]
         if size % np.dtype(dtype).itemsize:
             raise BadBinaryBody(f"input {item.get('name')!r}: {size} bytes is not a whole number of "
                                 f"{item.get('datatype')} values")
-        item["data"] = np.frombuffer(chunk, dtype).tolist()
+        token = secrets.token_hex(16)
+        PENDING[token] = body[offset:offset + size]
+        tokens.append(token)
+        parameters[TOKEN_PARAMETER] = token
+        item["data"] = []
         offset += size
     if offset != len(body):
         raise BadBinaryBody(f"{len(body) - offset} bytes after the last binary input")
@@ -86,9 +98,12 @@ class TritonBinaryTensors:
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
+        tokens = []
         try:
-            body = to_json_body(b"".join(chunks), int(marker))
+            body = to_json_body(b"".join(chunks), int(marker), tokens)
         except (BadBinaryBody, ValueError) as exc:
+            for token in tokens:
+                PENDING.pop(token, None)
             return await _reply(send, 400, f"binary tensor request: {exc}")
         dropped = (b"inference-header-content-length", b"content-length", b"content-type")
         headers = [(k, v) for k, v in headers if k not in dropped]
@@ -102,7 +117,11 @@ class TritonBinaryTensors:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(dict(scope, headers=headers), replay, send)
+        try:
+            await self.app(dict(scope, headers=headers), replay, send)
+        finally:
+            for token in tokens:
+                PENDING.pop(token, None)
 
 
 async def _reply(send, status, message):

@@ -148,7 +148,14 @@ class CoreMLRuntime(mlserver.MLModel):
         self._sequence_pending += 1
         try:
             async with self.sequences.use(sequence_id, start, end, model.make_state) as state:
-                result = await asyncio.get_running_loop().run_in_executor(self.executor, model.predict, inputs, state)
+                work = asyncio.get_running_loop().run_in_executor(self.executor, model.predict, inputs, state)
+                try:
+                    result = await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    # The client went away: hold the sequence until its state is out of use,
+                    # so the next request of the sequence never meets it mid-prediction.
+                    await asyncio.wait([work])
+                    raise
         finally:
             self._sequence_pending -= 1
         return result

@@ -50,6 +50,10 @@ def _tiny_body(name="x", datatype="FP32", shape=(1, 8), data=None, **extra):
     (b'{"inputs": [{"name": "x",', 422, "JSON decode error"),
     (b"\x00\xff garbage", 422, "JSON decode error"),
     (b'[1, 2]', 422, "valid dictionary"),
+    # A binary-tensor token the request did not bring (rest_binary.py hands tensors over by token).
+    (json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [],
+                             "parameters": {"coremlrt_binary_token": "f00d"}}]}).encode(), 400,
+     "coremlrt_binary_token names no binary tensor of this request"),
 ])
 def test_rest_bad_request(server, body, status, message):
     got, answer, _ = _post(server, "/v2/models/tiny/infer", body)
