@@ -58,6 +58,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN_DIR = REPO / "tests" / "conformance"
 RECORDED = PLUGIN_DIR / "recorded_results.json"
 RECORDED_RUNTIME = PLUGIN_DIR / "recorded_runtime_results.json"
+# The op suite predicting through ONNX exports (--via onnx): its cases that did not pass.
+RECORDED_ONNX = PLUGIN_DIR / "recorded_onnx_results.json"
 # coremltools' runtime API test folders (inside the installed coremltools package).
 RUNTIME_FOLDERS = ("test/api", "test/modelpackage", "test/ml_program", "test/blob")
 KNOWN_DIFFERENCES = PLUGIN_DIR / "known_differences.json"
@@ -124,7 +126,7 @@ def test_files(root, only, suite="ops"):
     return [p for p in files if not only or any(o in str(p.relative_to(root)) for o in only)]
 
 
-def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=(), skip_slow=False):
+def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=(), skip_slow=False, via="coremlrt"):
     """Runs test files in one pytest process to the end, restarting it after each crash.
     Returns their records."""
     results = out_dir / (name + ".jsonl")
@@ -138,7 +140,7 @@ def run_group(paths, name, root, out_dir, sample, mode="mlprogram", extra_path=(
     env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR)] + [str(p) for p in extra_path] + caller_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
                "--rootdir", str(root), "-p", "coremltools_op_suite", "--coremlrt-results", str(results),
-               "--coremlrt-sample", str(sample), "--coremlrt-mode", mode] + (["--coremlrt-skip-slow"] if skip_slow else []) \
+               "--coremlrt-sample", str(sample), "--coremlrt-mode", mode, "--coremlrt-via", via] + (["--coremlrt-skip-slow"] if skip_slow else []) \
         + [str(p) for p in paths]
     resume = []
     while True:
@@ -239,16 +241,22 @@ def main():
     parser.add_argument("--skip-slow", action="store_true",
                         help="leave out the cases coremltools marks slow (stress tests), for a quick --check; "
                              "not with --record or --report")
+    parser.add_argument("--via", choices=("coremlrt", "onnx"), default="coremlrt",
+                        help="onnx: predict through each model's ONNX export (coremlrt.export_onnx) run by ONNX "
+                             "Runtime; --check then compares with tests/conformance/recorded_onnx_results.json, "
+                             "--report writes the pass rate per op against the native run (ops suite only)")
     parser.add_argument("--from-results", action="store_true",
                         help="run nothing: report on the per-file results already in --out (a full run "
                              "whose files were partly rerun with --only, say)")
     args = parser.parse_args()
     if args.skip_slow and (args.record or args.report):
         parser.error("--skip-slow runs part of the suite: it cannot be recorded or reported")
+    if args.via == "onnx" and args.suite != "ops":
+        parser.error("--via onnx runs the ops suite")
 
     import coremltools
     root = suite_dir(args.suite)
-    args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite",
+    args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite" + ("-onnx" if args.via == "onnx" else ""),
                                                  "runtime": "coremltools-runtime-suite"}.get(
                                                      args.suite, f"coremltools-{args.suite}-suite"))
     # Absolute: each test file's pytest runs inside this folder and is handed paths in it.
@@ -273,7 +281,7 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_group, paths, name.replace("/", "__"), root, out_dir, args.sample,
                                plugin_mode(args.suite),
-                               (LIBSVM_TOPLEVEL,) if args.suite == "sklearn" else (), args.skip_slow): name
+                               (LIBSVM_TOPLEVEL,) if args.suite == "sklearn" else (), args.skip_slow, args.via): name
                    for name, paths in groups.items() if paths}
         for future in concurrent.futures.as_completed(futures):
             file_records = future.result()
@@ -295,10 +303,14 @@ def finish(args, records, version, seconds, file_count):
     with open(pathlib.Path(args.out) / "results.json", "w") as f:
         json.dump(records, f)
 
-    from coremltools_op_report import write_report, write_runtime_report
+    from coremltools_op_report import write_onnx_report, write_report, write_runtime_report
     from coremltools_suite_report import write_suite_section
-    recorded = recorded_path(args.suite)
-    if args.report:
+    recorded = RECORDED_ONNX if args.via == "onnx" else recorded_path(args.suite)
+    if args.report and args.via == "onnx":
+        write_onnx_report(records, pathlib.Path(args.report), version, args.sample, seconds,
+                          json.loads(RECORDED.read_text()))
+        print(f"report: {args.report}")
+    elif args.report:
         if args.suite in MODEL_SUITES:
             write_suite_section(args.suite, records, pathlib.Path(args.report), version, args.sample, seconds,
                                 _known_differences(known_differences_path(args.suite)),

@@ -126,6 +126,9 @@ def pytest_addoption(parser):
     group.addoption("--coremlrt-skip-slow", action="store_true",
                     help="leave out the cases coremltools marks slow (its stress tests), each recorded "
                          "as \"slow_not_run\" so that a check can tell how many there were")
+    group.addoption("--coremlrt-via", choices=("coremlrt", "onnx"), default="coremlrt",
+                    help="onnx: export each model with coremlrt.export_onnx and predict with ONNX Runtime "
+                         "(coremlrt.onnx_export.runner), the inputs and outputs converted as coremlrt does")
     group.addoption("--coremlrt-resume", action="store_true",
                     help="skip cases the results file already records (rerun after a crash)")
 
@@ -187,10 +190,46 @@ def _name_the_libsvm_version():
         libsvm.__version__ = importlib.metadata.version("libsvm-official")
 
 
-def _watch_the_proxy():
+def _predict_via_onnx(original_predict):
+    """The proxy's predict with the model's ONNX export run by ONNX Runtime in place of coremlrt's
+    engine: exported once per proxy, into a temporary folder removed with the process."""
+    import tempfile
+
+    from coremlrt.coremltools_backend import _as_core_ml_outputs
+    from coremlrt.onnx_export import export_onnx
+    from coremlrt.onnx_export.runner import ExportedModel
+
+    folder = tempfile.mkdtemp(prefix="coremlrt-onnx-suite-")
+
+    def predict(self, data, state=None):
+        runner = getattr(self, "_onnx_runner", None)
+        if runner is None:
+            path = os.path.join(folder, "model%d.onnx" % len(os.listdir(folder)))
+            export_onnx(self._model, path, function=self._model.function_name)
+            runner = self._onnx_runner = ExportedModel(self._model, path)
+        if state is not None:
+            # coremlrt's MLState is opaque to ONNX Runtime: the runner keeps its own state per
+            # MLState object, starting from zeros as a new MLState does.
+            states = getattr(self, "_onnx_states", None)
+            if states is None:
+                states = self._onnx_states = {}
+            key = id(state)
+            if key not in states:
+                states[key] = (state, runner.make_state())
+            outputs = runner.predict(data, states[key][1])
+        else:
+            outputs = runner.predict(data)
+        return _as_core_ml_outputs(outputs, self._number_types, self._image_spaces)
+
+    return predict
+
+
+def _watch_the_proxy(via="coremlrt"):
     from coremlrt.coremltools_backend import _MLModelProxy
 
     original_init, original_predict = _MLModelProxy.__init__, _MLModelProxy.predict
+    if via == "onnx":
+        original_predict = _predict_via_onnx(original_predict)
 
     def __init__(self, *args, **kwargs):  # noqa: N807 - wraps the proxy's constructor
         global _neuralnetwork_loads_in_current_case
@@ -228,7 +267,7 @@ def pytest_configure(config):
 
         offline_datasets.install()
         _name_the_libsvm_version()
-    _watch_the_proxy()
+    _watch_the_proxy(config.getoption("--coremlrt-via"))
     config._coremlrt_log = _ResultLog(config.getoption("--coremlrt-results"))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from . import ops_classic, ops_elementwise, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
+from . import ops_classic, ops_elementwise, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS

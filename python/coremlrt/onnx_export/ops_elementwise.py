@@ -190,9 +190,9 @@ def prelu(v):
     b = v.builder
     alpha = v.constant("alpha", required=True).array
     rank = v.rank("x")
-    # One slope per channel (axis 1), broadcast over the dims after it.
-    slope = alpha.reshape([-1] + [1] * (rank - 2))
-    b.node("PRelu", [v.input("x"), b.initializer(slope.astype(alpha.dtype), "prelu_alpha")], [v.output()])
+    # One slope per channel (axis 1), in x's dtype (parameters may be wider from iOS17 on).
+    slope = alpha.reshape([-1] + [1] * (rank - 2)).astype(np.float16 if v.dtype("x") == "float16" else np.float32)
+    b.node("PRelu", [v.input("x"), b.initializer(slope, "prelu_alpha")], [v.output()])
 
 
 @translates("cast")

@@ -3,9 +3,12 @@
 Layout facts (src/ops/recurrent.cc): MIL's LSTM gate blocks are [i, f, o, z], ONNX's are
 [i, o, f, c]; MIL's `bias` is the sum of the input and hidden biases, ONNX takes both (the
 hidden half is written as zeros); MIL's peephole is [i, f, o], ONNX's P is [i, o, f]. A
-bidirectional layer aligns its backward half with input time in both. Not exported: a
-"reverse" layer (Core ML emits its sequence in processing order, ONNX in input time) and
-`clip` (Core ML clips the cell state, ONNX clips the gates' inputs).
+bidirectional layer aligns its backward half with input time in both; a "reverse" layer emits
+its sequence in processing order in Core ML and in input time in ONNX, so its sequence is
+reversed along time after the ONNX op. GRU: MIL's blocks are [r, o, z] (o the candidate),
+ONNX's [z, r, h]; `input_bias` and the r and z halves of `bias` act together on the input side,
+the o half of `bias` is ONNX's Rbh, and iOS18's reset_after is ONNX's linear_before_reset.
+Not exported: LSTM `clip` (Core ML clips the cell state, ONNX clips the gates' inputs).
 """
 
 import numpy as np
@@ -52,9 +55,12 @@ def _initial_state(v, param, directions, hidden):
     return b.node("Transpose", [split], perm=[1, 0, 2])
 
 
-def _outputs(v, y, y_h, y_c, directions, hidden, output_sequence):
+def _outputs(v, y, y_h, y_c, directions, hidden, output_sequence, reverse=False):
     """ONNX Y [T, D, B, H], Y_h/Y_c [D, B, H] -> MIL's output [T or 1, B, D*H], h and c [B, D*H]."""
     b = v.builder
+    if reverse and output_sequence:
+        y = b.node("Slice", [y, b.const_int64([-1], "starts"), b.const_int64([np.iinfo(np.int64).min], "ends"),
+                             b.const_int64([0], "axes"), b.const_int64([-1], "steps")])
 
     def merge_directions(value, leading):  # [..., D, B, H] -> [..., B, D*H]
         perm = list(range(leading)) + [leading + 1, leading, leading + 2]
@@ -75,8 +81,8 @@ def _outputs(v, y, y_h, y_c, directions, hidden, output_sequence):
 def lstm(v):
     b = v.builder
     direction = v.scalar("direction", "forward")
-    if direction not in ("forward", "bidirectional"):
-        raise Unsupported("direction '%s' (Core ML emits a reverse layer's sequence in processing order)" % direction)
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise Unsupported("direction '%s'" % direction)
     if v.has("clip"):
         raise Unsupported("clip (Core ML clips the cell state; ONNX clips the gates' inputs)")
     directions = 2 if direction == "bidirectional" else 1
@@ -98,18 +104,46 @@ def lstm(v):
     y, y_h, y_c = b.node("LSTM", [v.input("x"), w, r, bias, "", _initial_state(v, "initial_h", directions, hidden),
                                   _initial_state(v, "initial_c", directions, hidden), peephole], 3,
                          hidden_size=hidden, direction=direction, activations=activations)
-    _outputs(v, y, y_h, y_c, directions, hidden, bool(v.scalar("output_sequence", False)))
+    _outputs(v, y, y_h, y_c, directions, hidden, bool(v.scalar("output_sequence", False)), direction == "reverse")
 
 
 @translates("rnn")
 def rnn(v):
     b = v.builder
     direction = v.scalar("direction", "forward")
-    if direction != "forward":
+    if direction not in ("forward", "reverse"):
         raise Unsupported("direction '%s'" % direction)
     w, r, bias = _direction_weights(v, "", 1, [0])
     hidden = r.shape[1]
     y, y_h = b.node("RNN", [v.input("x"), b.initializer(w[None], "rnn_w"), b.initializer(r[None], "rnn_r"),
                             b.initializer(bias[None], "rnn_b"), "", _initial_state(v, "initial_h", 1, hidden)], 2,
-                    hidden_size=hidden, activations=[_activation(v, "activation", "tanh")])
-    _outputs(v, y, y_h, None, 1, hidden, bool(v.scalar("output_sequence", False)))
+                    hidden_size=hidden, direction=direction, activations=[_activation(v, "activation", "tanh")])
+    _outputs(v, y, y_h, None, 1, hidden, bool(v.scalar("output_sequence", False)), direction == "reverse")
+
+
+@translates("gru")
+def gru(v):
+    b = v.builder
+    direction = v.scalar("direction", "forward")
+    if direction not in ("forward", "reverse"):
+        raise Unsupported("direction '%s'" % direction)
+    order = [2, 0, 1]  # ONNX [z, r, h] from MIL [r, o, z]
+    ih = v.constant("weight_ih", required=True).array
+    hh = v.constant("weight_hh", required=True).array
+    hidden = hh.shape[1]
+    bias = v.constant("bias")
+    bias = np.zeros(3 * hidden, np.float32) if bias is None else bias.array.astype(np.float32)
+    input_bias = v.constant("input_bias")
+    input_bias = np.zeros(3 * hidden, np.float32) if input_bias is None else input_bias.array.astype(np.float32)
+    r, o, z = (slice(i * hidden, (i + 1) * hidden) for i in range(3))
+    wb = np.concatenate([bias[z] + input_bias[z], bias[r] + input_bias[r], input_bias[o]])
+    rb = np.concatenate([np.zeros(2 * hidden, np.float32), bias[o]])
+    dtype = ih.dtype
+    y, y_h = b.node("GRU", [v.input("x"), b.initializer(_reorder(ih, 3, order)[None], "gru_w"),
+                            b.initializer(_reorder(hh, 3, order)[None], "gru_r"),
+                            b.initializer(np.concatenate([wb, rb]).astype(dtype)[None], "gru_b"), "",
+                            _initial_state(v, "initial_h", 1, hidden)], 2,
+                    hidden_size=hidden, direction=direction,
+                    linear_before_reset=int(bool(v.scalar("reset_after", False))),
+                    activations=[_activation(v, "recurrent_activation", "sigmoid"), _activation(v, "activation", "tanh")])
+    _outputs(v, y, y_h, None, 1, hidden, bool(v.scalar("output_sequence", False)), direction == "reverse")

@@ -1,0 +1,157 @@
+"""Quantization, normalization variants, scatter and space-to-depth ops.
+
+Semantics as our kernels compute them: dequantize's result takes the scale's dtype
+(src/ops/quantization.cc); local_response_norm sums channels [c - size/2, c + (size-1)/2],
+which is ONNX LRN's window for odd sizes only; l2_norm normalizes over the last three dims
+(src/ops/normalization.cc); depth_to_space and space_to_depth use TensorFlow's DCR order and
+pixel_shuffle PyTorch's CRD order (src/ops/space.cc).
+"""
+
+import numpy as np
+
+from .graph import MIL_DTYPE_NAMES, Unsupported
+from .ops_shape import int64_input
+from .registry import translates
+
+
+def _quantization_inputs(v, data_param):
+    b = v.builder
+    inputs = [v.input(data_param), v.input("scale")]
+    if v.has("zero_point"):
+        inputs.append(v.input("zero_point"))
+    attributes = {}
+    if v.has("axis"):
+        attributes["axis"] = int(v.scalar("axis"))
+    elif v.type_of("scale")["rank"] > 0 and max(v.type_of("scale")["dims"] + [1]) > 1:
+        raise Unsupported("a per-axis scale without an axis")
+    return b, inputs, attributes
+
+
+@translates("dequantize")
+def dequantize(v):
+    b, inputs, attributes = _quantization_inputs(v, "input")
+    b.node("DequantizeLinear", inputs, [v.output()], **attributes)
+
+
+@translates("quantize")
+def quantize(v):
+    b, inputs, attributes = _quantization_inputs(v, "input")
+    if len(inputs) == 2:
+        # The zero point fixes the output type; without one ONNX gives uint8.
+        dtype = MIL_DTYPE_NAMES.get(v.scalar("output_dtype", "uint8"))
+        zero = np.zeros(v.type_of("scale")["dims"] or [], dtype=np.int8 if dtype == "int8" else np.uint8)
+        inputs.append(b.initializer(zero, "zero_point"))
+    b.node("QuantizeLinear", inputs, [v.output()], **attributes)
+
+
+@translates("local_response_norm")
+def local_response_norm(v):
+    b = v.builder
+    size = int(v.scalar("size"))
+    alpha, beta, k = float(v.scalar("alpha", 1e-4)), float(v.scalar("beta", 0.75)), float(v.scalar("k", 1.0))
+    x = v.input("x")
+    # ONNX Runtime's LRN takes [N, C, H, W]: other ranks pass through that shape.
+    folded = b.node("Reshape", [x, b.const_int64([0, 0, -1, 1], "nchw")]) if v.rank("x") != 4 else x
+    if size % 2:
+        result = b.node("LRN", [folded], size=size, alpha=alpha, beta=beta, bias=k)
+    else:
+        # ONNX centres an even window one channel higher: sum the window with a convolution of
+        # ones over the channel axis, padded as the kernel pads it.
+        squares = b.node("Unsqueeze", [b.node("Mul", [folded, folded]), b.const_int64([1], "axes")])  # [N, 1, C, P, 1]
+        ones = b.initializer(np.ones([1, 1, size, 1, 1], dtype=_np_dtype(b, v.dtype("x"))), "lrn_window")
+        window = b.node("Conv", [squares, ones], pads=[size // 2, 0, 0, (size - 1) // 2, 0, 0])
+        window = b.node("Squeeze", [window, b.const_int64([1], "axes")])
+        scaled = b.node("Add", [b.node("Mul", [window, b.const_like(alpha / size, v.dtype("x"), "alpha")]),
+                                b.const_like(k, v.dtype("x"), "k")])
+        result = b.node("Div", [folded, b.node("Pow", [scaled, b.const_like(beta, v.dtype("x"), "beta")])])
+    if v.rank("x") != 4:
+        result = b.node("Reshape", [result, b.node("Shape", [x])])
+    b.node("Identity", [result], [v.output()])
+
+
+def _np_dtype(builder, dtype):
+    return {"float16": np.float16, "float32": np.float32}[builder.float_dtype(dtype)]
+
+
+@translates("l2_norm")
+def l2_norm(v):
+    b = v.builder
+    x = v.input("x")
+    squares = b.node("ReduceSumSquare", [x, b.const_int64([-3, -2, -1], "axes")], keepdims=1)
+    eps = b.const_like(v.scalar("epsilon", 1e-6), v.dtype("x"), "epsilon")
+    b.node("Div", [x, b.node("Sqrt", [b.node("Add", [squares, eps])])], [v.output()])
+
+
+@translates("clamped_relu")
+def clamped_relu(v):
+    b = v.builder
+    leaky = b.node("LeakyRelu", [v.input("x")], alpha=float(v.scalar("alpha", 0.0)))
+    b.node("Min", [leaky, b.const_like(v.scalar("beta", 6.0), v.dtype("x"), "beta")], [v.output()])
+
+
+@translates("softplus_parametric")
+def softplus_parametric(v):
+    b = v.builder
+    rank = v.rank("x")
+    shape = [-1] + [1] * (rank - 2)
+    dtype = _np_dtype(b, v.dtype("x"))  # parameters may be wider than x from iOS17 on
+    alpha = b.initializer(v.constant("alpha", required=True).array.reshape(shape).astype(dtype), "alpha")
+    beta = b.initializer(v.constant("beta", required=True).array.reshape(shape).astype(dtype), "beta")
+    soft = b.node("Softplus", [b.node("Mul", [v.input("x"), beta])])
+    b.node("Mul", [soft, alpha], [v.output()])
+
+
+_SCATTER_MODES = {"update": "none", "add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+def _scatter_mode(v):
+    mode = v.scalar("mode", "add")
+    if mode not in _SCATTER_MODES:
+        raise Unsupported("scatter mode '%s'" % mode)
+    return _SCATTER_MODES[mode]
+
+
+@translates("scatter_along_axis")
+def scatter_along_axis(v):
+    v.builder.node("ScatterElements", [v.input("data"), int64_input(v, "indices"), v.input("updates")], [v.output()],
+                   axis=int(v.scalar("axis", 0)), reduction=_scatter_mode(v))
+
+
+@translates("scatter_nd")
+def scatter_nd(v):
+    v.builder.node("ScatterND", [v.input("data"), int64_input(v, "indices"), v.input("updates")], [v.output()],
+                   reduction=_scatter_mode(v))
+
+
+@translates("depth_to_space")
+def depth_to_space(v):
+    if v.rank("x") != 4:
+        raise Unsupported("rank %d" % v.rank("x"))
+    v.builder.node("DepthToSpace", [v.input("x")], [v.output()], blocksize=int(v.scalar("block_size")), mode="DCR")
+
+
+@translates("pixel_shuffle")
+def pixel_shuffle(v):
+    if v.rank("x") != 4:
+        raise Unsupported("rank %d" % v.rank("x"))
+    v.builder.node("DepthToSpace", [v.input("x")], [v.output()], blocksize=int(v.scalar("upscale_factor")), mode="CRD")
+
+
+@translates("space_to_depth")
+def space_to_depth(v):
+    if v.rank("x") != 4:
+        raise Unsupported("rank %d" % v.rank("x"))
+    v.builder.node("SpaceToDepth", [v.input("x")], [v.output()], blocksize=int(v.scalar("block_size")))
+
+
+@translates("fill_like")
+def fill_like(v):
+    from onnx import numpy_helper
+    b = v.builder
+    dtype = b.float_dtype(v.output_dtype())
+    np_dtype = {"float16": np.float16, "float32": np.float32, "int32": np.int32, "bool": np.bool_}.get(dtype)
+    if np_dtype is None:
+        raise Unsupported("fill_like of %s" % dtype)
+    value = np.asarray([v.scalar("value", 0.0)], dtype=np_dtype)
+    b.node("ConstantOfShape", [b.node("Shape", [v.input("ref_tensor")])], [v.output()],
+           value=numpy_helper.from_array(value))
