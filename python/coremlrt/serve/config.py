@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+from typing import Optional
 
 from ..model import Error
 
@@ -30,8 +31,8 @@ class ServeConfig:
     sequence_timeout_s: float = 60.0
     # Merge requests of a model with a flexible batch dimension (else run them side by side).
     merge: bool = True
-    backend: str = None
-    threads: int = None
+    backend: Optional[str] = None
+    threads: Optional[int] = None
     log_format: str = "json"
     # Seconds a client is told to wait after a 503.
     retry_after_s: int = 1

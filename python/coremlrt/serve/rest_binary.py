@@ -21,7 +21,7 @@ _DTYPES = {"FP32": "<f4", "FP16": "<f2", "FP64": "<f8", "INT8": "i1", "INT16": "
 
 
 # token -> raw bytes of one binary input, from the middleware to the runtime (one process).
-PENDING = {}
+PENDING: dict[str, bytes] = {}
 TOKEN_PARAMETER = "coremlrt_binary_token"
 
 

@@ -35,7 +35,7 @@ logger = logging.getLogger("mlserver.coremlrt")  # MLServer's handlers (and JSON
 _MAX_ELEMENTS = 1 << 28
 
 # Names of the models this process has loaded, ever (server.py exits 1 when one never was).
-LOADED = set()
+LOADED: set[str] = set()
 
 
 class CoreMLRuntime(mlserver.MLModel):
