@@ -36,6 +36,9 @@ python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4
 # which MLServer refuses (< 0.116).
 python3 -m pip install -q --disable-pip-version-check "mlserver==1.7.1" "tritonclient[http,grpc]==2.73.0" \
   "grpcio-reflection==1.78.2"
+# ONNX export (coremlrt.export_onnx, tests/python/export): onnx builds and checks the graphs, ONNX
+# Runtime runs the exports in the tests and in scripts/coremltools_op_tests.py --via onnx.
+python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntime==1.32.0"
 # The libraries coremltools' classic-model tests convert from (scripts/coremltools_op_tests.py
 # --suite sklearn, xgboost, pipeline): scikit-learn 1.5.1 is the newest coremltools 9 supports
 # (coremltools/_deps/__init__.py, _SKLEARN_MAX_VERSION); libsvm-official 3.35.0 is the newest

@@ -9,6 +9,8 @@
     coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
                    [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
+    coremlrt export MODEL -o OUT.onnx [--function NAME] [--opset N] [--fp32] [--external-data]
+    coremlrt export --check MODEL [--function NAME] [--opset N]
 """
 
 import argparse
@@ -176,6 +178,42 @@ def cmd_serve(args, out=None):
     return serve_main(args.model, config)
 
 
+def cmd_export(args, out=None):
+    """Writes the ONNX export, or with --check lists the ops that stop one (exit status 2)."""
+    from . import onnx_export
+
+    out = out or sys.stdout
+    if args.check:
+        problems = onnx_export.unsupported_ops(args.model, args.function, args.opset)
+        for op_type, output, reason in problems:
+            print(f"{op_type} producing '{output}': {reason}", file=out)
+        if not problems:
+            print("every op has an ONNX form", file=out)
+        return 2 if problems else 0
+    if not args.output:
+        raise ValueError("export needs -o OUT.onnx (or --check)")
+    path = onnx_export.export_onnx(args.model, args.output, function=args.function, opset=args.opset,
+                                   fp32=args.fp32, external_data=True if args.external_data else None)
+    print(f"wrote {path}", file=out)
+    return 0
+
+
+def _add_export_parser(sub):
+    from .onnx_export import DEFAULT_OPSET
+
+    export = sub.add_parser("export", help="export a model to ONNX (needs the onnx package)",
+                            description="Exit status: 0 when written (or, with --check, when every op has an "
+                                        "ONNX form), 2 when --check lists ops without one, 1 on an error.")
+    export.add_argument("model")
+    export.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write the ONNX model")
+    export.add_argument("--check", action="store_true", help="list the ops that have no ONNX form; write nothing")
+    export.add_argument("--function", default=None, help="function of a multifunction model (default: its default)")
+    export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    export.add_argument("--fp32", action="store_true", help="write fp16 programs with fp32 types")
+    export.add_argument("--external-data", action="store_true",
+                        help="weights in OUT.onnx.data (default: only when they pass 1 GiB)")
+
+
 def _add_serve_parser(sub):
     from .serve.config import ServeConfig  # no MLServer import: `coremlrt --help` works without it
 
@@ -245,10 +283,11 @@ def main(argv=None):
     batch.add_argument("--function", default=None, help="function of a multifunction model")
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_serve_parser(sub)
+    _add_export_parser(sub)
     args = parser.parse_args(argv)
     try:
         return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
-                "batch": cmd_batch, "serve": cmd_serve}[args.command](args)
+                "batch": cmd_batch, "serve": cmd_serve, "export": cmd_export}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return 1

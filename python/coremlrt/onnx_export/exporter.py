@@ -127,10 +127,10 @@ class FunctionExport:
                 self._write_state(view)
             else:
                 translator = TRANSLATORS.get(op["type"])
-                if translator is None:
-                    raise Unsupported("no ONNX translation for this op type yet")
                 if op["blocks"]:
                     raise Unsupported("ops with nested blocks are not exported yet")
+                if translator is None:
+                    raise Unsupported("no ONNX translation for this op type yet")
                 translator(view)
         except Unsupported as exc:
             self.problems.append(Problem(op["type"], outputs[0]["name"] if outputs else "", str(exc)))
