@@ -9,8 +9,9 @@ Requests wait in a bounded queue; a request that finds it full is refused with 5
 * any other model runs one request per slot, ``workers`` side by side on the model's
   execution contexts.
 
-Batches form from what is queued when a slot frees up, so a lone request never waits;
-``max_wait_ms`` > 0 lets the first request of a batch wait that long for more.
+Batches form from what is queued when a slot frees up, so a lone request never waits (one
+that finds a slot free and nobody queued runs at once); ``max_wait_ms`` > 0 lets the first
+request of a merging batch wait that long for more.
 A merged prediction that fails is re-run request by request, so that one bad request (a
 value the model rejects) fails alone and its neighbours get their own answers.
 """
@@ -78,6 +79,20 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def submit(self, inputs):
+        if (not self.merge or self.max_wait_s == 0) and not self._queue and not self._slots.locked():
+            # A free slot and nothing waiting (nor a wait for company asked for): run at once,
+            # without the hop through the dispatcher; it would take this request alone too.
+            await self._slots.acquire()
+            try:
+                self.metrics.batch_size.labels(self.name).observe(1)
+                result = (await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, [inputs]))[0]
+            finally:
+                self._slots.release()
+                if self._queue:
+                    self._wakeup.set()
+            if isinstance(result, BaseException):
+                raise result
+            return result
         if len(self._queue) >= self.max_queue:
             self.metrics.rejected.labels(self.name, "queue_full").inc()
             raise QueueFull(self.name, len(self._queue), self.retry_after_s)
