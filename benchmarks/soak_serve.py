@@ -215,7 +215,9 @@ def main(argv=None):
         pool[name] = [(x, model.predict({"x": x})["y"]) for x in (SM.random_input(name, rng)["x"] for _ in range(32))]
     folder = SH.model_folder(tempfile.mkdtemp(prefix="soak-serve-"), paths)
     tally = Tally()
-    with SH.serve(folder, "--sequence-timeout", "3", "--max-sequences", "64", "--max-request-bytes",
+    # Room for the sequences abandoned within one timeout at full speed: a start refused for
+    # capacity (503) would be the soak's own doing, not the server's fault.
+    with SH.serve(folder, "--sequence-timeout", "3", "--max-sequences", "256", "--max-request-bytes",
                   str(Client.server_limit), "--workers", "2", models=list(names)) as server:
         clients = [Client(server, pool, tally, seed, paths) for seed in range(1, args.clients + 1)]
         began = time.monotonic()
