@@ -125,10 +125,14 @@ class FunctionExport:
                 self._read_state(view)
             elif op["type"] == "write_state":
                 self._write_state(view)
+            elif op["type"] == "while_loop":
+                self._while_loop(view, known)
+            elif op["type"] == "cond":
+                self._cond(view, known)
             else:
                 translator = TRANSLATORS.get(op["type"])
                 if op["blocks"]:
-                    raise Unsupported("ops with nested blocks are not exported yet")
+                    raise Unsupported("nested blocks of this op type are not exported")
                 if translator is None:
                     raise Unsupported("no ONNX translation for this op type yet")
                 translator(view)
@@ -137,6 +141,102 @@ class FunctionExport:
             for out in outputs:  # later ops still translate, so every problem is listed
                 if out["name"] not in b.onnx_names:
                     b.define(out["name"], out["type"])
+
+    # Control flow ---------------------------------------------------------------------------
+    #
+    # A nested block's values are visible only inside it: each block is translated with the
+    # builder's name tables saved and restored around it, so a block translated twice (a
+    # while_loop's condition: once before the loop, once at the end of each iteration) gets
+    # fresh ONNX names each time. Inside a subgraph, values of the enclosing graph are read by
+    # name, as ONNX allows.
+
+    def _inline_block(self, block, input_names, known):
+        """Translates `block` into the current node list with its inputs bound to `input_names`;
+        returns the ONNX names of its outputs."""
+        b = self.builder
+        saved = dict(b.onnx_names), dict(b.types), dict(b.constants)
+        try:
+            for value, name in zip(block["inputs"], input_names):
+                b.onnx_names[value["name"]] = name
+                b.types[value["name"]] = value["type"]
+            for op in block["operations"]:
+                self._op(op, known)
+            return [self._block_output(name) for name in block["outputs"]]
+        finally:
+            b.onnx_names, b.types, b.constants = saved
+
+    def _block_output(self, name):
+        b = self.builder
+        if name in b.onnx_names:
+            return b.onnx_names[name]
+        if name in b.constants or name in b.deferred:
+            return _materialize(b, name)
+        raise Unsupported("block output '%s' is not computed" % name)
+
+    def _subgraph(self, graph_name, inputs, build):
+        """An ONNX subgraph: `inputs` are (name, ONNX elem type, shape or None) triples; `build()`
+        adds nodes and returns [(source name, ONNX elem type)] for the outputs, each copied to a
+        fresh name."""
+        b = self.builder
+        saved_nodes = b.nodes
+        b.nodes = []
+        try:
+            outputs = []
+            for source, elem_type in build():
+                name = b.fresh(graph_name + "_out")
+                b.nodes.append(helper.make_node("Identity", [source], [name], name=b.fresh("n_" + name)))
+                outputs.append(helper.make_tensor_value_info(name, elem_type, None))
+            graph = helper.make_graph(b.nodes, b.fresh(graph_name), [helper.make_tensor_value_info(n, t, shape)
+                                                                      for n, t, shape in inputs], outputs)
+        finally:
+            b.nodes = saved_nodes
+        return graph
+
+    def _scalar_bool(self, name, type_dict):
+        b = self.builder
+        if type_dict["dtype"] != "bool":
+            name = b.node("Cast", [name], to=onnx.TensorProto.BOOL)
+        return b.node("Reshape", [name, b.const_int64([], "scalar")])
+
+    def _while_loop(self, view, known):
+        """MIL checks the condition before every iteration: it is computed once before the Loop
+        and again at the end of each iteration, from the new loop variables."""
+        b = self.builder
+        cond_block, body_block = view.op["blocks"]
+        count = len(view.bindings("loop_vars"))
+        initial = view.inputs("loop_vars")
+        types = [view.type_of("loop_vars", i) for i in range(count)]
+        if any(t["kind"] != "tensor" for t in types):
+            raise Unsupported("loop variables that are not tensors")
+        elems = [b.onnx_type(t["dtype"]) for t in types]
+        first = self._inline_block(cond_block, initial, known)[0]
+        cond_type = b.types.get(cond_block["outputs"][0], {"dtype": "bool"})
+        start = self._scalar_bool(first, cond_type)
+        carried = [b.fresh("loop_var") for _ in range(count)]
+        iteration, cond_in = b.fresh("iteration"), b.fresh("cond_in")
+
+        def body():
+            updated = self._inline_block(body_block, carried, known)
+            again = self._scalar_bool(self._inline_block(cond_block, updated, known)[0], cond_type)
+            return [(again, onnx.TensorProto.BOOL)] + list(zip(updated, elems))
+
+        # ONNX Runtime wants the shapes of a Loop body's inputs: scalars, and each variable's
+        # (a dim that may change between iterations is left symbolic).
+        shapes = [None if t["rank"] < 0 else ["%s_d%d" % (name, i) if d < 0 else d for i, d in enumerate(t["dims"])]
+                  for name, t in zip(carried, types)]
+        graph = self._subgraph("loop_body", [(iteration, onnx.TensorProto.INT64, []), (cond_in, onnx.TensorProto.BOOL, [])]
+                               + list(zip(carried, elems, shapes)), body)
+        b.node("Loop", ["", start] + initial, [view.output(i) for i in range(len(view.outputs))], body=graph)
+
+    def _cond(self, view, known):
+        b = self.builder
+        pred = self._scalar_bool(view.input("pred"), view.type_of("pred"))
+        elems = [b.onnx_type(out["type"]["dtype"]) for out in view.outputs]
+        branches = {}
+        for label, block in zip(("then_branch", "else_branch"), view.op["blocks"]):
+            branches[label] = self._subgraph(label, [], lambda block=block: list(zip(
+                self._inline_block(block, [], known), elems)))
+        b.node("If", [pred], [view.output(i) for i in range(len(view.outputs))], **branches)
 
     def _state_name(self, view):
         name = view.bindings("input")[0]["name"]

@@ -113,8 +113,7 @@ def _scatter_mode(v):
 
 @translates("scatter_along_axis")
 def scatter_along_axis(v):
-    v.builder.node("ScatterElements", [v.input("data"), int64_input(v, "indices"), v.input("updates")], [v.output()],
-                   axis=int(v.scalar("axis", 0)), reduction=_scatter_mode(v))
+    _scatter_elements(v, v.input("data"), int64_input(v, "indices"), v.input("updates"), int(v.scalar("axis", 0)))
 
 
 @translates("scatter_nd")
@@ -155,3 +154,38 @@ def fill_like(v):
     value = np.asarray([v.scalar("value", 0.0)], dtype=np_dtype)
     b.node("ConstantOfShape", [b.node("Shape", [v.input("ref_tensor")])], [v.output()],
            value=numpy_helper.from_array(value))
+
+
+@translates("scatter")
+def scatter(v):
+    """data[.., indices[i], ..] (along axis) takes updates[.., i, ..]: ScatterElements with the
+    indices broadcast to the updates' shape."""
+    b = v.builder
+    rank = v.rank("data")
+    axis = int(v.scalar("axis", 0)) % rank
+    if v.rank("indices") != 1:
+        raise Unsupported("indices of rank %d" % v.rank("indices"))
+    updates = v.input("updates")
+    shape = [1] * rank
+    shape[axis] = -1
+    indices = b.node("Reshape", [int64_input(v, "indices"), b.const_int64(shape, "index_shape")])
+    indices = b.node("Expand", [indices, b.node("Shape", [updates])])
+    _scatter_elements(v, v.input("data"), indices, updates, axis)
+
+
+def _scatter_elements(v, data, indices, updates, axis):
+    """ScatterElements; a reduction over fp16 values runs in fp32 (ONNX Runtime's CPU provider
+    has no fp16 kernel for it), each result rounded to fp16 once, as one fp16 operation is."""
+    b = v.builder
+    reduction = _scatter_mode(v)
+    if reduction != "none" and b.float_dtype(v.dtype("data")) == "float16":
+        wide = [b.node("Cast", [x], to=1) for x in (data, updates)]  # TensorProto.FLOAT
+        result = b.node("ScatterElements", [wide[0], indices, wide[1]], axis=axis, reduction=reduction)
+        b.node("Cast", [result], [v.output()], to=10)  # TensorProto.FLOAT16
+    else:
+        b.node("ScatterElements", [data, indices, updates], [v.output()], axis=axis, reduction=reduction)
+
+
+@translates("random_bernoulli", "random_categorical", "random_normal", "random_uniform")
+def random(v):
+    raise Unsupported("random values: an ONNX runtime's generator cannot reproduce Core ML's draws")

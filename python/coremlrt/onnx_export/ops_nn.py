@@ -226,14 +226,57 @@ def scaled_dot_product_attention(v):
     b.node("MatMul", [b.node("Softmax", [scores], axis=-1), val], [v.output()])
 
 
-@translates("upsample_nearest_neighbor")
-def upsample_nearest_neighbor(v):
+# Core ML sampling modes (src/ops/resize.cc, grid_point) as ONNX Resize coordinate modes.
+_SAMPLING = {"STRICT_ALIGN_CORNERS": "align_corners", "DEFAULT": "asymmetric", "UNALIGN_CORNERS": "half_pixel"}
+
+
+def _resize(v, linear, sampling, scales=None):
+    """Resizes the last two dims to the output's size: the declared one, or where that is known
+    only at run time, the input's scaled by `scales` (height, width), rounded down as the
+    kernel rounds it."""
     b = v.builder
-    scales = [1.0, 1.0, float(v.scalar("scale_factor_height", 1)), float(v.scalar("scale_factor_width", 1))]
-    if v.rank("x") != 4:
-        raise Unsupported("upsample_nearest_neighbor of rank %d" % v.rank("x"))
-    b.node("Resize", [v.input("x"), "", b.initializer(np.asarray(scales, dtype=np.float32), "scales")],
-           [v.output()], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    dims = v.outputs[0]["type"]["dims"]
+    rank = v.outputs[0]["type"]["rank"]
+    if rank < 3:
+        raise Unsupported("a resize of rank %d" % rank)
+    if sampling not in _SAMPLING:
+        raise Unsupported("sampling mode %s" % sampling)
+    attributes = {"mode": "linear" if linear else "nearest", "coordinate_transformation_mode": _SAMPLING[sampling]}
+    if not linear:
+        attributes["nearest_mode"] = "floor"
+    if all(d >= 0 for d in dims):
+        b.node("Resize", [v.input("x"), "", "", b.const_int64(dims, "sizes")], [v.output()], **attributes)
+    elif scales is not None:
+        factors = np.asarray([1.0] * (rank - 2) + list(scales), dtype=np.float32)
+        b.node("Resize", [v.input("x"), "", b.initializer(factors, "scales")], [v.output()], **attributes)
+    else:
+        raise Unsupported("a resize to a size known only at run time")
+
+
+def _scales(v):
+    return float(v.scalar("scale_factor_height", 1.0)), float(v.scalar("scale_factor_width", 1.0))
+
+
+@translates("upsample_nearest_neighbor")
+def upsample_nearest(v):
+    _resize(v, False, "DEFAULT", _scales(v))
+
+
+@translates("resize_nearest_neighbor")
+def resize_nearest(v):
+    _resize(v, False, "DEFAULT")
+
+
+@translates("upsample_bilinear")
+def upsample_bilinear(v):
+    align = bool(v.scalar("align_corners", True))
+    half_pixel = bool(v.scalar("half_pixel_centers", not align))
+    _resize(v, True, "STRICT_ALIGN_CORNERS" if align else "UNALIGN_CORNERS" if half_pixel else "DEFAULT", _scales(v))
+
+
+@translates("resize_bilinear")
+def resize_bilinear(v):
+    _resize(v, True, v.scalar("sampling_mode", "DEFAULT"))
 
 
 __all__ = ["weight_input", "Deferred"]

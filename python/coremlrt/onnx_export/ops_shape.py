@@ -246,6 +246,19 @@ def slice_update(v):
     b.node("ScatterND", [x, indices, update], [v.output()])
 
 
+@translates("reverse")
+def reverse(v):
+    b = v.builder
+    rank = v.rank("x")
+    axes = [a % rank for a in v.ints("axes", list(range(rank)))]
+    if not axes:
+        b.node("Identity", [v.input("x")], [v.output()])
+        return
+    n = len(axes)
+    b.node("Slice", [v.input("x"), b.const_int64([-1] * n, "starts"), b.const_int64([INT64_MIN] * n, "ends"),
+                     b.const_int64(axes, "axes"), b.const_int64([-1] * n, "steps")], [v.output()])
+
+
 @translates("gather")
 def gather(v):
     if int(v.scalar("batch_dims", 0)) != 0:

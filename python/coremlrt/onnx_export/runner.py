@@ -7,6 +7,11 @@ ONNX Runtime's default graph optimizations fuse a DequantizeLinear that feeds a 
 MatMulNBits kernel, which by default (``session.qdq_matmulnbits_accuracy_level`` 4) rounds the
 activations to int8: errors of about 1e-3 that Core ML does not make. The runner asks for level 1
 (fp32 arithmetic), and the docs say so (docs/design/onnx-export.md).
+
+ONNX Runtime 1.32 crashes (a segmentation fault while it creates the session) at its highest
+optimization level (ORT_ENABLE_ALL, which adds layout transformations) on the export of an fp16
+GRU network, whose recurrence coremltools writes as a while_loop (an ONNX Loop); level
+ORT_ENABLE_EXTENDED loads and runs it. The runner uses that level for graphs with a Loop or If.
 """
 
 import json
@@ -18,18 +23,25 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
               "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}
 
 
-def session_options():
+def session_options(control_flow=False):
     import onnxruntime
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+    if control_flow:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     return options
+
+
+def _has_control_flow(path):
+    import onnx
+    return any(n.op_type in ("Loop", "If") for n in onnx.load(str(path), load_external_data=False).graph.node)
 
 
 class ExportedModel:
     def __init__(self, mlmodel, onnx_path):
         import onnxruntime
         self.mlmodel = mlmodel
-        self.session = onnxruntime.InferenceSession(str(onnx_path), session_options(),
+        self.session = onnxruntime.InferenceSession(str(onnx_path), session_options(_has_control_flow(onnx_path)),
                                                     providers=["CPUExecutionProvider"])
         meta = self.session.get_modelmeta().custom_metadata_map
         self.states = json.loads(meta.get("coremlrt.states", "{}"))  # state input -> output

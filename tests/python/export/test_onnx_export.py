@@ -164,7 +164,31 @@ def test_external_data_writes_the_weights_beside_the_model(tmp_path):
     assert not corpus.mismatches(case, expected, got)
 
 
-def _while_loop_model(tmp_path):
+def _random_model(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    import coremltools as ct
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3))])
+    def prog(x):
+        return mb.add(x=x, y=mb.random_normal(shape=np.array([2, 3], np.int32), seed=1))
+
+    model = ct.convert(prog, convert_to="mlprogram", skip_model_load=True)
+    path = str(tmp_path / "random.mlpackage")
+    model.save(path)
+    return path
+
+
+def test_an_op_without_onnx_form_is_refused_with_its_name_and_reason(tmp_path):
+    path = _random_model(tmp_path)
+    problems = unsupported_ops(path)
+    assert [p[0] for p in problems] == ["random_normal"]
+    assert "generator cannot reproduce" in problems[0][2]
+    with pytest.raises(coremlrt.Error, match=r"random_normal producing '.*': random values"):
+        export_onnx(path, tmp_path / "random.onnx")
+    assert not (tmp_path / "random.onnx").exists()
+
+
+def test_control_flow_becomes_loop(tmp_path):
     from coremltools.converters.mil import Builder as mb
     import coremltools as ct
 
@@ -174,24 +198,24 @@ def _while_loop_model(tmp_path):
             return mb.less(x=i, y=10.0)
 
         def body(i):
-            return mb.add(x=i, y=1.0)
+            return mb.add(x=i, y=1.5)
 
         return mb.while_loop(_cond=cond, _body=body, loop_vars=(x,))
 
-    model = ct.convert(prog, convert_to="mlprogram", skip_model_load=True)
     path = str(tmp_path / "loop.mlpackage")
-    model.save(path)
-    return path
-
-
-def test_an_op_without_onnx_form_is_refused_with_its_name_and_reason(tmp_path):
-    path = _while_loop_model(tmp_path)
-    problems = unsupported_ops(path)
-    assert [p[0] for p in problems] == ["while_loop"]
-    assert "nested blocks" in problems[0][2]
-    with pytest.raises(coremlrt.Error, match=r"while_loop producing '.*': ops with nested blocks"):
-        export_onnx(path, tmp_path / "loop.onnx")
-    assert not (tmp_path / "loop.onnx").exists()
+    ct.convert(prog, convert_to="mlprogram", skip_model_load=True, compute_precision=ct.precision.FLOAT32).save(path)
+    out = tmp_path / "loop.onnx"
+    export_onnx(path, out)
+    assert "Loop" in _ops(out)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, out)
+    for start in (-3.0, 9.0, 12.0):  # several iterations, one, none
+        x = np.array([start], np.float32)
+        want = model.predict({"x": x})
+        got = runner.predict({"x": x})
+        assert set(got) == set(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
 
 
 def test_bad_arguments_are_named(tmp_path):
@@ -217,9 +241,9 @@ def test_cli_export_and_check(tmp_path):
     assert os.path.isfile(out) and str(out) in run.stdout
     run = subprocess.run([sys.executable, "-m", "coremlrt", "export", "--check", path], capture_output=True, text=True)
     assert run.returncode == 0 and "every op has an ONNX form" in run.stdout, run.stdout + run.stderr
-    loop = _while_loop_model(tmp_path)
-    run = subprocess.run([sys.executable, "-m", "coremlrt", "export", "--check", loop], capture_output=True, text=True)
-    assert run.returncode == 2 and "while_loop" in run.stdout, run.stdout + run.stderr
-    run = subprocess.run([sys.executable, "-m", "coremlrt", "export", loop, "-o", str(tmp_path / "l.onnx")],
+    refused = _random_model(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "coremlrt", "export", "--check", refused], capture_output=True, text=True)
+    assert run.returncode == 2 and "random_normal" in run.stdout, run.stdout + run.stderr
+    run = subprocess.run([sys.executable, "-m", "coremlrt", "export", refused, "-o", str(tmp_path / "r.onnx")],
                          capture_output=True, text=True)
-    assert run.returncode == 1 and "while_loop" in run.stderr
+    assert run.returncode == 1 and "random_normal" in run.stderr
