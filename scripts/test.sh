@@ -31,6 +31,11 @@ python3 -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile --du
 # that passed in the recorded full run (docs/conformance.md) fails or crashes.
 step "coremltools op tests"
 python3 scripts/coremltools_op_tests.py --sample 10 --check
+# The same op tests predicting through each model's ONNX export run by ONNX Runtime, every 40th
+# case: against the recorded run (tests/conformance/recorded_onnx_results.json,
+# docs/onnx-export-conformance.md).
+step "coremltools op tests through the ONNX export"
+python3 scripts/coremltools_op_tests.py --via onnx --sample 40 --check
 # coremltools' runtime API tests (compiled models, compute plans, structure, assets), every 10th
 # case, against tests/conformance/recorded_runtime_results.json (docs/coremltools-runtime-tests.md).
 step "coremltools runtime tests"

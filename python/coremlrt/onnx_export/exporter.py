@@ -173,25 +173,6 @@ class FunctionExport:
             return _materialize(b, name)
         raise Unsupported("block output '%s' is not computed" % name)
 
-    def _subgraph(self, graph_name, inputs, build):
-        """An ONNX subgraph: `inputs` are (name, ONNX elem type, shape or None) triples; `build()`
-        adds nodes and returns [(source name, ONNX elem type)] for the outputs, each copied to a
-        fresh name."""
-        b = self.builder
-        saved_nodes = b.nodes
-        b.nodes = []
-        try:
-            outputs = []
-            for source, elem_type in build():
-                name = b.fresh(graph_name + "_out")
-                b.nodes.append(helper.make_node("Identity", [source], [name], name=b.fresh("n_" + name)))
-                outputs.append(helper.make_tensor_value_info(name, elem_type, None))
-            graph = helper.make_graph(b.nodes, b.fresh(graph_name), [helper.make_tensor_value_info(n, t, shape)
-                                                                      for n, t, shape in inputs], outputs)
-        finally:
-            b.nodes = saved_nodes
-        return graph
-
     def _scalar_bool(self, name, type_dict):
         b = self.builder
         if type_dict["dtype"] != "bool":
@@ -224,7 +205,7 @@ class FunctionExport:
         # (a dim that may change between iterations is left symbolic).
         shapes = [None if t["rank"] < 0 else ["%s_d%d" % (name, i) if d < 0 else d for i, d in enumerate(t["dims"])]
                   for name, t in zip(carried, types)]
-        graph = self._subgraph("loop_body", [(iteration, onnx.TensorProto.INT64, []), (cond_in, onnx.TensorProto.BOOL, [])]
+        graph = self.builder.subgraph("loop_body", [(iteration, onnx.TensorProto.INT64, []), (cond_in, onnx.TensorProto.BOOL, [])]
                                + list(zip(carried, elems, shapes)), body)
         b.node("Loop", ["", start] + initial, [view.output(i) for i in range(len(view.outputs))], body=graph)
 
@@ -234,7 +215,7 @@ class FunctionExport:
         elems = [b.onnx_type(out["type"]["dtype"]) for out in view.outputs]
         branches = {}
         for label, block in zip(("then_branch", "else_branch"), view.op["blocks"]):
-            branches[label] = self._subgraph(label, [], lambda block=block: list(zip(
+            branches[label] = self.builder.subgraph(label, [], lambda block=block: list(zip(
                 self._inline_block(block, [], known), elems)))
         b.node("If", [pred], [view.output(i) for i in range(len(view.outputs))], **branches)
 

@@ -153,6 +153,25 @@ class GraphBuilder:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
+    def subgraph(self, graph_name, inputs, build):
+        """An ONNX subgraph (a Loop body, an If branch): `inputs` are (name, ONNX elem type, shape
+        or None) triples; `build()` adds nodes and returns [(source name, ONNX elem type)] for the
+        outputs, each copied to a fresh name. Initializers go to the main graph, whose values a
+        subgraph reads by name."""
+        saved_nodes = self.nodes
+        self.nodes = []
+        try:
+            outputs = []
+            for source, elem_type in build():
+                name = self.fresh(graph_name + "_out")
+                self.nodes.append(helper.make_node("Identity", [source], [name], name=self.fresh("n_" + name)))
+                outputs.append(helper.make_tensor_value_info(name, elem_type, None))
+            return helper.make_graph(self.nodes, self.fresh(graph_name),
+                                     [helper.make_tensor_value_info(n, t, shape) for n, t, shape in inputs], outputs)
+        finally:
+            self.nodes = saved_nodes
+
+
 class OpView:
     """One program op as a translator reads it: its inputs by parameter, constants, output names."""
 

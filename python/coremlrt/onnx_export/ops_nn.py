@@ -189,7 +189,8 @@ def layer_norm(v):
     rank = v.rank("x")
     axes = sorted(a % rank for a in v.ints("axes", list(range(rank))))
     if axes != list(range(axes[0], rank)):
-        raise Unsupported("layer_norm over axes %s (ONNX normalizes the trailing dims)" % axes)
+        _layer_norm_over(v, axes)
+        return
     dims = v.type_of("x")["dims"][axes[0]:]
     if any(d < 0 for d in dims) and not (v.has("gamma") and v.has("beta")):
         raise Unsupported("layer_norm without gamma over dims of unknown size")
@@ -198,6 +199,27 @@ def layer_norm(v):
     bias = v.input("beta") if v.has("beta") else b.initializer(np.zeros(dims, dtype=dtype), "ln_bias")
     b.node("LayerNormalization", [v.input("x"), scale, bias], [v.output()], axis=axes[0],
            epsilon=float(v.scalar("epsilon", 1e-5)))
+
+
+def _layer_norm_over(v, axes):
+    """layer_norm over axes that are not the trailing ones, written out: (x - mean) /
+    sqrt(variance + epsilon) * gamma + beta, gamma and beta (of x's dims at `axes`) broadcast."""
+    b = v.builder
+    rank = v.rank("x")
+    x = v.input("x")
+    axes_name = b.const_int64(axes, "axes")
+    centred = b.node("Sub", [x, b.node("ReduceMean", [x, axes_name], keepdims=1)])
+    variance = b.node("ReduceMean", [b.node("Mul", [centred, centred]), axes_name], keepdims=1)
+    eps = b.const_like(float(v.scalar("epsilon", 1e-5)), v.dtype("x"), "epsilon")
+    out = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [variance, eps])])])
+    shape = [v.type_of("x")["dims"][d] if d in axes else 1 for d in range(rank)]
+    for param, op in (("gamma", "Mul"), ("beta", "Add")):
+        if v.has(param):
+            if not v.is_constant(param):
+                raise Unsupported("layer_norm with a run-time %s over axes %s" % (param, axes))
+            value = v.constant(param).array.reshape(shape).astype(_np_float(v))
+            out = b.node(op, [out, b.initializer(value, param)])
+    b.node("Identity", [out], [v.output()])
 
 
 @translates("softmax")

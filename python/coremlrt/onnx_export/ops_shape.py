@@ -261,10 +261,32 @@ def reverse(v):
 
 @translates("gather")
 def gather(v):
-    if int(v.scalar("batch_dims", 0)) != 0:
-        raise Unsupported("gather with batch_dims")
     b = v.builder
-    b.node("Gather", [v.input("x"), v.input("indices")], [v.output()], axis=int(v.scalar("axis", 0)))
+    batch_dims = int(v.scalar("batch_dims", 0))
+    rank = v.rank("x")
+    axis = int(v.scalar("axis", 0)) % max(rank, 1)
+    if batch_dims == 0:
+        # ONNX indices are int32 or int64; MIL's may be 8- or 16-bit too.
+        indices = v.input("indices") if v.dtype("indices") in ("int32", "int64") else int64_input(v, "indices")
+        b.node("Gather", [v.input("x"), indices], [v.output()], axis=axis)
+        return
+    # With batch dims: the gathered axis moved right after them, GatherND over one index per
+    # position, and the index dims moved back to where the axis was.
+    x = v.input("x")
+    if axis != batch_dims:
+        order = list(range(batch_dims)) + [axis] + [d for d in range(batch_dims, rank) if d != axis]
+        x = b.node("Transpose", [x], perm=order)
+    indices = b.node("Unsqueeze", [int64_input(v, "indices"), b.const_int64([-1], "axes")])
+    if axis == batch_dims:
+        b.node("GatherND", [x, indices], [v.output()], batch_dims=batch_dims)
+        return
+    gathered = b.node("GatherND", [x, indices], batch_dims=batch_dims)
+    k = v.rank("indices") - batch_dims
+    between = axis - batch_dims
+    out_rank = v.output_rank()
+    perm = list(range(batch_dims)) + list(range(batch_dims + k, batch_dims + k + between)) + \
+        list(range(batch_dims, batch_dims + k)) + list(range(batch_dims + k + between, out_rank))
+    b.node("Transpose", [gathered], [v.output()], perm=perm)
 
 
 @translates("gather_along_axis")
@@ -453,3 +475,33 @@ def crop(v):
     ends = [-bottom if bottom else INT64_MAX, -right if right else INT64_MAX]
     b.node("Slice", [v.input("x"), b.const_int64([top, left], "starts"), b.const_int64(ends, "ends"),
                      b.const_int64([-2, -1], "axes")], [v.output()])
+
+
+@translates("sliding_windows")
+def sliding_windows(v):
+    """Windows of `size` every `stride` along the axis, as a new dim after it: one Gather of an
+    index matrix [windows, size] (the axis' length must be known)."""
+    b = v.builder
+    rank = v.rank("x")
+    axis = int(v.scalar("axis")) % rank
+    size, stride = int(v.scalar("size")), int(v.scalar("stride", 1))
+    length = v.type_of("x")["dims"][axis]
+    if length < 0:
+        raise Unsupported("windows along a dim of unknown length")
+    windows = (length - size) // stride + 1
+    index = np.arange(windows)[:, None] * stride + np.arange(size)[None, :]
+    b.node("Gather", [v.input("x"), b.const_int64(index, "windows")], [v.output()], axis=axis)
+
+
+@translates("pixel_unshuffle")
+def pixel_unshuffle(v):
+    """[N, C, H*f, W*f] -> [N, C*f*f, H, W] in PyTorch's order (src/ops/space.cc)."""
+    b = v.builder
+    dims = _static_dims(v.type_of("x"))
+    if dims is None or len(dims) != 4:
+        raise Unsupported("pixel_unshuffle of a shape known only at run time")
+    f = int(v.scalar("downscale_factor"))
+    n, c, h, w = dims
+    split = b.node("Reshape", [v.input("x"), b.const_int64([n, c, h // f, f, w // f, f], "split")])
+    moved = b.node("Transpose", [split], perm=[0, 1, 3, 5, 2, 4])
+    b.node("Reshape", [moved, b.const_int64([n, c * f * f, h // f, w // f], "merged")], [v.output()])
