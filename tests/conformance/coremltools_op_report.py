@@ -242,6 +242,7 @@ def write_onnx_report(records, path, coremltools_version, sample, seconds, nativ
     total = sum(c["native"] for c in rows.values())
     passed = sum(c["onnx"] for c in rows.values())
     causes = collections.Counter(_cause_of(r) for r in misses)
+    why = {_cause_of(r): _explain(str(r.get("detail") or r.get("cause") or "")) for r in misses}
     lines = [
         "# coremltools' op tests through the ONNX export",
         "",
@@ -256,7 +257,7 @@ def write_onnx_report(records, path, coremltools_version, sample, seconds, nativ
         "",
         "## Why cases miss",
         "",
-    ] + _table(["cause", "cases"], [[cause, n] for cause, n in causes.most_common()]) + [
+    ] + _table(["cause", "cases", "why"], [[cause, n, why[cause]] for cause, n in causes.most_common()]) + [
         "",
         "## Per op",
         "",
@@ -266,10 +267,27 @@ def write_onnx_report(records, path, coremltools_version, sample, seconds, nativ
     path.write_text("\n".join(lines))
 
 
+# Why a case that passes natively misses through the export, by what its failure says.
+_EXPLANATIONS = (
+    (r"random values", "random ops are not exported: no ONNX runtime reproduces Core ML's draws"),
+    (r"out of data bounds|invalid indice", "indices out of range with validate_indices=False: the result is "
+                                           "undefined; our kernel skips them, ONNX Runtime rejects them"),
+    (r"no ONNX translation", "op not exported yet (docs/design/onnx-export.md, \"Not exported\")"),
+    (r"inconsistent type", "an op whose operands have different float types, which ONNX operators do not take"),
+)
+
+
 def _cause_of(record):
-    """A short cause: the op an export refused, or the kind of failure."""
+    """A short cause: the op an export refused and why, or the failure's first line."""
     detail = str(record.get("detail") or record.get("cause") or "")
-    match = re.search(r"\n\s+(\w+) producing '[^']*': ([^\n]*)", detail)
+    match = re.search(r"(\w+) producing '[^']*': ([^\n]*)", detail)
     if match:
-        return f"not exported: {match.group(1)}: {match.group(2)[:80]}"
-    return (record.get("cause") or record["outcome"])[:100]
+        return f"not exported: {match.group(1)}: {match.group(2)[:90]}"
+    return detail.strip().splitlines()[0][:140] if detail.strip() else record["outcome"]
+
+
+def _explain(cause):
+    for pattern, text in _EXPLANATIONS:
+        if re.search(pattern, cause):
+            return text
+    return "not explained yet"

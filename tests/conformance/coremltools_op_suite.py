@@ -190,9 +190,11 @@ def _name_the_libsvm_version():
         libsvm.__version__ = importlib.metadata.version("libsvm-official")
 
 
-def _predict_via_onnx(original_predict):
-    """The proxy's predict with the model's ONNX export run by ONNX Runtime in place of coremlrt's
-    engine: exported once per proxy, into a temporary folder removed with the process."""
+def _predict_via_onnx():
+    """(export, predict): the proxy's predict with the model's ONNX export run by ONNX Runtime in
+    place of coremlrt's engine. `export(proxy)` runs when the proxy is made, as Core ML compiles
+    a model when it loads it (some cases delete the model file before predicting); an export
+    that fails is reported by the first predict. Exports go to a temporary folder."""
     import tempfile
 
     from coremlrt.coremltools_backend import _as_core_ml_outputs
@@ -201,12 +203,18 @@ def _predict_via_onnx(original_predict):
 
     folder = tempfile.mkdtemp(prefix="coremlrt-onnx-suite-")
 
-    def predict(self, data, state=None):
-        runner = getattr(self, "_onnx_runner", None)
-        if runner is None:
+    def export(self):
+        try:
             path = os.path.join(folder, "model%d.onnx" % len(os.listdir(folder)))
             export_onnx(self._model, path, function=self._model.function_name)
-            runner = self._onnx_runner = ExportedModel(self._model, path)
+            self._onnx_runner = ExportedModel(self._model, path)
+        except Exception as exc:  # noqa: BLE001 - raised again by the first predict
+            self._onnx_error = exc
+
+    def predict(self, data, state=None):
+        if getattr(self, "_onnx_error", None) is not None:
+            raise self._onnx_error
+        runner = self._onnx_runner
         if state is not None:
             # coremlrt's MLState is opaque to ONNX Runtime: the runner keeps its own state per
             # MLState object, starting from zeros as a new MLState does.
@@ -221,15 +229,16 @@ def _predict_via_onnx(original_predict):
             outputs = runner.predict(data)
         return _as_core_ml_outputs(outputs, self._number_types, self._image_spaces)
 
-    return predict
+    return export, predict
 
 
 def _watch_the_proxy(via="coremlrt"):
     from coremlrt.coremltools_backend import _MLModelProxy
 
     original_init, original_predict = _MLModelProxy.__init__, _MLModelProxy.predict
+    export = None
     if via == "onnx":
-        original_predict = _predict_via_onnx(original_predict)
+        export, original_predict = _predict_via_onnx()
 
     def __init__(self, *args, **kwargs):  # noqa: N807 - wraps the proxy's constructor
         global _neuralnetwork_loads_in_current_case
@@ -244,6 +253,8 @@ def _watch_the_proxy(via="coremlrt"):
             else:
                 _load_errors_in_current_case.append(_last_line(str(exc)))
             raise
+        if export is not None:
+            export(self)
 
     def predict(self, data, state=None):
         global _predictions_in_current_case
