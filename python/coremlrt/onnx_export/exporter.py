@@ -9,8 +9,8 @@ the model's metadata under ``coremlrt.states``.
 """
 
 import json
+import os
 
-import numpy as np
 import onnx
 from onnx import helper
 
@@ -303,7 +303,6 @@ def build_model(program, function_name, opset, fp32, source_name=""):
 
 def save_model(model, path, external_data):
     """Writes `model` to `path`; external_data: True, False or None (only when over 1 GiB)."""
-    import os
     total = sum(len(t.raw_data) for t in model.graph.initializer)
     if external_data is None:
         external_data = total > (1 << 30)
@@ -317,4 +316,4 @@ def save_model(model, path, external_data):
     return path
 
 
-__all__ = ["build_model", "save_model", "Problem", "np"]
+__all__ = ["build_model", "save_model", "Problem"]

@@ -11,7 +11,6 @@ import math
 import numpy as np
 
 from .graph import Unsupported
-from .quantized import Deferred
 from .registry import translates
 
 
@@ -300,5 +299,3 @@ def upsample_bilinear(v):
 def resize_bilinear(v):
     _resize(v, True, v.scalar("sampling_mode", "DEFAULT"))
 
-
-__all__ = ["weight_input", "Deferred"]

@@ -9,7 +9,7 @@ begin.
 
 import numpy as np
 
-from .graph import MIL_DTYPE_NAMES, Unsupported
+from .graph import Unsupported
 from .registry import translates
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -429,8 +429,6 @@ def band_part(v):
         b.node("Trilu", [upper_part, b.const_int64(upper, "k")], [v.output()], upper=0) if upper >= 0 else \
             b.node("Identity", [upper_part], [v.output()])
 
-
-__all__ = ["MIL_DTYPE_NAMES", "int64_input"]
 
 
 @translates("argsort")
