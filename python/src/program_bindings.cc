@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <set>
 
 #include "coremlrt/error.h"
 #include "format/package.h"
@@ -204,15 +205,28 @@ nb::dict packed_dict(const std::shared_ptr<const ir::PackedTensor>& t, const std
   return d;
 }
 
-// The values the planner knows at load (runtime/plan.h): constants, results of ops computed from
-// constants alone (folded), and compressed weights kept packed. By value name.
+// Names of the values `const` ops define, in `block` and the blocks nested in it.
+void collect_const_outputs(const ir::Block& block, std::set<std::string>& out) {
+  for (const ir::Operation& op : block.operations) {
+    if (op.type == "const")
+      for (const ir::NamedValue& v : op.outputs) out.insert(v.name);
+    for (const ir::Block& nested : op.blocks) collect_const_outputs(nested, out);
+  }
+}
+
+// The values the planner knows at load (runtime/plan.h) beyond the const ops' own (which the
+// program already carries): results of ops computed from constants alone (folded), and
+// compressed weights kept packed. By value name.
 nb::dict known_values(const ir::Function& function) {
+  std::set<std::string> consts;
+  collect_const_outputs(function.block, consts);
   runtime::PlanOptions options;
   options.packed_weights = true;
   const std::unique_ptr<runtime::Plan> plan = runtime::build_plan(function, ops::KernelRegistry::cpu(), {}, options);
   nb::dict out;
   for (size_t slot = 0; slot < plan->slot_count(); ++slot) {
     const std::string& name = plan->slot_names[slot];
+    if (consts.count(name) && !plan->packed[slot]) continue;
     const std::string where = "function '" + function.name + "', value '" + name + "'";
     if (plan->packed[slot]) {
       nb::dict d;
