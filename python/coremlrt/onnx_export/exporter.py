@@ -289,7 +289,7 @@ def build_model(program, function_name, opset, fp32, source_name=""):
         return None, [Problem("output", "", str(exc))]
     imports = [helper.make_opsetid("", opset)]
     if export.builder.uses_ml_domain:
-        imports.append(helper.make_opsetid("ai.onnx.ml", 5))
+        imports.append(helper.make_opsetid("ai.onnx.ml", 3))
     model = helper.make_model(graph, opset_imports=imports, producer_name="coremlrt",
                               ir_version=helper.find_min_ir_version_for(imports))
     metadata = {

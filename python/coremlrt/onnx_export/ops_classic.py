@@ -47,3 +47,128 @@ def classify(v):
         b.node("ZipMap", [rows], [v.output(1)], domain="ai.onnx.ml", **attribute)
         b.output_types[v.outputs[1]["name"]] = helper.make_sequence_type_proto(
             helper.make_map_type_proto(label_type, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+
+
+def feature_row(v):
+    """The op's variadic input features (src/ops/feature_vector.h: the model's inputs in
+    description order, flattened and joined) as one fp64 row [1, width]."""
+    b = v.builder
+    parts = []
+    for i in range(len(v.bindings("x"))):
+        value = v.input("x", i)
+        if v.type_of("x", i)["dtype"] != "float64":
+            value = b.node("Cast", [value], to=TensorProto.DOUBLE)
+        parts.append(b.node("Reshape", [value, b.const_int64([1, -1], "row")]))
+    return parts[0] if len(parts) == 1 else b.node("Concat", parts, axis=1)
+
+
+def _declared(v, value):
+    """`value` ([1, n] fp64) in the output's declared shape and dtype."""
+    b = v.builder
+    dims = v.outputs[0]["type"]["dims"]
+    shaped = b.node("Reshape", [value, b.const_int64(dims if all(d >= 0 for d in dims) else [-1], "declared")])
+    b.node("Cast", [shaped], [v.output()], to=b.onnx_type(v.output_dtype()))
+
+
+def _two_classes(b, p):
+    """[1, 1] probability of the second class -> [1, 2]: [1 - p, p]."""
+    one = b.initializer(np.ones([1, 1]), "one")
+    return b.node("Concat", [b.node("Sub", [one, p]), p], axis=1)
+
+
+@translates("glm")
+def glm(v):
+    """Core ML's generalized linear models in fp64 (src/ops/glm.cc): z = weights . x + offsets,
+    the link's inverse (logit: the logistic function; probit: the normal CDF), then the encoding."""
+    b = v.builder
+    weights = v.constant("weights", required=True).array.astype(np.float64)
+    offsets = v.constant("offsets", required=True).array.astype(np.float64)
+    z = b.node("Add", [b.node("MatMul", [feature_row(v), b.initializer(np.ascontiguousarray(weights.T), "glm_w")]),
+                       b.initializer(offsets[None, :], "glm_offsets")])
+    transform = v.scalar("transform")
+    if transform == "logit":
+        z = b.node("Sigmoid", [z])
+    elif transform == "probit":
+        # 0.5 * erfc(-z / sqrt 2) = 0.5 * (1 + erf(z / sqrt 2)); ONNX Runtime's Erf is fp32 only.
+        scaled = b.node("Cast", [b.node("Mul", [z, b.initializer(np.asarray(1 / np.sqrt(2.0)), "inv_sqrt2")])],
+                        to=TensorProto.FLOAT)
+        erf = b.node("Cast", [b.node("Erf", [scaled])], to=TensorProto.DOUBLE)
+        z = b.node("Mul", [b.node("Add", [erf, b.initializer(np.asarray(1.0), "one")]),
+                           b.initializer(np.asarray(0.5), "half")])
+    elif transform != "none":
+        raise Unsupported("transform '%s'" % transform)
+    encoding = v.scalar("encoding")
+    if encoding == "regression":
+        _declared(v, z)
+        return
+    rows = weights.shape[0]
+    if rows == 1:
+        _declared(v, _two_classes(b, z))
+    else:
+        # One vs rest: each class's score over their sum (when positive, as the kernel does).
+        total = b.node("ReduceSum", [z, b.const_int64([1], "axes")], keepdims=1)
+        positive = b.node("Greater", [total, b.initializer(np.asarray(0.0), "zero")])
+        _declared(v, b.node("Where", [positive, b.node("Div", [z, total]), z]))
+
+
+# node_behaviour codes (src/ops/tree_ensemble.cc) as ai.onnx.ml node modes.
+_TREE_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "LEAF"]
+
+
+@translates("tree_ensemble")
+def tree_ensemble(v):
+    """ai.onnx.ml TreeEnsembleRegressor summing the leaves from `base`, one tree per root; the
+    transform and the two-class layout follow as ONNX ops. ONNX Runtime sums and returns fp32
+    where Core ML sums in fp64: the results agree to fp32's precision."""
+    b = v.builder
+    arrays = {name: v.constant(name, required=True).array for name in (
+        "node_feature", "node_threshold", "node_behaviour", "node_true", "node_false", "node_missing_true",
+        "leaf_start", "leaf_dimension", "leaf_value", "roots", "base")}
+    behaviour = arrays["node_behaviour"].astype(int)
+    nodes = len(behaviour)
+    tree_of = np.full(nodes, -1)
+    for tree, root in enumerate(arrays["roots"].astype(int)):
+        pending = [root]
+        while pending:
+            node = pending.pop()
+            if tree_of[node] >= 0:
+                continue
+            tree_of[node] = tree
+            if behaviour[node] != 6:
+                pending += [int(arrays["node_true"][node]), int(arrays["node_false"][node])]
+    used = np.nonzero(tree_of >= 0)[0]
+    target_trees, target_nodes, target_ids, target_weights = [], [], [], []
+    for node in used:
+        for i in range(int(arrays["leaf_start"][node]), int(arrays["leaf_start"][node + 1])):
+            target_trees.append(int(tree_of[node]))
+            target_nodes.append(int(node))
+            target_ids.append(int(arrays["leaf_dimension"][i]))
+            target_weights.append(float(arrays["leaf_value"][i]))
+    dims = len(arrays["base"])
+    branch = [behaviour[n] != 6 for n in used]
+    scores = b.node("TreeEnsembleRegressor", [feature_row(v)], domain="ai.onnx.ml", n_targets=dims,
+                    nodes_treeids=[int(tree_of[n]) for n in used], nodes_nodeids=[int(n) for n in used],
+                    nodes_featureids=[int(arrays["node_feature"][n]) if br else 0 for n, br in zip(used, branch)],
+                    nodes_values=[float(arrays["node_threshold"][n]) for n in used],
+                    nodes_modes=[_TREE_MODES[behaviour[n]] for n in used],
+                    nodes_truenodeids=[int(arrays["node_true"][n]) if br else 0 for n, br in zip(used, branch)],
+                    nodes_falsenodeids=[int(arrays["node_false"][n]) if br else 0 for n, br in zip(used, branch)],
+                    nodes_missing_value_tracks_true=[int(arrays["node_missing_true"][n]) for n in used],
+                    target_treeids=target_trees, target_nodeids=target_nodes, target_ids=target_ids,
+                    target_weights=target_weights, base_values=[float(x) for x in arrays["base"]],
+                    aggregate_function="SUM", post_transform="NONE")
+    scores = b.node("Cast", [scores], to=TensorProto.DOUBLE)
+    transform = v.scalar("transform")
+    if transform == "logistic":
+        scores = b.node("Sigmoid", [scores])
+    elif transform == "softmax":
+        scores = b.node("Softmax", [scores], axis=1)
+    elif transform == "softmax_zero_reference":
+        scores = b.node("Softmax", [b.node("Concat", [b.initializer(np.zeros([1, 1]), "zero"), scores], axis=1)],
+                        axis=1)
+    elif transform != "none":
+        raise Unsupported("transform '%s'" % transform)
+    if v.scalar("mode") == "classification" and dims == 1 and transform != "softmax_zero_reference" and \
+            int(np.prod(v.outputs[0]["type"]["dims"])) == 2:
+        scores = _two_classes(b, scores)
+    _declared(v, scores)
