@@ -89,6 +89,14 @@ def recorded_path(suite):
     return PLUGIN_DIR / f"recorded_{suite}_results.json"
 
 
+# Suites that can predict through the ONNX export (--via onnx), and where their runs are recorded.
+ONNX_SUITES = ("ops", "ops_neuralnetwork", "neural_network", "pipeline", "sklearn")
+
+
+def recorded_onnx_path(suite):
+    return RECORDED_ONNX if suite == "ops" else PLUGIN_DIR / f"recorded_onnx_{suite}_results.json"
+
+
 def known_differences_path(suite):
     if suite == "ops":
         return KNOWN_DIFFERENCES
@@ -251,14 +259,15 @@ def main():
     args = parser.parse_args()
     if args.skip_slow and (args.record or args.report):
         parser.error("--skip-slow runs part of the suite: it cannot be recorded or reported")
-    if args.via == "onnx" and args.suite != "ops":
-        parser.error("--via onnx runs the ops suite")
+    if args.via == "onnx" and args.suite not in ONNX_SUITES:
+        parser.error(f"--via onnx runs the suites {', '.join(ONNX_SUITES)}")
 
     import coremltools
     root = suite_dir(args.suite)
-    args.out = args.out or str(REPO / "build" / {"ops": "coremltools-op-suite" + ("-onnx" if args.via == "onnx" else ""),
-                                                 "runtime": "coremltools-runtime-suite"}.get(
-                                                     args.suite, f"coremltools-{args.suite}-suite"))
+    args.out = args.out or str(REPO / "build" / ({"ops": "coremltools-op-suite",
+                                                  "runtime": "coremltools-runtime-suite"}.get(
+                                                     args.suite, f"coremltools-{args.suite}-suite")
+                                                 + ("-onnx" if args.via == "onnx" else "")))
     # Absolute: each test file's pytest runs inside this folder and is handed paths in it.
     args.out = os.path.abspath(args.out)
     out_dir = pathlib.Path(args.out)
@@ -305,10 +314,10 @@ def finish(args, records, version, seconds, file_count):
 
     from coremltools_op_report import write_onnx_report, write_report, write_runtime_report
     from coremltools_suite_report import write_suite_section
-    recorded = RECORDED_ONNX if args.via == "onnx" else recorded_path(args.suite)
+    recorded = recorded_onnx_path(args.suite) if args.via == "onnx" else recorded_path(args.suite)
     if args.report and args.via == "onnx":
         write_onnx_report(records, pathlib.Path(args.report), version, args.sample, seconds,
-                          json.loads(RECORDED.read_text()))
+                          json.loads(recorded_path(args.suite).read_text()), args.suite)
         print(f"report: {args.report}")
     elif args.report:
         if args.suite in MODEL_SUITES:

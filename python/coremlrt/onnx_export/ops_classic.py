@@ -7,7 +7,7 @@ ArgMax over the classes, and the dictionary as ``ZipMap`` (a sequence with one m
 """
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .graph import Unsupported
 from .registry import translates
@@ -118,8 +118,9 @@ _TREE_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ"
 @translates("tree_ensemble")
 def tree_ensemble(v):
     """ai.onnx.ml TreeEnsembleRegressor summing the leaves from `base`, one tree per root; the
-    transform and the two-class layout follow as ONNX ops. ONNX Runtime sums and returns fp32
-    where Core ML sums in fp64: the results agree to fp32's precision."""
+    transform and the two-class layout follow as ONNX ops. Thresholds, leaf values and the base
+    are fp64 tensors and the features an fp64 row, so branches are chosen in fp64 as Core ML
+    chooses them; ONNX Runtime returns the sums as fp32 (TreeEnsembleRegressor's output type)."""
     b = v.builder
     arrays = {name: v.constant(name, required=True).array for name in (
         "node_feature", "node_threshold", "node_behaviour", "node_true", "node_false", "node_missing_true",
@@ -149,13 +150,15 @@ def tree_ensemble(v):
     scores = b.node("TreeEnsembleRegressor", [feature_row(v)], domain="ai.onnx.ml", n_targets=dims,
                     nodes_treeids=[int(tree_of[n]) for n in used], nodes_nodeids=[int(n) for n in used],
                     nodes_featureids=[int(arrays["node_feature"][n]) if br else 0 for n, br in zip(used, branch)],
-                    nodes_values=[float(arrays["node_threshold"][n]) for n in used],
+                    nodes_values_as_tensor=numpy_helper.from_array(
+                        np.asarray([arrays["node_threshold"][n] for n in used], np.float64)),
                     nodes_modes=[_TREE_MODES[behaviour[n]] for n in used],
                     nodes_truenodeids=[int(arrays["node_true"][n]) if br else 0 for n, br in zip(used, branch)],
                     nodes_falsenodeids=[int(arrays["node_false"][n]) if br else 0 for n, br in zip(used, branch)],
                     nodes_missing_value_tracks_true=[int(arrays["node_missing_true"][n]) for n in used],
                     target_treeids=target_trees, target_nodeids=target_nodes, target_ids=target_ids,
-                    target_weights=target_weights, base_values=[float(x) for x in arrays["base"]],
+                    target_weights_as_tensor=numpy_helper.from_array(np.asarray(target_weights, np.float64)),
+                    base_values_as_tensor=numpy_helper.from_array(np.asarray(arrays["base"], np.float64)),
                     aggregate_function="SUM", post_transform="NONE")
     scores = b.node("Cast", [scores], to=TensorProto.DOUBLE)
     transform = v.scalar("transform")
@@ -172,3 +175,86 @@ def tree_ensemble(v):
             int(np.prod(v.outputs[0]["type"]["dims"])) == 2:
         scores = _two_classes(b, scores)
     _declared(v, scores)
+
+
+# Feature engineering (src/ops/feature_engineering.cc): each op reads its inputs as one fp64
+# vector and writes its declared dtype and shape.
+
+def _per_element(v, param, n):
+    values = v.constant(param, required=True).array.astype(np.float64).reshape(-1)
+    return v.builder.initializer(np.broadcast_to(values, [n]).reshape(1, n).copy(), param)
+
+
+def _output_size(v):
+    dims = v.outputs[0]["type"]["dims"]
+    if any(d < 0 for d in dims):
+        raise Unsupported("an output of unknown size")
+    return int(np.prod(dims))
+
+
+@translates("scaler")
+def scaler(v):
+    """(x + shift) * scale."""
+    b = v.builder
+    n = _output_size(v)
+    shifted = b.node("Add", [feature_row(v), _per_element(v, "shift", n)])
+    _declared(v, b.node("Mul", [shifted, _per_element(v, "scale", n)]))
+
+
+@translates("imputer")
+def imputer(v):
+    """Every element equal to `missing` (every NaN when it is NaN) takes the imputed value."""
+    b = v.builder
+    n = _output_size(v)
+    x = feature_row(v)
+    missing = float(v.scalar("missing"))
+    if np.isnan(missing):
+        hit = b.node("IsNaN", [x])
+    else:
+        hit = b.node("Equal", [x, b.initializer(np.asarray(missing), "missing")])
+    _declared(v, b.node("Where", [hit, _per_element(v, "imputed", n), x]))
+
+
+@translates("normalizer")
+def normalizer(v):
+    """x / ||x|| (L1, L2 or max norm); a zero vector stays zero."""
+    b = v.builder
+    x = feature_row(v)
+    norm = v.scalar("norm")
+    axes = b.const_int64([1], "axes")
+    if norm == "l1":
+        size = b.node("ReduceL1", [x, axes], keepdims=1)
+    elif norm == "l2":
+        size = b.node("ReduceL2", [x, axes], keepdims=1)
+    elif norm == "lmax":
+        size = b.node("ReduceMax", [b.node("Abs", [x]), axes], keepdims=1)
+    else:
+        raise Unsupported("norm '%s'" % norm)
+    positive = b.node("Greater", [size, b.initializer(np.asarray(0.0), "zero")])
+    _declared(v, b.node("Where", [positive, b.node("Div", [x, size]), x]))
+
+
+@translates("feature_vectorizer")
+def feature_vectorizer(v):
+    """Its inputs joined in order, input j filling dims[j] places; a dense one-hot dictionary
+    (sparse[j]) narrower than its place is padded with zeros."""
+    b = v.builder
+    dims = v.constant("dims", required=True).ints()
+    sparse = v.constant("sparse", required=True).ints()
+    parts = []
+    for j, (place, is_sparse) in enumerate(zip(dims, sparse)):
+        value = v.input("x", j)
+        if v.type_of("x", j)["dtype"] != "float64":
+            value = b.node("Cast", [value], to=TensorProto.DOUBLE)
+        value = b.node("Reshape", [value, b.const_int64([1, -1], "row")])
+        if is_sparse:
+            width = v.type_of("x", j)["dims"]
+            if any(d < 0 for d in width):
+                raise Unsupported("a dictionary input of unknown width")
+            width = int(np.prod(width))
+            if width > place:
+                raise Unsupported("a dictionary input wider than its place")
+            if width < place:
+                value = b.node("Pad", [value, b.const_int64([0, 0, 0, place - width], "pads")])
+        parts.append(value)
+    _declared(v, parts[0] if len(parts) == 1 else b.node("Concat", parts, axis=1))

@@ -5,7 +5,9 @@ through ``view.builder`` and names every output with ``view.output(i)``. It rais
 ``Unsupported`` with the reason when a use of the op has no ONNX form here.
 """
 
-TRANSLATORS = {}
+from typing import Any, Callable, Dict
+
+TRANSLATORS: Dict[str, Callable[[Any], None]] = {}
 
 
 def translates(*op_types):
