@@ -66,6 +66,7 @@ class GraphBuilder:
         self.opset = opset
         self.fp32 = fp32  # export fp16 programs with fp32 types
         self.nodes = []
+        self.main_nodes = self.nodes  # the main graph's, while a subgraph is being built
         self.initializers = []
         self.value_infos = []
         self.onnx_names = {}  # program value name -> ONNX value name

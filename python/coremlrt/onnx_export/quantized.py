@@ -48,8 +48,15 @@ class Deferred:
         self.emitted = {}
 
     def emit(self, builder, transpose=False):
+        """The weight's ONNX name. Its nodes go to the main graph even while a subgraph (a loop
+        body, a branch) is being built, so every later reader, inside or outside, can use them."""
         if transpose not in self.emitted:
-            self.emitted[transpose] = self._write(builder, transpose)
+            saved = builder.nodes
+            builder.nodes = builder.main_nodes
+            try:
+                self.emitted[transpose] = self._write(builder, transpose)
+            finally:
+                builder.nodes = saved
         return self.emitted[transpose]
 
     def dequantize_form(self, opset):

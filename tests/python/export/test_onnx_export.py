@@ -247,3 +247,32 @@ def test_cli_export_and_check(tmp_path):
     run = subprocess.run([sys.executable, "-m", "coremlrt", "export", refused, "-o", str(tmp_path / "r.onnx")],
                          capture_output=True, text=True)
     assert run.returncode == 1 and "random_normal" in run.stderr
+
+
+def test_a_quantized_weight_read_in_both_branches_of_a_cond(tmp_path):
+    """A packed weight is written once, in the main graph, where both If branches can read it."""
+    from coremltools.converters.mil import Builder as mb
+    import coremltools as ct
+
+    codes = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))], opset_version=ct.target.iOS16)
+    def prog(x):
+        w = mb.constexpr_affine_dequantize(quantized_data=codes, zero_point=np.int8(1), scale=np.float32(0.25), axis=0)
+        pred = mb.greater(x=mb.reduce_sum(x=x), y=0.0)
+        return mb.cond(pred=pred, _true_fn=lambda: mb.linear(x=x, weight=w),
+                       _false_fn=lambda: mb.mul(x=mb.linear(x=x, weight=w), y=2.0))
+
+    path = str(tmp_path / "cond.mlpackage")
+    ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS16, skip_model_load=True,
+               compute_precision=ct.precision.FLOAT32).save(path)
+    out = tmp_path / "cond.onnx"
+    export_onnx(path, out)
+    assert "If" in _ops(out) and "DequantizeLinear" in _ops(out)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, out)
+    for sign in (1.0, -1.0):
+        x = sign * np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+        want, got = model.predict({"x": x}), runner.predict({"x": x})
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
