@@ -117,7 +117,11 @@ class GraphBuilder:
         if self.fp32 and array.dtype == np.float16:
             array = array.astype(np.float32)
         name = self.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        # np.ascontiguousarray would turn a scalar into shape [1]; ONNX wants scalars (a Loop's
+        # trip count, Range's bounds) as shape [].
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        self.initializers.append(numpy_helper.from_array(array, name))
         return name
 
     def packed_initializer(self, array, dtype, hint):
