@@ -32,15 +32,21 @@ def _spatial_attributes(v, spatial):
     return attributes
 
 
-@translates("conv")
-def conv(v):
-    b = v.builder
-    spatial = v.rank("x") - 2
+def _conv_attributes(v, spatial):
+    """conv's and conv_transpose's padding, strides, dilations and groups."""
     attributes = _spatial_attributes(v, spatial)
     dilations = v.ints("dilations")
     if dilations is not None:
         attributes["dilations"] = dilations
     attributes["group"] = int(v.scalar("groups", 1))
+    return attributes
+
+
+@translates("conv")
+def conv(v):
+    b = v.builder
+    spatial = v.rank("x") - 2
+    attributes = _conv_attributes(v, spatial)
     inputs = [v.input("x"), weight_input(v, "weight")]
     if v.has("bias"):
         inputs.append(v.input("bias"))
@@ -51,11 +57,7 @@ def conv(v):
 def conv_transpose(v):
     b = v.builder
     spatial = v.rank("x") - 2
-    attributes = _spatial_attributes(v, spatial)
-    dilations = v.ints("dilations")
-    if dilations is not None:
-        attributes["dilations"] = dilations
-    attributes["group"] = int(v.scalar("groups", 1))
+    attributes = _conv_attributes(v, spatial)
     # The output's spatial size is the program's (output_shape where given): with explicit pads,
     # ONNX reaches it through output_padding; with pad_type same, through output_shape.
     out_dims = v.outputs[0]["type"]["dims"][2:]
