@@ -45,7 +45,7 @@ against OpenVINO on the same weights; memory growth (after the steps, anon + fil
 RSS before loading) against 1.1 x the Core ML package's weight bytes + 64 MB; load times
 against OpenVINO's. Absolute times on a shared machine are noise; ratios measured in the same
 run are the result. The tables are printed and, unless --no-write, replace the section
-"Compressed models" of docs/performance.md (appended when absent; the rest of the file is left
+"Compressed models" of docs/reports/performance.md (appended when absent; the rest of the file is left
 as it is).
 """
 
@@ -518,9 +518,9 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", default=list(cm.MODELS), choices=cm.MODELS)
     parser.add_argument("--forms", nargs="+", default=list(cm.FORMS), choices=cm.FORMS)
     parser.add_argument("--skip-1b", action="store_true", help="leave out the 1 B-parameter decoder")
-    parser.add_argument("--no-write", action="store_true", help="print the tables only, leave docs/performance.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print the tables only, leave docs/reports/performance.md alone")
     parser.add_argument("--models-dir", default=cm.DEFAULT_DIR)
-    parser.add_argument("--output", default=os.path.join(ROOT, "docs", "performance.md"))
+    parser.add_argument("--output", default=os.path.join(ROOT, "docs", "reports", "performance.md"))
     # Smoke test: small models through every code path (compressed_models.TINY_*).
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

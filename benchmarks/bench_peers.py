@@ -13,7 +13,7 @@ untimed), round after round, so that whatever else the machine does falls on all
   model; torch eager on the module.
 
 It prints a table of median latencies and of ratios, load times (first and cached), peak RSS
-while predicting, and writes docs/performance.md and docs/performance.png. Absolute times on a
+while predicting, and writes docs/reports/performance.md and docs/reports/performance.png. Absolute times on a
 shared machine are noise; the ratios measured in the same run are the result.
 """
 
@@ -324,8 +324,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--only", nargs="*", default=list(peer_models.NETWORKS))
     parser.add_argument("--models-dir", default=peer_models.DEFAULT_DIR)
-    parser.add_argument("--output", default=os.path.join(ROOT, "docs", "performance.md"))
-    parser.add_argument("--chart", default=os.path.join(ROOT, "docs", "performance.png"))
+    parser.add_argument("--output", default=os.path.join(ROOT, "docs", "reports", "performance.md"))
+    parser.add_argument("--chart", default=os.path.join(ROOT, "docs", "reports", "performance.png"))
     args = parser.parse_args(argv)
     try:
         import matplotlib  # noqa: F401  (checked before a run of minutes, not after it)

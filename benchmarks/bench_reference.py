@@ -17,7 +17,7 @@ importing coremlrt from the given directory (for example a build of an earlier c
 importing this build, which take turns prediction by prediction, each with the pool at its
 default size; the second table is the ratio of the two medians.
 
-A benchmark, not a test: it prints ratios measured in the same run (docs/architecture.md and
+A benchmark, not a test: it prints ratios measured in the same run (docs/design/architecture.md and
 the README, "Benchmarks and stress runs").
 """
 

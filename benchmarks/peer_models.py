@@ -5,7 +5,7 @@ and as an ONNX model (torch.onnx.export), cached in a folder.
     python3 benchmarks/peer_models.py [--dir DIR] [--only NAME ...]   # build (or reuse) them
 
 Weights are random (seeded): speed does not depend on their values, and nothing here may be
-downloaded. Shapes follow the benchmark table of docs/performance.md.
+downloaded. Shapes follow the benchmark table of docs/reports/performance.md.
 """
 
 import argparse

@@ -3,15 +3,15 @@
 
     python3 scripts/coremltools_op_tests.py                 # full run (about an hour on 2 cores)
     python3 scripts/coremltools_op_tests.py --sample 10 --check   # CI: every 10th case, no regressions
-    python3 scripts/coremltools_op_tests.py --suite runtime --report docs/coremltools-runtime-tests.md
+    python3 scripts/coremltools_op_tests.py --suite runtime --report docs/reports/coremltools-runtime-tests.md
 
 ``--suite ops_neuralnetwork`` runs the op tests' neuralnetwork-backend cases (the op suite
 leaves them out). ``--suite neural_network``, ``sklearn``, ``xgboost`` and ``pipeline`` run
 ``coremltools/test/neural_network``, ``test/sklearn_tests``, ``test/xgboost_tests`` and
 ``test/pipeline``. In these five suites a model coremlrt refuses fails its case, the cause
 naming the refused layer kind or model type; each has its recorded results
-(tests/conformance/recorded_<suite>_results.json) and its section of docs/conformance.md
-(``--report docs/conformance.md``).
+(tests/conformance/recorded_<suite>_results.json) and its section of docs/reports/conformance.md
+(``--report docs/reports/conformance.md``).
 
 The sklearn suite's SVM files import libsvm's modules by their old top-level names
 (``import svmutil``); tests/conformance/libsvm_toplevel/ gives those names to libsvm-official's
@@ -39,7 +39,7 @@ pytest process with the plugin tests/conformance/coremltools_op_suite.py, which 
 JSON line per case. A process that dies (a crash in a kernel, say) is restarted after the
 case it was running, which is recorded as a crash; the other cases of the file still run.
 
-A full run writes docs/conformance.md (``--report``) and, with ``--record``, the list of
+A full run writes docs/reports/conformance.md (``--report``) and, with ``--record``, the list of
 cases that did not pass to tests/conformance/recorded_results.json. ``--check`` compares a
 run with that list and exits non-zero when a case recorded as passing fails or crashes.
 """
@@ -243,7 +243,7 @@ def main():
                              "ops_neuralnetwork, neural_network, sklearn, xgboost, pipeline: models of "
                              "every type (see the module text)")
     parser.add_argument("--out", help="folder for per-file results (default build/coremltools-<suite>-suite)")
-    parser.add_argument("--report", help="write the markdown report here (docs/conformance.md)")
+    parser.add_argument("--report", help="write the markdown report here (docs/reports/conformance.md)")
     parser.add_argument("--record", action="store_true", help=f"write {RECORDED.relative_to(REPO)}")
     parser.add_argument("--check", action="store_true", help="fail on a regression from the recorded run")
     parser.add_argument("--skip-slow", action="store_true",

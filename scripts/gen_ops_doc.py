@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes docs/ops.md: the ops this build has kernels for (from the kernel registry, through
+"""Writes docs/reports/ops.md: the ops this build has kernels for (from the kernel registry, through
 coremlrt._core.supported_ops()), and the MIL ops of the format notes that have none.
 
-    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py            # rewrite docs/ops.md
+    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
     PYTHONPATH=build/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
 
 The MIL op list is read from the op tables of section 5 of coreml-format.md
@@ -15,7 +15,7 @@ import re
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC_PATH = os.path.join(REPO, "docs", "ops.md")
+DOC_PATH = os.path.join(REPO, "docs", "reports", "ops.md")
 FORMAT_DOC = os.environ.get(
     "COREMLRT_FORMAT_DOC", os.path.join(REPO, "..", "shared", "docs", "coreml-format.md"))
 REGENERATE = "PYTHONPATH=build/python python3 scripts/gen_ops_doc.py"
@@ -92,14 +92,14 @@ def render(format_doc=FORMAT_DOC):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/ops.md is stale, write nothing")
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/reports/ops.md is stale, write nothing")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         with open(DOC_PATH, encoding="utf-8") as f:
             stale = f.read() != text
         if stale:
-            print(f"docs/ops.md is stale; regenerate it with: {REGENERATE}", file=sys.stderr)
+            print(f"docs/reports/ops.md is stale; regenerate it with: {REGENERATE}", file=sys.stderr)
         return 1 if stale else 0
     os.makedirs(os.path.dirname(DOC_PATH), exist_ok=True)
     with open(DOC_PATH, "w", encoding="utf-8") as f:

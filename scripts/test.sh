@@ -28,16 +28,16 @@ step pytest
 python3 -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile --durations=15 tests/python
 
 # coremltools' own op tests, every 10th case, predicting through coremlrt: fails when a case
-# that passed in the recorded full run (docs/conformance.md) fails or crashes.
+# that passed in the recorded full run (docs/reports/conformance.md) fails or crashes.
 step "coremltools op tests"
 python3 scripts/coremltools_op_tests.py --sample 10 --check
 # The same op tests predicting through each model's ONNX export run by ONNX Runtime, every 40th
 # case: against the recorded run (tests/conformance/recorded_onnx_results.json,
-# docs/onnx-export-conformance.md).
+# docs/reports/onnx-export-conformance.md).
 step "coremltools op tests through the ONNX export"
 python3 scripts/coremltools_op_tests.py --via onnx --sample 40 --check
 # coremltools' runtime API tests (compiled models, compute plans, structure, assets), every 10th
-# case, against tests/conformance/recorded_runtime_results.json (docs/coremltools-runtime-tests.md).
+# case, against tests/conformance/recorded_runtime_results.json (docs/reports/coremltools-runtime-tests.md).
 step "coremltools runtime tests"
 python3 scripts/coremltools_op_tests.py --suite runtime --sample 10 --check
 # The op tests' neuralnetwork-backend cases (models of the neuralNetwork type), every 20th case:
@@ -58,7 +58,7 @@ step "coremltools xgboost tests"
 # coremltools' XGBoost converter tests, every 2nd case but the stress tests coremltools marks slow
 # (47 CPU seconds; the whole suite takes 20 minutes), against the recorded full run, on XGBoost 1.7.6 and
 # numpy 1.26.4 from build/xgboost-1.7.6 (scripts/xgboost_tested_env.sh, which setup.sh ran;
-# docs/conformance.md says why that version).
+# docs/reports/conformance.md says why that version).
 PYTHONPATH="$(bash scripts/xgboost_tested_env.sh)" python3 scripts/coremltools_op_tests.py --suite xgboost --sample 2 --skip-slow --check
 
 step sanitizers

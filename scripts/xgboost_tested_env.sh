@@ -9,7 +9,7 @@
 #   PYTHONPATH=$(bash scripts/xgboost_tested_env.sh):build-dev/python \
 #     python3 scripts/coremltools_op_tests.py --suite xgboost
 #
-# Why these versions (docs/conformance.md, the XGBoost section, says what each run gave):
+# Why these versions (docs/reports/conformance.md, the XGBoost section, says what each run gave):
 # * numpy 1: on numpy 2 coremltools 9's scikit-learn GradientBoosting converter, which the same
 #   suite tests, fails ("only 0-dimensional arrays can be converted to Python scalars").
 # * 1.7.6, the last 1.x release, still takes DMatrix feature names as a numpy array, as the

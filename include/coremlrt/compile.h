@@ -1,7 +1,7 @@
 #pragma once
 // Compiling a model to the folder form apps ship (.mlmodelc): model.mil (the program as
 // text), weights/, metadata.json. Model::load reads such folders, whoever wrote them, as far
-// as model.mil, the weights and metadata.json describe the model (docs/mil-text.md).
+// as model.mil, the weights and metadata.json describe the model (docs/design/mil-text.md).
 #include <string>
 
 namespace coremlrt {

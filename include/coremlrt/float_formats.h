@@ -1,5 +1,5 @@
 #pragma once
-// Decoding of the narrow float formats that weight files may hold (format topic 4.4, docs/architecture.md).
+// Decoding of the narrow float formats that weight files may hold (format topic 4.4, docs/design/architecture.md).
 #include <cmath>
 #include <cstdint>
 #include <cstring>

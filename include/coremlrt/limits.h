@@ -1,5 +1,5 @@
 #pragma once
-// Resource bounds a model is held to (docs/architecture.md, law 5: a hostile file gets an Error, not an
+// Resource bounds a model is held to (docs/design/architecture.md, law 5: a hostile file gets an Error, not an
 // out-of-memory kill or a hang). A model's limits are active on the thread that loads it or
 // predicts with it (ResourceScope, set by Model); Tensor::empty charges every engine buffer to
 // the active memory budget before allocating it, and while_loop counts its iterations against

@@ -27,14 +27,14 @@ struct LoadOptions {
   // How long an execution context (per-prediction buffers) may stay idle before a
   // background thread frees it. Negative: keep idle contexts until the model is destroyed.
   std::chrono::milliseconds context_linger{1000};
-  // Which execution backends may run the model (docs/architecture.md, "Backends"):
+  // Which execution backends may run the model (docs/design/architecture.md, "Backends"):
   //   "auto"      every backend this build has, each region only where its cost rule says
   //               it pays (a tiny model stays on our kernels);
   //   "reference" our own kernels alone;
   //   a name      that backend wherever it can run an op ("openvino"), our kernels elsewhere.
   // available_backends() lists the names this build accepts.
   std::string backend = "auto";
-  // Opt-in low-precision mode (docs/architecture.md, law 6): matrix ops of fp16 programs may compute in
+  // Opt-in low-precision mode (docs/design/architecture.md, law 6): matrix ops of fp16 programs may compute in
   // bf16 on a CPU's matrix unit. Python maps ComputeUnit.CPU_AND_NE to it. Off by default.
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.

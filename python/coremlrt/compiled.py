@@ -2,7 +2,7 @@
 
 :func:`compile_model` writes one from an ``.mlpackage`` or ``.mlmodel``:
 
-* ``model.mil``: the ML program as text, in Core ML's own form (docs/mil-text.md);
+* ``model.mil``: the ML program as text, in Core ML's own form (docs/design/mil-text.md);
 * ``weights/``: the weight files, unchanged;
 * ``metadata.json``: inputs, outputs, states and metadata, as Core ML writes them;
 * ``coremlrt-source.mlmodel``: the source protobuf, which models that are not ML programs

@@ -8,7 +8,7 @@ operation (nested blocks included, in program order). It is what coremltools'
 Device: coremlrt computes on the CPU, so every op's device is ``"CPU"``
 (``MLCPUComputeDevice``). Backend: :func:`op_backend` is the one place that says which
 engine runs an op, from the runtime's own placements (``MLModel.placements()``,
-docs/architecture.md, "Backends"): ``"openvino"``, ``"reference"`` (coremlrt's own kernels;
+docs/design/architecture.md, "Backends"): ``"openvino"``, ``"reference"`` (coremlrt's own kernels;
 ops inside nested blocks always run there), ``"folded"`` (computed once at load), ``"packed"``
 (a compressed weight the kernels reading it decode as they run; ``reason`` names its stored form:
 docs/design/compressed-weights.md), or ``"none"`` when this build has no kernel for it. ``reason`` says why an op is not on the

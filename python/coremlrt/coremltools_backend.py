@@ -230,7 +230,7 @@ class _MLGPUComputeDeviceProxy:
 class _MLNeuralEngineComputeDeviceProxy:
     """The Neural Engine's counterpart here: this CPU's bf16 matrix unit (AMX, or AVX-512 BF16),
     which the low-precision mode uses (ComputeUnit.CPU_AND_NE: fp16 programs may compute in bf16
-    in the OpenVINO backend; docs/architecture.md, law 6). Listed only where that mode can run:
+    in the OpenVINO backend; docs/design/architecture.md, law 6). Listed only where that mode can run:
     a build with the OpenVINO backend on a CPU with bf16 matrix instructions. Its cores are the
     CPU's cores: the matrix unit is part of each of them."""
 

@@ -260,7 +260,7 @@ class MLModel:
     by a background thread, so a process that stops predicting returns to its post-load
     memory; a negative value keeps idle contexts for the model's lifetime.
 
-    ``backend`` chooses who runs the ops (docs/architecture.md, "Backends"): ``"auto"``
+    ``backend`` chooses who runs the ops (docs/design/architecture.md, "Backends"): ``"auto"``
     (default) lets the OpenVINO backend take the regions of the program where its cost rule
     says it pays and runs the rest on coremlrt's own kernels; ``"openvino"`` gives OpenVINO
     every op it can run; ``"reference"`` runs everything on coremlrt's own kernels.

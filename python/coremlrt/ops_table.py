@@ -1,6 +1,6 @@
 """The ops this build runs, as text: op type, iOS opsets, accepted dtypes.
 
-Shared by ``coremlrt ops`` and ``scripts/gen_ops_doc.py`` (which writes docs/ops.md).
+Shared by ``coremlrt ops`` and ``scripts/gen_ops_doc.py`` (which writes docs/reports/ops.md).
 """
 
 from . import _core

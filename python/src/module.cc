@@ -1,6 +1,6 @@
 // The extension module coremlrt._core: a thin layer over the C++ API.
 //
-// Rules kept here (docs/architecture.md, laws 1-4): a Python object reaches the engine only as a
+// Rules kept here (docs/design/architecture.md, laws 1-4): a Python object reaches the engine only as a
 // Tensor view whose owner handle is a PyOwner (py_owner.h), the one type that holds Python
 // references from C++; predict() and loading run with the GIL released; the binding drops
 // its input references after taking the GIL back, on the calling thread, so a caller's
@@ -171,7 +171,7 @@ void mark_exiting() {
 
 // A numpy array (already of the right dtype, C-contiguous) as a zero-copy engine view.
 // Read-only arrays (np.load with mmap, Arrow or Parquet columns) are taken too: the engine
-// never writes a caller's input (docs/architecture.md, law 4).
+// never writes a caller's input (docs/design/architecture.md, law 4).
 Tensor view_of(nb::handle value, const std::string& name) {
   nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu> array;
   if (!nb::try_cast(value, array)) fail("'", name, "' is not a C-contiguous numpy array");

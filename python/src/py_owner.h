@@ -1,5 +1,5 @@
 #pragma once
-// The one type through which C++ holds a reference to a Python object (docs/architecture.md, law 2).
+// The one type through which C++ holds a reference to a Python object (docs/design/architecture.md, law 2).
 //
 // The engine sees caller memory as a Tensor view plus an opaque owner handle
 // (std::shared_ptr<const void>). When that memory belongs to a Python object, the handle

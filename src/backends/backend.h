@@ -1,5 +1,5 @@
 #pragma once
-// The seam between the runtime and execution backends (docs/architecture.md, "Backends").
+// The seam between the runtime and execution backends (docs/design/architecture.md, "Backends").
 //
 // At load, after constant folding, the runtime shows each backend the function's top-level
 // ops (a FunctionView); the backend says, op by op, whether it can run it and why not
@@ -14,7 +14,7 @@
 // Ownership: a FunctionView and a Region borrow the function, its ops and the plan's constants
 // for the duration of propose() / compile() only; a compiled kernel that needs a constant later
 // must keep its Tensor (which shares the storage). Tensors a compiled kernel reads through its
-// KernelContext are borrowed for that call only (docs/architecture.md, law 4).
+// KernelContext are borrowed for that call only (docs/design/architecture.md, law 4).
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,7 +75,7 @@ struct Region {
 
 // How a backend may compute; from LoadOptions (include/coremlrt/model.h).
 struct BackendOptions {
-  // Matrix ops of fp16 programs may use bf16 (docs/architecture.md, law 6: an opt-in mode, never a default).
+  // Matrix ops of fp16 programs may use bf16 (docs/design/architecture.md, law 6: an opt-in mode, never a default).
   bool low_precision = false;
   // Threads one prediction may use; 0 = the machine's cores.
   int threads = 0;
@@ -105,7 +105,7 @@ class Backend {
   // Error when it cannot; the runtime then keeps our kernels for the region and reports why.
   // The plan keeps the region's ops on our kernels as the step's nested block 0: a kernel whose
   // inputs do not have the shapes it was compiled for (a model whose declared shapes are wrong:
-  // docs/declared-shapes.md) runs them instead, with KernelContext::run_block(0, {}), whose
+  // docs/design/declared-shapes.md) runs them instead, with KernelContext::run_block(0, {}), whose
   // results are the region's outputs in order.
   virtual std::unique_ptr<ops::Kernel> compile(const Region& region) const = 0;
 };

@@ -1,7 +1,7 @@
 #pragma once
 // metadata.json of a compiled model folder (.mlmodelc): the model's description (input,
 // output and state schemas per function, metadata, specification version) as JSON. The keys
-// written and read are listed in docs/mil-text.md ("metadata.json").
+// written and read are listed in docs/design/mil-text.md ("metadata.json").
 #include <map>
 #include <string>
 

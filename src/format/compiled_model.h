@@ -1,6 +1,6 @@
 #pragma once
 // Compiled model folders (.mlmodelc), the form apps ship. An ML program's folder holds
-//   model.mil          the program as text (mil_text.h; grammar in docs/mil-text.md)
+//   model.mil          the program as text (mil_text.h; grammar in docs/design/mil-text.md)
 //   weights/...        the weight files, unchanged (BLOBFILE offsets stay valid)
 //   metadata.json      the description: input/output/state schemas, metadata (compiled_metadata.h)
 // Apple's compiler adds binary files (coremldata.bin, analytics/) that this build does not

@@ -1,6 +1,6 @@
 #pragma once
 // model.mil: the text form of an ML program that a compiled model folder (.mlmodelc) holds.
-// The grammar, written from the texts coremltools' own tests check, is in docs/mil-text.md.
+// The grammar, written from the texts coremltools' own tests check, is in docs/design/mil-text.md.
 // The printer writes a program read from protobuf; the reader turns such a text (ours or one
 // written by Apple's compiler) into the same ir::Program that spec_reader.cc makes from the
 // protobuf, so that both load paths run the same plan.

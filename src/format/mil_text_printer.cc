@@ -1,4 +1,4 @@
-// Prints an ML program in the text form of model.mil (grammar: docs/mil-text.md).
+// Prints an ML program in the text form of model.mil (grammar: docs/design/mil-text.md).
 #include <cctype>
 #include <cstdio>
 #include <map>

@@ -1,4 +1,4 @@
-// Reads the text form of an ML program (model.mil) into ir::Program. Grammar: docs/mil-text.md.
+// Reads the text form of an ML program (model.mil) into ir::Program. Grammar: docs/design/mil-text.md.
 // Everything not in that grammar is refused with the file name and line.
 #include <cctype>
 #include <cerrno>

@@ -1,4 +1,4 @@
-// scaled_dot_product_attention (format topic 5.20, docs/architecture.md):
+// scaled_dot_product_attention (format topic 5.20, docs/design/architecture.md):
 // softmax(Q K^T / sqrt(E) + mask) V over the last axis, computed in float per batch matrix.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Control flow and lists (format topic 3.7, docs/architecture.md, 5.15): cond, while_loop, make_list,
+// Control flow and lists (format topic 3.7, docs/design/architecture.md, 5.15): cond, while_loop, make_list,
 // list_length, list_read, list_write, list_gather, list_scatter.
 //
 // Branches and loop blocks are compiled at load into nested block plans and run through

@@ -1,4 +1,4 @@
-// Elementwise binary ops (format topic 5.2, docs/architecture.md): x and y share one dtype and broadcast
+// Elementwise binary ops (format topic 5.2, docs/design/architecture.md): x and y share one dtype and broadcast
 // NumPy-style. Arithmetic on fp16 is done in float and rounded once per element; fp16
 // operands are widened and results narrowed in blocks (util.h).
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Elementwise unary ops (format topic 5.3, docs/architecture.md; `cast` lives in misc.cc). The output keeps the
+// Elementwise unary ops (format topic 5.3, docs/design/architecture.md; `cast` lives in misc.cc). The output keeps the
 // input's dtype and shape; fp16 is computed in float and rounded once per element on store
 // (widened and narrowed in blocks: util.h, map_float_blocks).
 #include <algorithm>

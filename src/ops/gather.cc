@@ -1,4 +1,4 @@
-// Gather and scatter ops (format topic 5.10, docs/architecture.md). Indices are read as int64 whatever their
+// Gather and scatter ops (format topic 5.10, docs/design/architecture.md). Indices are read as int64 whatever their
 // dtype; an index outside [-D, D) fails the prediction instead of touching memory out of
 // bounds. Negative indices wrap like Python's: iOS15/16 define that, iOS17+ call it out of
 // range with undefined results unless validate_indices is set, in which case we fail. Gathers

@@ -50,7 +50,7 @@ class KernelContext {
   // the caller's state object holds it. nullptr otherwise: the kernel then writes a copy and
   // hands it on with replace_state. A kernel that writes in place first records, with
   // on_failure, how to put back what it overwrites, so that a prediction that fails leaves the
-  // state as it was (docs/architecture.md: a state changes only when a prediction succeeds).
+  // state as it was (docs/design/architecture.md: a state changes only when a prediction succeeds).
   virtual Tensor* writable_state(int index) = 0;
   // Runs `undo` if this prediction fails, after the undos recorded after it (newest first),
   // when the state bound to input `index` is still the caller's buffer (the buffer a
@@ -146,7 +146,7 @@ using PackedFactory = std::function<std::vector<std::shared_ptr<const ir::ConstV
 // The element types a kernel accepts for its main tensor input: the types its dtype switch
 // handles (for ops that make a tensor from a shape, such as fill or random_uniform, the
 // types it can produce). Kernels that only move elements (reshape, gather, concat, ...)
-// accept any dtype. Declared next to each registration so that docs/ops.md can list it.
+// accept any dtype. Declared next to each registration so that docs/reports/ops.md can list it.
 class DTypeSet {
  public:
   constexpr DTypeSet(std::initializer_list<DType> dtypes) {
@@ -176,7 +176,7 @@ class DTypeSet {
   bool any_ = false;
 };
 
-// The type sets of the MIL op tables (format topic 5, docs/architecture.md) that kernels share.
+// The type sets of the MIL op tables (format topic 5, docs/design/architecture.md) that kernels share.
 inline constexpr DTypeSet kFloat{DType::Float16, DType::Float32};                     // F
 inline constexpr DTypeSet kFloatInt{DType::Float16, DType::Float32, DType::Int32};    // FI
 inline constexpr DTypeSet kBool{DType::Bool};

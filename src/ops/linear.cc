@@ -1,4 +1,4 @@
-// linear, matmul and einsum (format topic 5.4, docs/architecture.md).
+// linear, matmul and einsum (format topic 5.4, docs/design/architecture.md).
 //
 // Float kernels compute in float whatever the storage type, through the shared GEMM
 // (gemm.h), which reads every operand in place: a constant weight stays in its mapping of

@@ -1,4 +1,4 @@
-// cast (format topic 5.3, docs/architecture.md), identity and select (5.15).
+// cast (format topic 5.3, docs/design/architecture.md), identity and select (5.15).
 #include <cmath>
 #include <limits>
 

@@ -1,4 +1,4 @@
-// Random ops (format topic 5.14, docs/architecture.md): random_uniform, random_normal, random_bernoulli and
+// Random ops (format topic 5.14, docs/design/architecture.md): random_uniform, random_normal, random_bernoulli and
 // random_categorical.
 //
 // Apple's generator is not documented, so the values cannot match Core ML's; what is kept is

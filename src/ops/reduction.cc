@@ -1,4 +1,4 @@
-// Reductions (format topic 5.9, docs/architecture.md). x is fp16, fp32 or int32 and the result keeps its dtype
+// Reductions (format topic 5.9, docs/design/architecture.md). x is fp16, fp32 or int32 and the result keeps its dtype
 // (argmax/argmin return indices). Values are accumulated in double and rounded once on store;
 // int32 results are truncated toward zero, as coremltools' value inference does with astype.
 #include <algorithm>

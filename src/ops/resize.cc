@@ -1,4 +1,4 @@
-// Image resizing ops (format topic 5.8, docs/architecture.md): upsample_*, resize_*, resize (iOS17), crop and
+// Image resizing ops (format topic 5.8, docs/design/architecture.md): upsample_*, resize_*, resize (iOS17), crop and
 // crop_resize. Interpolation is separable: each resized axis is one pass over a float copy
 // of the data, so fp16 inputs are rounded once, at the end.
 #include <algorithm>

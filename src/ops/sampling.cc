@@ -1,4 +1,4 @@
-// Spatial sampling (format topic 5.8, docs/architecture.md): resample (PyTorch grid_sample-like) and affine
+// Spatial sampling (format topic 5.8, docs/design/architecture.md): resample (PyTorch grid_sample-like) and affine
 // (an affine grid fed to the same sampler).
 //
 // The sampler treats the image as if it were padded infinitely (the op definition's model:

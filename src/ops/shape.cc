@@ -1,4 +1,4 @@
-// Shape and layout ops (format topic 5.11, docs/architecture.md, 5.12): reshape and friends, transpose,
+// Shape and layout ops (format topic 5.11, docs/design/architecture.md, 5.12): reshape and friends, transpose,
 // reverse, concat/split/stack, tile, pad. Everything here moves data without looking at it,
 // so kernels work on any dtype by element size; reshape-like ops return views (no copy).
 #include <algorithm>

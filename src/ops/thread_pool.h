@@ -4,7 +4,7 @@
 // The calling thread always runs a share of its own loop and only ever waits for ranges that
 // a pool thread has already started, so any number of predictions may call parallel_for at
 // once without deadlock, even when every pool thread is busy with another caller's loop. Pool
-// threads run kernel code only: they never touch Python (docs/architecture.md, law 3) and take no lock
+// threads run kernel code only: they never touch Python (docs/design/architecture.md, law 3) and take no lock
 // that a caller holds while computing. A loop started from inside a pool thread runs on that
 // thread alone.
 #include <cstdint>

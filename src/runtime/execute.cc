@@ -47,7 +47,7 @@ namespace {
 // dtype and rank as declared. Dims are what the op computes, not the static dims the file
 // declares: coremltools' type inference writes some wrongly (slice_by_size with a negative
 // begin and size -1, a literal 0 from a reshape shape), and Core ML derives shapes itself when
-// it compiles a program, so such models run there (docs/declared-shapes.md).
+// it compiles a program, so such models run there (docs/design/declared-shapes.md).
 bool matches_declared(const Tensor& t, const ir::ValueType& type) {
   if (type.kind != ir::TypeKind::Tensor) return true;
   if (t.dtype != type.dtype) return false;

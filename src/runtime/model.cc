@@ -37,7 +37,7 @@ struct Model::Impl {
 
 namespace {
 
-// Law 5 (docs/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
+// Law 5 (docs/design/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
 // names the model. Readers below this layer name the file or the field; the model's path is
 // added where they did not name it, and a standard exception (a failed allocation, a
 // container bound) is turned into an Error saying so.

@@ -34,7 +34,7 @@ namespace {
 // matrix op, convolution and recurrent layer is faster there. So a region goes to OpenVINO when it
 // does at least kMinRegionMacs multiply-adds or produces at least kMinRegionElements values.
 // The element threshold stays high on purpose: an elementwise fp16 region on OpenVINO computes in
-// fp32 (fp16 or wider, docs/architecture.md law 6) where Core ML's own results, and our kernels,
+// fp32 (fp16 or wider, docs/design/architecture.md law 6) where Core ML's own results, and our kernels,
 // round every op to fp16; a model made only of such ops keeps Core ML's exact results here.
 // (Measured cost of that choice: the fp16 -> fp32 casts of the KV cache in
 // benchmarks/peer_models.py's GPT-2 decode step, 786432 values each, stay on our kernels.)
@@ -429,7 +429,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     ov::AnyMap config = {
         ov::hint::performance_mode(throughput ? ov::hint::PerformanceMode::THROUGHPUT
                                               : ov::hint::PerformanceMode::LATENCY),
-        // docs/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then
+        // docs/design/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then
         // bf16 only for fp16 programs.
         ov::hint::inference_precision(options_.low_precision && fp16_program ? ov::element::bf16 : ov::element::f32),
     };

@@ -71,7 +71,7 @@ class Lowerer : public OpReader {
   // out of range, say). For facts OpenVINO cannot report itself.
   virtual void require(const Value& condition) = 0;
   // The element type values of `dtype` have inside the region: fp16 values are computed in
-  // fp32 unless the caller chose the low-precision mode (docs/architecture.md, law 6).
+  // fp32 unless the caller chose the low-precision mode (docs/design/architecture.md, law 6).
   virtual ov::element::Type compute_type(DType dtype) const = 0;
   // A constant node of `type` with the given values (scalars for broadcasting, shapes, axes).
   static Value constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data);

@@ -48,7 +48,7 @@ class RegionKernel final : public ops::Kernel {
       }
       if (!state) state = std::make_unique<InferState>(const_cast<ov::CompiledModel&>(compiled_).create_infer_request());
       ov::InferRequest& request = static_cast<InferState&>(*state).request;
-      // Inputs are wrapped, not copied, for this call only (docs/architecture.md, law 4: the next run
+      // Inputs are wrapped, not copied, for this call only (docs/design/architecture.md, law 4: the next run
       // binds new tensors before anything is read).
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));

@@ -2,7 +2,7 @@
 // The layers of the convolution, pooling and normalization families read blobs whose last
 // `spatial` + 1 axes are [C, *spatial] (in the rank-5 layout [Seq, Batch, C, H, W], in the
 // exact-rank layout [.., C, H, W]), while the ops they map onto (conv, max_pool, batch_norm,
-// ...; docs/ops.md) take [N, C, *spatial]. A SpatialFrame folds the leading axes into N
+// ...; docs/reports/ops.md) take [N, C, *spatial]. A SpatialFrame folds the leading axes into N
 // before the op and unfolds them after it.
 #include <vector>
 

@@ -67,7 +67,7 @@ TEST(Model, LoadsAndPredictsThroughTheCppApi) {
   EXPECT_NE(y.data, x.data());
 }
 
-// With every backend this build has, fp16 ops may compute in fp32 (docs/architecture.md, law 6: fp16 or
+// With every backend this build has, fp16 ops may compute in fp32 (docs/design/architecture.md, law 6: fp16 or
 // wider), so each value is the fp16 result or the fp32 one, nothing else.
 TEST(Model, AutoBackendComputesFp16OpsInFp16OrWider) {
   GENERATED_MODEL(path, "fixture_add");
