@@ -17,7 +17,7 @@ if "COREMLRT_CACHE_DIR" not in os.environ:
     os.environ["COREMLRT_CACHE_DIR"] = tempfile.mkdtemp(prefix="coremlrt-test-cache-")
     atexit.register(shutil.rmtree, os.environ["COREMLRT_CACHE_DIR"], ignore_errors=True)
 
-# Suites that run once per execution backend (docs/architecture.md, "Backends"). Every model
+# Suites that run once per execution backend (docs/design/architecture.md, "Backends"). Every model
 # they load takes its backend from COREMLRT_BACKEND, which the `coremlrt_backend` fixture sets
 # for the whole module run (module-scoped fixtures that load models take `coremlrt_backend`
 # so that they are made again for each backend); subprocesses inherit it. Other suites run

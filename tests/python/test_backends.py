@@ -1,4 +1,4 @@
-"""Where ops run (docs/architecture.md, "Backends"): the backend choice, the cost rule of
+"""Where ops run (docs/design/architecture.md, "Backends"): the backend choice, the cost rule of
 "auto", the ops that stay on our kernels and why, and the results of each backend against our
 reference kernels on the same model."""
 
@@ -87,7 +87,7 @@ def test_openvino_takes_the_whole_network_and_agrees_with_our_kernels(models, na
     expected = ours.predict({"x": models["x"]})["probs"]
     got = theirs.predict({"x": models["x"]})["probs"]
     # fp32: summation order only. fp16: our kernels round every op to fp16, OpenVINO computes
-    # in fp32 (fp16 or wider, docs/architecture.md law 6): a few fp16 ulps of the softmax.
+    # in fp32 (fp16 or wider, docs/design/architecture.md law 6): a few fp16 ulps of the softmax.
     tolerance = 1e-5 if name == "conv" else 3e-3
     np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
 
@@ -213,7 +213,7 @@ def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expec
 def test_fp16_embedding_and_projection_on_openvino_compute_in_fp32(tmp_path):
     """An fp16 program's embedding gather (ids computed at run time) and linear layer on OpenVINO:
     the rows are gathered from the fp16 table and widened exactly, so the results are fp32
-    arithmetic on the fp16 constants (docs/architecture.md, law 6), never bf16."""
+    arithmetic on the fp16 constants (docs/design/architecture.md, law 6), never bf16."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
@@ -254,7 +254,7 @@ def test_cli_info_plan_shows_placements(models):
 @needs_openvino
 def test_region_whose_inputs_differ_from_the_declared_shapes_runs_on_our_kernels(tmp_path):
     """coremltools declares slice_by_size(begin -2, size -1) as [2, 7] where the op yields
-    [2, 2] (docs/declared-shapes.md). cumsum has no OpenVINO lowering, so the multiply after it
+    [2, 2] (docs/design/declared-shapes.md). cumsum has no OpenVINO lowering, so the multiply after it
     is a region compiled for the declared [2, 7]; at run time its input is [2, 2], and the
     region's own ops run on our kernels instead."""
     import coremltools as ct

@@ -1,4 +1,4 @@
-"""Prediction lifetime and the GIL (docs/architecture.md, laws 1-4).
+"""Prediction lifetime and the GIL (docs/design/architecture.md, laws 1-4).
 
 The crash these tests guard against: an engine that keeps a caller's input after predict
 returns and drops the Python reference later, on its own thread, without the GIL.

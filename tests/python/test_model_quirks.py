@@ -1,6 +1,6 @@
 """What real converted models do that a strict reader would refuse, handled as Core ML does:
 optional inputs with a default value, rank-0 outputs, and static dims that coremltools'
-type inference declared wrongly (docs/declared-shapes.md). References come from numpy."""
+type inference declared wrongly (docs/design/declared-shapes.md). References come from numpy."""
 
 import os
 

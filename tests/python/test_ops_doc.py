@@ -1,4 +1,4 @@
-"""docs/ops.md matches the kernel registry, and the dtypes the registry declares are true."""
+"""docs/reports/ops.md matches the kernel registry, and the dtypes the registry declares are true."""
 
 import difflib
 import importlib.util
@@ -35,8 +35,8 @@ def test_ops_doc_is_current():
         written = f.read()
     if written != expected:
         diff = "".join(list(difflib.unified_diff(written.splitlines(True), expected.splitlines(True),
-                                                 "docs/ops.md", "registry", n=0))[:40])
-        pytest.fail(f"docs/ops.md is stale; regenerate it with: {gen.REGENERATE}\n{diff}", pytrace=False)
+                                                 "docs/reports/ops.md", "registry", n=0))[:40])
+        pytest.fail(f"docs/reports/ops.md is stale; regenerate it with: {gen.REGENERATE}\n{diff}", pytrace=False)
 
 
 def test_format_doc_parser_finds_the_op_tables():

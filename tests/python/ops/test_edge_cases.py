@@ -5,7 +5,7 @@ Shape-op and cast edge cases (negative axes, empty tensors, rank-0 results, fp16
 casts) are in test_edge_cases_shape_cast.py.
 
 References are computed here with NumPy (or PyTorch). Where NumPy's semantics differ from the
-MIL ones documented in docs/architecture.md (format topics 5.2, 5.3, 8.4), the MIL ones are followed and a
+MIL ones documented in docs/design/architecture.md (format topics 5.2, 5.3, 8.4), the MIL ones are followed and a
 comment says so. Several ops share one program: converting is the slow part.
 """
 
@@ -55,7 +55,7 @@ def floor_div_ref(x, y):
 
 def real_div_ref(x, y):
     if x.dtype.kind == "i":
-        # Declared int32 (format topic 8.4, docs/architecture.md); coremltools' value inference divides exactly
+        # Declared int32 (format topic 8.4, docs/design/architecture.md); coremltools' value inference divides exactly
         # and stores as int32, truncating toward zero. INT32_MIN / -1 wraps to INT32_MIN there.
         with np.errstate(over="ignore", invalid="ignore"):
             return np.where((x == INT32_MIN) & (y == -1), INT32_MIN, np.trunc(x / y)).astype(np.int32)
@@ -208,7 +208,7 @@ def test_fp16_arithmetic_rounds_to_nearest_even(tmp_path):
 
 
 def test_int32_division_and_overflow(tmp_path):
-    """floor_div floors and mod takes the divisor's sign (Python semantics, docs/architecture.md,
+    """floor_div floors and mod takes the divisor's sign (Python semantics, docs/design/architecture.md,
     format topic 8.4); real_div truncates. Overflow wraps modulo 2^32 as in NumPy and coremltools' value
     inference, and INT32_MIN / -1 must not trap."""
     x = np.array([7, -7, 7, -7, 6, -6, 0, 0, 1, -1, INT32_MIN, INT32_MIN, INT32_MAX, INT32_MAX, -5, 5], np.int32)
