@@ -12,12 +12,23 @@ it. MLModel(..., threads=n) caps what one prediction of that model takes from it
     compiled = coremlrt.compile_model("model.mlpackage", "model.mlmodelc")
 """
 
+from typing import Any
+
 from ._core import Error, available_backends, num_threads, set_num_threads, state_traffic
 from .batch import BatchResult, predict_dataset
 from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
-# coremlrt.dask and coremlrt.ray are imported on demand: they need the optional extras.
+# coremlrt.dask, coremlrt.ray, coremlrt.serve and coremlrt.onnx_export are imported on demand:
+# they need the optional extras. export_onnx is reached from here, imported when first used.
 __all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "compile_model",
-           "num_threads", "predict_dataset", "set_num_threads", "state_traffic"]
+           "export_onnx", "num_threads", "predict_dataset", "set_num_threads", "state_traffic"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "export_onnx":
+        from .onnx_export import export_onnx
+
+        return export_onnx
+    raise AttributeError(f"module 'coremlrt' has no attribute '{name}'")

@@ -244,8 +244,28 @@ def build_fixture_compressed(directory):
                             "rtol": 1e-5, "atol": 1e-5}, [({"x": x}, expected, None)])
 
 
+def build_fixture_doc_model(directory):
+    """The model the guides' examples name (docs/guide/cpp.md, tests/python/docs/doc_examples.py):
+    x float32 [1, 3] -> y = relu(x + 1), computed in fp32."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3))], opset_version=ct.target.iOS18)
+    def prog(x):
+        return mb.relu(x=mb.add(x=x, y=np.float32(1.0)), name="y")
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT32)
+    model.save(os.path.join(directory, "model.mlpackage"))
+    x = np.array([[-2.0, 0.0, 2.0]], np.float32)
+    _write_case(directory, {"name": "fixture_doc_model", "format": "mlprogram", "function_name": None,
+                            "rtol": 0.0, "atol": 0.0, "opsets": {"main": "CoreML8"}},
+                [({"x": x}, {"y": np.maximum(x + 1, 0)}, None)])
+
+
 BUILDERS = {
     "fixture_add": build_fixture_add,
+    "fixture_doc_model": build_fixture_doc_model,
     "fixture_stateful_accumulator": build_fixture_stateful_accumulator,
     "fixture_multifunction": build_fixture_multifunction,
     "fixture_fuzz_predict": build_fixture_fuzz_predict,

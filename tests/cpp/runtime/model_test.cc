@@ -1,5 +1,7 @@
 #include "coremlrt/model.h"
 
+#include "generated_model.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,36 +16,6 @@
 namespace coremlrt {
 namespace {
 
-// The models these tests need are made by tests/python/fixtures.py with coremltools (cached
-// under build/test-fixtures), so a fresh clone runs them without any shared corpus. The
-// generator prints "case: FOLDER"; an empty result means it failed, and the test fails.
-std::string generated_model(const std::string& name, std::string* failure) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> made;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = made.find(name); it != made.end()) return it->second;
-  std::string command = std::string(COREMLRT_PYTHON) + " " + COREMLRT_SOURCE_DIR + "/tests/python/fixtures.py " + name + " 2>&1";
-  std::string output;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[4096];
-    while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
-    if (pclose(pipe) == 0) {
-      size_t line = output.rfind("case: ");
-      std::string folder = line == std::string::npos ? "" : output.substr(line + 6);
-      folder.erase(std::min(folder.size(), folder.find('\n')));
-      std::string path = folder + "/model.mlpackage";
-      if (std::filesystem::exists(path)) return made[name] = path;
-    }
-  }
-  *failure = "could not generate test model '" + name + "' with `" + command + "` (needs python3 with numpy, " +
-             "coremltools and torch; scripts/setup.sh installs them):\n" + output;
-  return "";
-}
-
-#define GENERATED_MODEL(variable, name)               \
-  std::string variable##_failure;                     \
-  std::string variable = generated_model(name, &variable##_failure); \
-  ASSERT_FALSE(variable.empty()) << variable##_failure
 
 // fixture_add computes cast(fp32->fp16) -> add 1 -> cast(fp16->fp32).
 float reference_add_one(float x) { return static_cast<float>(static_cast<half>(static_cast<float>(static_cast<half>(x)) + 1.0f)); }
