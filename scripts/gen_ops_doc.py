@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Writes docs/reports/ops.md: the ops this build has kernels for (from the kernel registry, through
-coremlrt._core.supported_ops()), and the MIL ops of the format notes that have none.
+coremlrt._core.supported_ops()), and the MIL ops of docs/design/coreml-format.md that have none.
 
     PYTHONPATH=build/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
     PYTHONPATH=build/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
 
-The MIL op list is read from the op tables of section 5 of coreml-format.md
-(../shared/docs/coreml-format.md beside the checkout; COREMLRT_FORMAT_DOC overrides).
+The MIL op list is read from the op tables of docs/design/coreml-format.md (the tables whose
+first column is `op`: one op per row).
 """
 
 import argparse
@@ -16,11 +16,10 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC_PATH = os.path.join(REPO, "docs", "reports", "ops.md")
-FORMAT_DOC = os.environ.get(
-    "COREMLRT_FORMAT_DOC", os.path.join(REPO, "..", "shared", "docs", "coreml-format.md"))
+FORMAT_DOC = os.path.join(REPO, "docs", "design", "coreml-format.md")
 REGENERATE = "PYTHONPATH=build/python python3 scripts/gen_ops_doc.py"
 
-# Ops of the format notes that no ML program file needs a kernel for, and why. Any other
+# Ops of the op tables that no ML program file needs a kernel for, and why. Any other
 # op without a kernel is listed as not supported yet.
 NO_KERNEL_NEEDED = {
     "const": "its value is loaded with the program; nothing runs",
@@ -49,21 +48,26 @@ After changing a kernel registration (`registry.add` in `src/ops/`), rebuild and
 
 
 def format_doc_ops(path):
-    """MIL op names of the op tables in section 5 of coreml-format.md: the first cell of
-    every table row, and the 'New ops' / 'Redefined ops' cells of the opset summary."""
+    """MIL op names of the op tables in docs/design/coreml-format.md: the first cell of every
+    row of a table whose header's first cell is `op`, one op name in backquotes per row."""
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("\n## 5.")
-    following = text.find("\n## ", start + 1)
-    section = text[start:following if following >= 0 else len(text)]
+        lines = f.read().splitlines()
     names = set()
-    for line in section.splitlines():
-        if not line.startswith("|") or line.startswith("|---"):
+    in_op_table = False
+    for line in lines:
+        if not line.startswith("|"):
+            in_op_table = False
             continue
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        is_summary_row = cells[0].startswith("CoreML")
-        named = " ".join(cells[1:3]) if is_summary_row else cells[0]
-        names.update(re.findall(r"`([a-z][a-z0-9_]*)`", named))
+        if line.startswith("|---"):
+            continue
+        first = line.strip().strip("|").split("|")[0].strip()
+        if first == "op":
+            in_op_table = True
+        elif in_op_table:
+            match = re.fullmatch(r"`([a-z][a-z0-9_]*)`", first)
+            if not match:
+                raise ValueError(f"{path}: an op table row must start with one op name in backquotes: {line}")
+            names.add(match.group(1))
     return names
 
 
@@ -82,7 +86,7 @@ def render(format_doc=FORMAT_DOC):
     out.append(_table(("op", "opsets", "dtypes"), [(f"`{op}`", opsets, dtypes) for op, opsets, dtypes in kernel_rows]))
     missing = sorted(format_doc_ops(format_doc) - with_kernel)
     out.append("\n## MIL ops without a kernel\n\n")
-    out.append("Ops of the op tables in coreml-format.md (section 5) that this build has no kernel for.\n\n")
+    out.append("Ops of the op tables in docs/design/coreml-format.md that this build has no kernel for.\n\n")
     if missing:
         out.append(_table(("op", "why"), [(f"`{op}`", NO_KERNEL_NEEDED.get(op, "not supported yet")) for op in missing]))
     else:

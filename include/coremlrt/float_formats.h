@@ -1,5 +1,6 @@
 #pragma once
-// Decoding of the narrow float formats that weight files may hold (format topic 4.4, docs/design/architecture.md).
+// Decoding of the narrow float formats that weight files may hold
+// (docs/design/coreml-format.md, "Weight blobs").
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -6,7 +6,7 @@ color order (R, G, B for RGB; B, G, R for BGR; one channel for the grayscale spa
 instead fills an image buffer from it (32BGRA for RGB and BGR, alpha 255; OneComponent8 for
 GRAYSCALE; OneComponent16Half for GRAYSCALE_FLOAT16), which coremltools' ``predict`` hands to
 Python as a PIL image of mode ``"RGBA"`` (channels permuted to R, G, B, A), ``"L"`` or ``"F"``
-(coreml-format.md: the table of output values in section 6, and note 51).
+(docs/design/coreml-format.md, "Image outputs").
 :func:`core_ml_image` makes that image; the coremltools stand-in
 (:mod:`coremlrt.coremltools_backend`) returns it.
 

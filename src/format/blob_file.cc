@@ -27,7 +27,7 @@ T load_le(const uint8_t* p) {
   return value;
 }
 
-// BlobDataType numbers (format topic 4.4, docs/design/architecture.md) -> our dtypes.
+// BlobDataType numbers (docs/design/coreml-format.md, "Weight blobs") -> our dtypes.
 bool blob_dtype(uint32_t code, DType* out) {
   switch (code) {
     case 1: *out = DType::Float16; return true;

@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Accepts the versions Core ML's package reader accepts (docs/design/architecture.md, format topic 1.2).
+// Accepts the versions Core ML's package reader accepts
+// (docs/design/coreml-format.md, "Package layout and accepted versions").
 void check_manifest_version(const std::string& path, const std::string& version) {
   int parts[3] = {0, 0, 0};
   int count = 0;

@@ -1,5 +1,5 @@
-// Activations (format topic 5.1, docs/design/architecture.md): x is fp16 or fp32 and the output keeps its dtype and
-// shape. fp16 is computed in float and rounded once on store. Parameters (alpha, beta) are
+// Activations (docs/design/coreml-format.md, "Activations"): x is fp16 or fp32 and the output keeps its dtype
+// and shape. fp16 is computed in float and rounded once on store. Parameters (alpha, beta) are
 // read as doubles, which also covers the iOS17 redefinitions where their dtype is
 // independent of x, so one registration serves every opset.
 #include <algorithm>

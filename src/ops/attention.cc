@@ -1,4 +1,4 @@
-// scaled_dot_product_attention (format topic 5.20, docs/design/architecture.md):
+// scaled_dot_product_attention (docs/design/coreml-format.md, "scaled_dot_product_attention"):
 // softmax(Q K^T / sqrt(E) + mask) V over the last axis, computed in float per batch matrix.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// classify (format topic 5.16, docs/design/architecture.md): the last op of a classifier. It declares two outputs the
-// engine's tensors cannot hold, an int64-or-string scalar label and a dictionary
+// classify (docs/design/coreml-format.md, "classify"): the last op of a classifier. It declares two outputs
+// the engine's tensors cannot hold, an int64-or-string scalar label and a dictionary
 // {label: probability}, so the kernel produces an encoding of both:
 //   output 0: the winning class index, an int32 scalar;
 //   output 1: the probabilities as a float32 vector in class order.

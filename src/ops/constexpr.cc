@@ -1,4 +1,5 @@
-// Weight decompression ops, constexpr_* (format topic 3.5, docs/design/architecture.md, 5.17). Every parameter is a
+// Weight decompression ops, constexpr_* (docs/design/coreml-format.md, "constexpr op serialization" and
+// "Weight decompression (constexpr_*)"). Every parameter is a
 // compile-time constant: iOS16 ops keep them as attributes, iOS18 ops as inputs (possibly the
 // output of another constexpr op); KernelBuilder::constant reads both, and since such a kernel
 // asks for no runtime input the planner runs it once at load and keeps the result, unless it

@@ -1,6 +1,6 @@
 // Packed forms of the constexpr_* ops (constexpr_packed.h). The semantics are those of the
-// folding kernels in constexpr.cc (format facts: docs/design/file-format.md, "Compression
-// ops"); the decoders that apply them are in packed_weight.cc.
+// folding kernels in constexpr.cc (docs/design/coreml-format.md, "Weight decompression
+// (constexpr_*)"); the decoders that apply them are in packed_weight.cc.
 #include "ops/constexpr_packed.h"
 
 #include <cstring>

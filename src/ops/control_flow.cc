@@ -1,5 +1,6 @@
-// Control flow and lists (format topic 3.7, docs/design/architecture.md, 5.15): cond, while_loop, make_list,
-// list_length, list_read, list_write, list_gather, list_scatter.
+// Control flow and lists (docs/design/coreml-format.md, "Control flow blocks" and "Control flow, lists,
+// identity and select"): cond, while_loop, make_list, list_length, list_read, list_write,
+// list_gather, list_scatter.
 //
 // Branches and loop blocks are compiled at load into nested block plans and run through
 // KernelContext::run_block. A list value travels through slots like a tensor: its storage

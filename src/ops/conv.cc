@@ -1,5 +1,5 @@
-// conv and conv_transpose (format topic 5.5, docs/design/architecture.md) for 1-3 spatial dims, computed in float
-// through im2col / col2im and the shared GEMM. Shapes of 1 or 2 spatial dims are handled as
+// conv and conv_transpose (docs/design/coreml-format.md, "Convolution") for 1-3 spatial dims, computed in
+// float through im2col / col2im and the shared GEMM. Shapes of 1 or 2 spatial dims are handled as
 // 3-D with leading unit dims, so one code path serves all ranks. The weight is read in place
 // by the GEMM (fp16 or fp32), so a constant weight is never copied at load.
 #include <algorithm>

@@ -1,5 +1,5 @@
-// non_maximum_suppression (format topic 5.11, docs/design/architecture.md), in its iOS15 form (boxes [n, B, 4],
-// scores [n, B, K], a score threshold and a count output) and its iOS17 form (boxes
+// non_maximum_suppression (docs/design/coreml-format.md, "Tensor operations"), in its iOS15 form
+// (boxes [n, B, 4], scores [n, B, K], a score threshold and a count output) and its iOS17 form (boxes
 // [n, 4, B], scores [n, K, B], no threshold, no count); and non_maximum_suppression_model, the
 // nonMaximumSuppression model type (format/classic/nms_reader.cc), which selects with the same
 // select() below.

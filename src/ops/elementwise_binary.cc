@@ -1,5 +1,5 @@
-// Elementwise binary ops (format topic 5.2, docs/design/architecture.md): x and y share one dtype and broadcast
-// NumPy-style. Arithmetic on fp16 is done in float and rounded once per element; fp16
+// Elementwise binary ops (docs/design/coreml-format.md, "Elementwise binary ops"): x and y share one dtype
+// and broadcast NumPy-style. Arithmetic on fp16 is done in float and rounded once per element; fp16
 // operands are widened and results narrowed in blocks (util.h).
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-// Elementwise unary ops (format topic 5.3, docs/design/architecture.md; `cast` lives in misc.cc). The output keeps the
-// input's dtype and shape; fp16 is computed in float and rounded once per element on store
-// (widened and narrowed in blocks: util.h, map_float_blocks).
+// Elementwise unary ops (docs/design/coreml-format.md, "Elementwise unary ops and cast"; `cast` lives in
+// misc.cc). The output keeps the input's dtype and shape; fp16 is computed in float and rounded once per
+// element on store (widened and narrowed in blocks: util.h, map_float_blocks).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Gather and scatter ops (format topic 5.10, docs/design/architecture.md). Indices are read as int64 whatever their
-// dtype; an index outside [-D, D) fails the prediction instead of touching memory out of
+// Gather and scatter ops (docs/design/coreml-format.md, "Gather and scatter"). Indices are read as int64
+// whatever their dtype; an index outside [-D, D) fails the prediction instead of touching memory out of
 // bounds. Negative indices wrap like Python's: iOS15/16 define that, iOS17+ call it out of
 // range with undefined results unless validate_indices is set, in which case we fail. Gathers
 // of iOS17+ without validate_indices still wrap; scatters drop such updates

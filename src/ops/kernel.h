@@ -176,7 +176,7 @@ class DTypeSet {
   bool any_ = false;
 };
 
-// The type sets of the MIL op tables (format topic 5, docs/design/architecture.md) that kernels share.
+// The type sets of the MIL op tables (docs/design/coreml-format.md, "MIL ops") that kernels share.
 inline constexpr DTypeSet kFloat{DType::Float16, DType::Float32};                     // F
 inline constexpr DTypeSet kFloatInt{DType::Float16, DType::Float32, DType::Int32};    // FI
 inline constexpr DTypeSet kBool{DType::Bool};

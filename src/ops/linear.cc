@@ -1,4 +1,4 @@
-// linear, matmul and einsum (format topic 5.4, docs/design/architecture.md).
+// linear, matmul and einsum (docs/design/coreml-format.md, "Linear algebra").
 //
 // Float kernels compute in float whatever the storage type, through the shared GEMM
 // (gemm.h), which reads every operand in place: a constant weight stays in its mapping of

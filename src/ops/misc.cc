@@ -1,4 +1,5 @@
-// cast (format topic 5.3, docs/design/architecture.md), identity and select (5.15).
+// cast (docs/design/coreml-format.md, "Elementwise unary ops and cast"), identity and select (same file,
+// "Control flow, lists, identity and select").
 #include <cmath>
 #include <limits>
 
@@ -58,8 +59,7 @@ Tensor cast_tensor(const Tensor& in, DType to, Tensor out) {
   if (in.dtype == DType::BFloat16 || in.dtype == DType::Float8E4M3FN || in.dtype == DType::Float8E5M2)
     return cast_tensor(widen_narrow_float(in), to, std::move(out));
   // fp16 <-> fp32 in bulk (the CPU's conversion instructions; same results as static_cast): a
-  // KV cache's casts convert ~10^5..10^6 values a step, where the per-element library call costs
-  // ~10 ns each.
+  // KV cache's casts convert ~10^5..10^6 values a step, too many for a per-element library call.
   if (in.dtype == DType::Float32 && to == DType::Float16) {
     float_to_half(in.ptr<float>(), out.ptr<half>(), in.numel());
     return out;

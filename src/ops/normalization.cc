@@ -1,5 +1,5 @@
-// batch_norm, instance_norm, layer_norm, l2_norm and local_response_norm (docs/design/architecture.md, format topic
-// 5.7). Statistics are computed in float (two passes: mean, then the biased variance of the
+// batch_norm, instance_norm, layer_norm, l2_norm and local_response_norm (docs/design/coreml-format.md,
+// "Normalization"). Statistics are computed in float (two passes: mean, then the biased variance of the
 // deviations); parameters, whose dtype may differ from x from iOS17 on, are widened at load.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// avg_pool, max_pool and l2_pool (format topic 5.6, docs/design/architecture.md) over 1-3 spatial dims, computed in
+// avg_pool, max_pool and l2_pool (docs/design/coreml-format.md, "Pooling") over 1-3 spatial dims, computed in
 // float. Shapes are handled as 3-D with leading unit dims.
 #include <algorithm>
 #include <array>

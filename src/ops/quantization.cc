@@ -1,4 +1,4 @@
-// Runtime (activation) quantization, iOS17 (format topic 5.18, docs/design/architecture.md):
+// Runtime (activation) quantization, iOS17 (docs/design/coreml-format.md, "Activation quantization"):
 //   quantize:   q = clip(round_half_even(x / scale) + zero_point, range of int8 or uint8)
 //   dequantize: y = scale * (q - zero_point)
 // scale and zero_point are constants, each either one value (per tensor) or a vector with

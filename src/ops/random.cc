@@ -1,5 +1,5 @@
-// Random ops (format topic 5.14, docs/design/architecture.md): random_uniform, random_normal, random_bernoulli and
-// random_categorical.
+// Random ops (docs/design/coreml-format.md, "Random ops"): random_uniform, random_normal, random_bernoulli
+// and random_categorical.
 //
 // Apple's generator is not documented, so the values cannot match Core ML's; what is kept is
 // the distribution and the meaning of `seed`. With seed >= 0 every prediction produces the

@@ -1,4 +1,5 @@
-// rnn, gru and lstm (format topic 5.13, docs/design/architecture.md), computed in float with the state kept in float.
+// rnn, gru and lstm (docs/design/coreml-format.md, "Recurrent layers"), computed in float with the state kept
+// in float.
 //
 // Layout facts that differ from PyTorch: LSTM gate blocks are [i, f, o, z], GRU blocks are
 // [r, o, z], and `bias` is the sum of the input and hidden biases. Output positions follow

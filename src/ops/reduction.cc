@@ -1,5 +1,5 @@
-// Reductions (format topic 5.9, docs/design/architecture.md). x is fp16, fp32 or int32 and the result keeps its dtype
-// (argmax/argmin return indices). Values are accumulated in double and rounded once on store;
+// Reductions (docs/design/coreml-format.md, "Reductions"). x is fp16, fp32 or int32 and the result keeps its
+// dtype (argmax/argmin return indices). Values are accumulated in double and rounded once on store;
 // int32 results are truncated toward zero, as coremltools' value inference does with astype.
 #include <algorithm>
 #include <cmath>

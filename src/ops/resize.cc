@@ -1,5 +1,5 @@
-// Image resizing ops (format topic 5.8, docs/design/architecture.md): upsample_*, resize_*, resize (iOS17), crop and
-// crop_resize. Interpolation is separable: each resized axis is one pass over a float copy
+// Image resizing ops (docs/design/coreml-format.md, "Resizing and sampling"): upsample_*, resize_*, resize
+// (iOS17), crop and crop_resize. Interpolation is separable: each resized axis is one pass over a float copy
 // of the data, so fp16 inputs are rounded once, at the end.
 #include <algorithm>
 #include <cmath>

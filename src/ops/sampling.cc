@@ -1,5 +1,5 @@
-// Spatial sampling (format topic 5.8, docs/design/architecture.md): resample (PyTorch grid_sample-like) and affine
-// (an affine grid fed to the same sampler).
+// Spatial sampling (docs/design/coreml-format.md, "Resizing and sampling"): resample (PyTorch
+// grid_sample-like) and affine (an affine grid fed to the same sampler).
 //
 // The sampler treats the image as if it were padded infinitely (the op definition's model:
 // "the input image is assumed to be padded with ..."): every interpolation tap is mapped to

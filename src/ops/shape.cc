@@ -1,6 +1,6 @@
-// Shape and layout ops (format topic 5.11, docs/design/architecture.md, 5.12): reshape and friends, transpose,
-// reverse, concat/split/stack, tile, pad. Everything here moves data without looking at it,
-// so kernels work on any dtype by element size; reshape-like ops return views (no copy).
+// Shape and layout ops (docs/design/coreml-format.md, "Tensor operations", "Tensor transformations"): reshape
+// and friends, transpose, reverse, concat/split/stack, tile, pad. Everything here moves data without looking
+// at it, so kernels work on any dtype by element size; reshape-like ops return views (no copy).
 #include <algorithm>
 #include <cstring>
 

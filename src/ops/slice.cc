@@ -1,5 +1,5 @@
-// slice_by_index, slice_by_size and slice_update (format topic 5.12, docs/design/architecture.md). A slice is a
-// strided view of x, so the kernels are one strided copy each.
+// slice_by_index, slice_by_size and slice_update (docs/design/coreml-format.md, "Tensor transformations"). A
+// slice is a strided view of x, so the kernels are one strided copy each.
 #include <algorithm>
 #include <cstring>
 

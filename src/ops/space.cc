@@ -1,5 +1,5 @@
-// Moves between channels/batch and space (format topic 5.12, docs/design/architecture.md): depth_to_space and
-// space_to_depth (TensorFlow DCR order), pixel_shuffle and pixel_unshuffle (PyTorch CRD
+// Moves between channels/batch and space (docs/design/coreml-format.md, "Tensor transformations"):
+// depth_to_space and space_to_depth (TensorFlow DCR order), pixel_shuffle and pixel_unshuffle (PyTorch CRD
 // order), space_to_batch and batch_to_space. Each is a transpose of a reshaped view.
 #include <cstring>
 

@@ -1,4 +1,4 @@
-// State ops of the iOS18 opset (format topic 5.19, docs/design/architecture.md). A state input is bound to the
+// State ops of the iOS18 opset (docs/design/coreml-format.md, "State ops"). A state input is bound to the
 // state's current value; tensors are immutable, so read_state hands that value on without
 // a copy, and write_state gives the state a new value rather than writing into the old one.
 #include "ops/register.h"

@@ -1,5 +1,5 @@
-// Tensor operations of format topic 5.11 (docs/design/architecture.md) that compute values rather than only move
-// them: fill, fill_like, band_part, cumsum, range_1d, one_hot, non_zero, argsort, topk,
+// Tensor operations (docs/design/coreml-format.md, "Tensor operations") that compute values rather than only
+// move them: fill, fill_like, band_part, cumsum, range_1d, one_hot, non_zero, argsort, topk,
 // and sliding_windows (a strided view).
 #include <algorithm>
 #include <cmath>

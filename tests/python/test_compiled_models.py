@@ -227,8 +227,8 @@ APPLE_METADATA = [{
 
 
 def write_weight_file(path, arrays):
-    """A weight.bin (blob storage v2, docs/coreml-format.md) holding fp32 `arrays`, each record
-    64-byte aligned: records start at 64, 64 + 64 + align64(bytes), ..."""
+    """A weight.bin (blob storage v2, docs/design/coreml-format.md, "Weight blobs") holding fp32 `arrays`,
+    each record 64-byte aligned: records start at 64, 64 + 64 + align64(bytes), ..."""
     header = np.zeros(64, np.uint8)
     header[0:4] = np.frombuffer(np.uint32(len(arrays)).tobytes(), np.uint8)
     header[4:8] = np.frombuffer(np.uint32(2).tobytes(), np.uint8)

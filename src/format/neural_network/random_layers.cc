@@ -99,8 +99,8 @@ void random_static_layer(LayerContext& layer) {
 // numSamples class indices drawn along the last axis, whose sizes are logits (isLogits) or
 // probabilities: the output is the input's shape with the last axis numSamples long, the
 // indices as fp32. The specification does not say how eps and temperature enter the
-// distribution; coremltools lowers random_categorical (format topic 5.14) to this layer with
-// eps = 1e-10 and temperature = 1 (its NeuralNetworkBuilder defaults, which its op mapping
+// distribution; coremltools lowers random_categorical (docs/design/coreml-format.md, "Random ops") to this
+// layer with eps = 1e-10 and temperature = 1 (its NeuralNetworkBuilder defaults, which its op mapping
 // leaves as they are), so the two are the same distribution for those values, and other
 // values are refused rather than guessed at.
 constexpr float kLoweredEps = 1e-10f;

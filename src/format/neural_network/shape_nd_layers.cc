@@ -59,7 +59,7 @@ void reshape_dynamic(LayerContext& layer) {
 
 // targetShape has one entry per axis of the input: 0 keeps that axis's size, -1 (at most one)
 // is inferred from the input's size. reshape reads 0 the same way when its shape has the
-// input's rank (format topic 5.12), so targetShape is passed as it is.
+// input's rank (docs/design/coreml-format.md, "Tensor transformations"), so targetShape is passed as it is.
 void rank_preserving_reshape(LayerContext& layer) {
   require_exact_layout(layer);
   layer.expect_io(1, 1, 1);

@@ -5,8 +5,9 @@ Shape-op and cast edge cases (negative axes, empty tensors, rank-0 results, fp16
 casts) are in test_edge_cases_shape_cast.py.
 
 References are computed here with NumPy (or PyTorch). Where NumPy's semantics differ from the
-MIL ones documented in docs/design/architecture.md (format topics 5.2, 5.3, 8.4), the MIL ones are followed and a
-comment says so. Several ops share one program: converting is the slow part.
+MIL ones documented in docs/design/coreml-format.md ("Elementwise binary ops", "Elementwise unary ops and
+cast", "Numeric pitfalls"), the MIL ones are followed and a comment says so. Several ops share one
+program: converting is the slow part.
 """
 
 import coremltools as ct
@@ -55,8 +56,9 @@ def floor_div_ref(x, y):
 
 def real_div_ref(x, y):
     if x.dtype.kind == "i":
-        # Declared int32 (format topic 8.4, docs/design/architecture.md); coremltools' value inference divides exactly
-        # and stores as int32, truncating toward zero. INT32_MIN / -1 wraps to INT32_MIN there.
+        # Declared int32 (docs/design/coreml-format.md, "Numeric pitfalls"); coremltools' value inference
+        # divides exactly and stores as int32, truncating toward zero. INT32_MIN / -1 wraps to
+        # INT32_MIN there.
         with np.errstate(over="ignore", invalid="ignore"):
             return np.where((x == INT32_MIN) & (y == -1), INT32_MIN, np.trunc(x / y)).astype(np.int32)
     return x / y
@@ -208,8 +210,8 @@ def test_fp16_arithmetic_rounds_to_nearest_even(tmp_path):
 
 
 def test_int32_division_and_overflow(tmp_path):
-    """floor_div floors and mod takes the divisor's sign (Python semantics, docs/design/architecture.md,
-    format topic 8.4); real_div truncates. Overflow wraps modulo 2^32 as in NumPy and coremltools' value
+    """floor_div floors and mod takes the divisor's sign (Python semantics, docs/design/coreml-format.md,
+    "Numeric pitfalls"); real_div truncates. Overflow wraps modulo 2^32 as in NumPy and coremltools' value
     inference, and INT32_MIN / -1 must not trap."""
     x = np.array([7, -7, 7, -7, 6, -6, 0, 0, 1, -1, INT32_MIN, INT32_MIN, INT32_MAX, INT32_MAX, -5, 5], np.int32)
     y = np.array([2, 2, -2, -2, 3, -3, 5, -5, -1, 1, -1, 3, -1, INT32_MIN, 7, -7], np.int32)

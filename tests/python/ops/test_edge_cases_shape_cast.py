@@ -150,7 +150,8 @@ def test_casts(tmp_path, target):
     out = run(prog, tmp_path, {"f": f, "h": h, "i": i, "z": z}, target)
     with np.errstate(over="ignore"):
         expected = {
-            # float -> int truncates toward zero (format topic 5.3, docs/design/architecture.md, 8.4); every value is in range.
+            # float -> int truncates toward zero (docs/design/coreml-format.md, "Numeric pitfalls"); every
+            # value is in range.
             "f_int32": np.trunc(f.astype(np.float64)).astype(np.int32),
             "h_fp16": h.astype(np.float16),
             "i_fp16": i.astype(np.float16),

@@ -452,7 +452,8 @@ def test_constexpr_ios18_input_forms(tmp_path):
 
 
 def grid(mode, n_in, n_out):
-    """Sample positions of the Core ML sampling modes (format topic 5.8, docs/design/architecture.md), clamped."""
+    """Sample positions of the Core ML sampling modes (docs/design/coreml-format.md, "Resizing and
+    sampling"), clamped."""
     i = np.arange(n_out, dtype=np.float64)
     if mode == "STRICT_ALIGN_CORNERS":
         p = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0 * i

@@ -1,4 +1,5 @@
-"""Elementwise unary ops (format topic 5.3, docs/design/architecture.md), activations (5.1) and reductions (5.9).
+"""Elementwise unary ops, activations and reductions (docs/design/coreml-format.md: "Elementwise unary ops
+and cast", "Activations", "Reductions").
 
 Each test builds one MIL program holding several ops, converts it with coremltools and
 compares coremlrt's outputs with NumPy / PyTorch references computed in float64. fp16
