@@ -13,8 +13,9 @@ untimed), round after round, so that whatever else the machine does falls on all
   model; torch eager on the module.
 
 It prints a table of median latencies and of ratios, load times (first and cached), peak RSS
-while predicting, and writes docs/reports/performance.md and docs/reports/performance.png. Absolute times on a
-shared machine are noise; the ratios measured in the same run are the result.
+while predicting, and writes docs/reports/performance.md (keeping the sections it does not write:
+"Compressed models", "Measurements behind code choices") and docs/reports/performance.png. Absolute
+times on a shared machine are noise; the ratios measured in the same run are the result.
 """
 
 import argparse
@@ -22,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -138,10 +140,9 @@ def measure(name, paths, threads, runs, warmup, block=BLOCK):
         shuffle.shuffle(order)  # no contender always runs right after the same other one
         for label, run in order:
             # A turn starts with one untimed run: the previous contender's threads may still be
-            # spinning on the cores (ONNX Runtime's pool spins after each run: with it in the
-            # process, the same coremlrt model measured 5.9 or 8.1 ms for lstm2 at 2 threads,
-            # and OpenVINO's own 6.1 or 9.1, by who had run just before), and that is the switch,
-            # not the contender.
+            # spinning on the cores (ONNX Runtime's pool spins after each run, so with it in the
+            # process a contender's time depends on who ran just before: docs/reports/performance.md,
+            # "Measurements behind code choices"), and that is the switch, not the contender.
             run()
             for _ in range(min(block, runs - len(times[label]))):
                 start = time.perf_counter()
@@ -221,6 +222,28 @@ def versions():
     return out
 
 
+def _sections_kept(path_md):
+    """The "## " sections of the report at `path_md` that write_report does not write (the
+    "Compressed models" tables of bench_compressed.py, the hand-kept "Measurements behind code
+    choices"), in their order, so that rewriting the report leaves them in place."""
+    try:
+        with open(path_md) as f:
+            old = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    ours = re.compile(r"## (\d+ threads?: median latency|Targets$|Load time and memory|Contenders that could not"
+                      r" run)")
+    kept, keep = [], False
+    for line in old:
+        if line.startswith("## "):
+            keep = not ours.match(line)
+        if keep:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
 def write_report(results, loads, targets, args, errors, path_md, path_png):
     lines = ["# Performance: coremlrt and its peers", "",
              f"Measured by `python3 benchmarks/bench_peers.py` on {datetime.date.today().isoformat()}, "
@@ -246,6 +269,9 @@ def write_report(results, loads, targets, args, errors, path_md, path_png):
     if errors:
         lines += ["", "## Contenders that could not run", ""]
         lines += [f"- {k}: {v}" for k, v in sorted(errors.items())]
+    kept = _sections_kept(path_md)
+    if kept:
+        lines += [""] + kept
     with open(path_md, "w") as f:
         f.write("\n".join(lines) + "\n")
     write_chart(results, path_png)

@@ -286,8 +286,8 @@ class PyModel {
       NamedTensors out = model_->predict(tensors, engine_state);
       // float16 outputs come back as float32, as coremltools returns them (python/coremlrt/model.py),
       // widened here with the vectorized conversion, off the GIL: numpy's astype converts element
-      // by element (5 ms of the 64 ms of benchmarks/peer_models.py's gpt2_prefill fp16, whose
-      // logits are 6.4 million values).
+      // by element, a visible part of a prediction with large outputs (gpt2_prefill fp16's logits
+      // are 6.4 million values; docs/reports/performance.md, "Measurements behind code choices").
       for (auto& [name, tensor] : out)
         if (tensor.dtype == DType::Float16) {
           Tensor wide = Tensor::empty(DType::Float32, tensor.shape);

@@ -39,11 +39,10 @@ constexpr int64_t kChunksPerThread = 4;
 
 // How long a thread polls for what it waits for before it blocks on a condition variable. A
 // network of many small ops hands the pool a loop every few tens of microseconds, and waking a
-// sleeping thread through a futex costs about as much again on a virtual machine. At 2 threads
-// on our kernels, interleaved pairs: lstm2 fp16, whose every recurrent step is a small threaded
-// GEMM, took 7.7-9.5 ms without polling and 6.3-6.6 ms with it; resnet18 fp32 38-39 ms and 35 ms;
-// mobilenet_v2 fp32 11.9-12.5 and 10.1-10.8 ms in one session, even (14-18 ms) in a later,
-// busier one. Short, so that a pool thread left polling when a prediction
+// sleeping thread through a futex costs about as much again on a virtual machine. Polling made
+// lstm2 fp16 (whose every recurrent step is a small threaded GEMM), resnet18 and mobilenet_v2
+// fp32 faster at 2 threads on our kernels (docs/reports/performance.md, "Measurements behind code choices").
+// Short, so that a pool thread left polling when a prediction
 // ends, or when an OpenVINO region (whose threads are not ours) starts, takes little from
 // anyone: gpt2_prefill's five OpenVINO regions measured the same with and without it.
 constexpr auto kSpin = std::chrono::microseconds(50);

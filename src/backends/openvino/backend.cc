@@ -27,12 +27,11 @@ namespace coremlrt::backends::openvino {
 namespace {
 
 // The cost rule of backend "auto", from measurements on this project's 2-core machine
-// (benchmarks/bench_peers.py and relu(x + 1) on n fp32 values, median of 300 predictions
-// through Python, both backends interleaved): one OpenVINO call costs about 10 us more than our
-// kernels for n = 16 (3 us against 15 us); plain fp32 elementwise work runs at about the same
-// speed on either once it is large (n = 262144: 432 us ours, 451 us OpenVINO), while every
-// matrix op, convolution and recurrent layer is faster there. So a region goes to OpenVINO when it
-// does at least kMinRegionMacs multiply-adds or produces at least kMinRegionElements values.
+// (docs/reports/performance.md, "Measurements behind code choices"): one OpenVINO call costs
+// more than our kernels on a tiny input; plain fp32 elementwise work runs at about the same speed
+// on either once it is large, while every matrix op, convolution and recurrent layer is faster
+// there. So a region goes to OpenVINO when it does at least kMinRegionMacs multiply-adds or
+// produces at least kMinRegionElements values.
 // The element threshold stays high on purpose: an elementwise fp16 region on OpenVINO computes in
 // fp32 (fp16 or wider, docs/design/architecture.md law 6) where Core ML's own results, and our kernels,
 // round every op to fp16; a model made only of such ops keeps Core ML's exact results here.
@@ -132,13 +131,12 @@ int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
 // The cost rule's exception for fp16 programs computed in fp32 (backend.cc, RegionBuilder): a
 // region whose only multiply-adds are fp16 linear or matmul products of at most kMaxVectorRows
 // rows (a decode step of a language model) is memory-bound, and OpenVINO reads its weights
-// widened to fp32 where our GEMM reads fp16: twice the bytes. Measured on
-// benchmarks/peer_models.py's gpt2_decode fp16 (1 thread, medians of 15, interleaved, two runs):
-// all-OpenVINO regions 26.0 and 20.5 ms, our kernels alone 17.7 and 16.6 ms. (Keeping the fp16
-// weights behind a Convert marked as decompression, rt_info "decompression", did not help with
-// this CPU plugin, measured through OpenVINO's Python API: a [1, 768] x [768, 50257] product took
-// 11.8 ms against 11.9 ms with fp32 weights, and the [128, 768] one 126 ms against 103 ms.) Recurrent layers and convolutions are not matrix-vector
-// work of this kind (lstm2 fp16 is faster on OpenVINO) and keep the region there.
+// widened to fp32 where our GEMM reads fp16: twice the bytes; gpt2_decode fp16 runs faster on
+// our kernels alone than with all-OpenVINO regions. (Keeping the fp16 weights behind a Convert
+// marked as decompression, rt_info "decompression", did not help with this CPU plugin; figures of
+// both in docs/reports/performance.md, "Measurements behind code choices".) Recurrent layers and
+// convolutions are not matrix-vector work of this kind (lstm2 fp16 is faster on OpenVINO) and
+// keep the region there.
 constexpr int64_t kMaxVectorRows = 4;
 
 bool only_fp16_matrix_vector_work(const Region& region) {
@@ -150,9 +148,8 @@ bool only_fp16_matrix_vector_work(const Region& region) {
     auto x = op->inputs.find("x");
     if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
     // A compressed weight is read packed by OpenVINO's kernels too (packed.cc), in fewer bytes
-    // than fp16: measured on a 6-layer decoder's matrix-vector products (67 M weights, 2 threads,
-    // interleaved medians) int8 per channel 4.5 ms and int4 per block 5.5 ms on OpenVINO against
-    // 10.7 and 20.7 ms on our kernels, and 9.5 ms for the fp16 weights on ours.
+    // than fp16, and its matrix-vector products run faster there than on our kernels (int8 per
+    // channel and int4 per block; docs/reports/performance.md, "Measurements behind code choices").
     auto weight = op->inputs.find(op->type == "linear" ? "weight" : "y");
     if (weight != op->inputs.end() && !weight->second.empty())
       if (const ir::ConstValue* w = region.values.constant(weight->second[0]); w && w->packed) return false;
@@ -334,7 +331,7 @@ class RegionBuilder {
     Value node;
     if (compute_type(t.dtype) != *type) {
       // fp16 computed in fp32: the constant widened once, here, with the vectorized conversion
-      // (an element-by-element loop took 100 ms of resnet18 fp16's 170 ms cached load).
+      // (an element-by-element loop took most of resnet18 fp16's cached load).
       auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
       ops::half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
       node = widened;

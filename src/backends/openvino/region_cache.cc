@@ -43,8 +43,8 @@ inline uint64_t avalanche(uint64_t h) {
 // digested on four independent lanes (multiply-rotate rounds over 8-byte words), then folded
 // into the running pair with its length, so piece boundaries count too. Large pieces (weights)
 // are kept by address and digested together at the end, 1 MiB slices spread over the intra-op
-// pool: on one thread, hashing resnet18's 46 MB of fp32 weights took 9 ms of a cache hit on this
-// project's 2-core machine.
+// pool: on one thread, hashing resnet18's 46 MB of fp32 weights was a sizeable part of a cache hit
+// (docs/reports/performance.md, "Measurements behind code choices").
 class ContentHash {
  public:
   void bytes(const void* data, size_t n) {

@@ -3,10 +3,10 @@
 //
 // Why not OpenVINO's own cache (ov::cache_dir): its key is computed from the built ov::Model, so
 // every load, cached or not, first lowers the region and materialises its constants. For an
-// fp16 program computed in fp32 that means widening every weight (resnet18: 11.7 M values, 24 to
-// 35 ms of a cached load that otherwise takes about 60). Our key is computed from what the
-// region is made of, before anything is built: a hit imports the stored blob directly
-// (benchmarks/bench_peers.py, resnet18 fp16 cached load: 0.103 s with OpenVINO's cache, 0.058 s).
+// fp16 program computed in fp32 that means widening every weight (resnet18: 11.7 M values, a
+// large part of a cached load). Our key is computed from what the region is made of, before
+// anything is built: a hit imports the stored blob directly, and resnet18 fp16 loads from the
+// cache in about half the time (docs/reports/performance.md, "Measurements behind code choices").
 #include <openvino/runtime/compiled_model.hpp>
 #include <openvino/runtime/core.hpp>
 #include <openvino/runtime/tensor.hpp>

@@ -96,7 +96,8 @@ class RegionKernel final : public ops::Kernel {
   // allocator as it spawns the plugin's tasks keeps growing (+50 to +100 MiB within minutes, still
   // rising after 30), outside malloc's heap and our buffers; one calling thread stays flat, and so
   // does every thread when the call is handed to the stream's own threads (start_async + wait),
-  // which costs about 20 us a call. So the first thread to run a one-stream model keeps the
+  // which adds a little to every call (docs/reports/performance.md, "Measurements behind code choices").
+  // So the first thread to run a one-stream model keeps the
   // direct call, the common single-threaded loop pays nothing, and every other thread hands its
   // calls over. A model compiled with several streams (concurrent_predictions > 1) is fed by
   // hand-overs only: each call then goes to whichever stream is free.
