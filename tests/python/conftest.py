@@ -39,9 +39,28 @@ _OPENVINO_DIFFERENCES = {
         "pages of its cache file when the compiled region comes from the cache), where our kernels "
         "read the mapped weight file in place",
 }
+# The op tests (tests/python/ops/, run on each backend) whose special values or fp16 rounding
+# OpenVINO's lowerings treat differently from Core ML and our kernels. Their ordinary values are
+# checked on OpenVINO by the same tests' other cases and by ops/test_openvino_lowerings.py.
+_NAN_NOT_PROPAGATED = ("OpenVINO's CPU plugin does not propagate NaN and infinities as Core ML does "
+                       "(measured: exp(NaN) = inf; reduce_max skips NaN and gives -FLT_MAX for a row of "
+                       "-inf; softmax over a NaN differs)")
+_OPENVINO_OP_DIFFERENCES = {
+    "test_float_unary_and_activations[openvino-": _NAN_NOT_PROPAGATED,
+    "test_unary_special_values[openvino-": _NAN_NOT_PROPAGATED,
+    "test_reduction_stability_and_nan[openvino": _NAN_NOT_PROPAGATED,
+    "test_reductions_with_nan_and_inf_over_negative_axes[openvino-": _NAN_NOT_PROPAGATED,
+    "test_softmax_with_infinities_and_nan[openvino-": _NAN_NOT_PROPAGATED,
+    "test_binary_special_values[openvino-":
+        "OpenVINO's mod loses the sign of a zero result (mod(0, -1) is +0, Core ML's -0) and gives NaN "
+        "for mod(x, +-inf), where Core ML gives x",
+    "test_domain_restricted_unary[openvino-fp16]":
+        "an fp16 program computes in fp32 on OpenVINO (src/backends/openvino/backend.cc, the cost "
+        "rule): rsqrt's epsilon 1e-12 does not underflow to 0 as in fp16, so rsqrt(0) is 1e6, not inf",
+}
 KNOWN_DIFFERENCES = {
     "reference": {},
-    "openvino": _OPENVINO_DIFFERENCES,
+    "openvino": {**_OPENVINO_DIFFERENCES, **_OPENVINO_OP_DIFFERENCES},
     "auto": _OPENVINO_DIFFERENCES,  # the test's weights are large enough for auto to pick OpenVINO
 }
 

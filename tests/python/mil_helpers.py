@@ -34,10 +34,11 @@ def tensor_spec(array):
 
 
 def predict_program(prog, directory, inputs, target):
-    """Saves a MIL program for `target` (fp32 compute) and predicts once with coremlrt."""
-    import coremlrt
+    """Saves a MIL program for `target` (fp32 compute) and predicts once with coremlrt, on the
+    test's backend with its placements checked (backend_check.py)."""
+    import backend_check
 
-    return coremlrt.MLModel(save_program(prog, directory, target=target)).predict(inputs)
+    return backend_check.predict(save_program(prog, directory, target=target), inputs)
 
 
 def matmul_chain(directory, depth=8, size=256, name="chain"):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import backend_check
 import coremlrt
 import coremltools as ct
 from coremltools.converters.mil import Builder as mb
@@ -34,7 +35,7 @@ def loop_model(tmp_path_factory):
         return mb.identity(x=acc, name="acc"), first_two, length, mb.identity(x=branch, name="branch"), \
             mb.identity(x=i, name="count")
 
-    return coremlrt.MLModel(save_program(prog, tmp_path_factory.mktemp("loop")))
+    return backend_check.load(save_program(prog, tmp_path_factory.mktemp("loop")))
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -81,7 +82,7 @@ def test_nested_cond_inside_loop(tmp_path):
         _, steps = mb.while_loop(_cond=cond, _body=body, loop_vars=(start, np.int32(0)))
         return mb.identity(x=steps, name="steps")
 
-    model = coremlrt.MLModel(save_program(prog, tmp_path))
+    model = backend_check.load(save_program(prog, tmp_path))
 
     def collatz(v):
         steps = 0
@@ -112,7 +113,7 @@ def test_scripted_torch_loop(tmp_path):
         pytest.skip(f"coremltools cannot convert this scripted loop with this torch: {exc}")
     path = str(tmp_path / "repeat.mlpackage")
     mlmodel.save(path)
-    model = coremlrt.MLModel(path)
+    model = backend_check.load(path)
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
     for n in (0, 1, 4):
         (out,) = model.predict({"x": x, "n": np.array([n], np.int32)}).values()

@@ -9,12 +9,13 @@ import torch
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
+import backend_check
 import coremlrt
 from mil_helpers import save_program
 
 
 def predict(prog, tmp_path, inputs, target):
-    return coremlrt.MLModel(save_program(prog, tmp_path, target=target)).predict(inputs)
+    return backend_check.load(save_program(prog, tmp_path, target=target)).predict(inputs)
 
 
 def only(outputs):
@@ -82,7 +83,7 @@ def test_ios17_scatter_drops_out_of_range_updates_unless_validating(tmp_path, op
 
     out = only(predict(build(False), tmp_path, {"data": data, "indices": indices}, ct.target.iOS17))
     np.testing.assert_array_equal(out, expected)
-    model = coremlrt.MLModel(save_program(build(True), tmp_path, name="validating", target=ct.target.iOS17))
+    model = backend_check.load(save_program(build(True), tmp_path, name="validating", target=ct.target.iOS17))
     with pytest.raises(coremlrt.Error, match="out of range"):
         model.predict({"data": data, "indices": indices})
 
@@ -125,7 +126,7 @@ def test_fill_with_a_dynamic_shape_has_unknown_rank(tmp_path):
     def prog(shape):
         return mb.fill(shape=shape, value=2.5)
 
-    model = coremlrt.MLModel(save_program(prog, tmp_path, target=ct.target.iOS15))
+    model = backend_check.load(save_program(prog, tmp_path, target=ct.target.iOS15))
     for shape in ([2, 1, 3], [4, 0, 1]):
         out = only(model.predict({"shape": np.array(shape, np.int32)}))
         np.testing.assert_array_equal(out, np.full(shape, 2.5, np.float32))

@@ -16,6 +16,7 @@ import pytest
 import torch
 from coremltools.converters.mil import Builder as mb
 
+import backend_check
 from mil_helpers import predict_program as run
 from mil_helpers import tensor_spec as spec
 from op_references import REDUCTIONS as ALL_REDUCTIONS
@@ -148,11 +149,14 @@ def test_binary_ops_broadcast(tmp_path, dtype, target):
 
     out = run(program(inputs, target, body), tmp_path, inputs, target)
     fp16 = dtype == np.float16
+    openvino = backend_check.current_backend() == "openvino"
     for i, (xs, ys) in enumerate(BROADCAST_SHAPES):
         x, y, e = inputs[f"x{i}"], inputs[f"y{i}"], inputs[f"e{i}"]
         for op, ref in ARITHMETIC.items():
-            # fp16 ops compute in float and round once, exactly what NumPy's float16 does.
-            assert_same(out[f"{op}{i}"], ref(x, y), f"{op}{i}")
+            # fp16 ops compute in float and round once, exactly what NumPy's float16 does. OpenVINO's
+            # CPU plugin divides fp32 to within one unit in the last place, not always correctly rounded.
+            rtol = 2.0**-23 if op == "real_div" and dtype == np.float32 and openvino else 0.0
+            assert_same(out[f"{op}{i}"], ref(x, y), f"{op}{i}", rtol=rtol)
         with np.errstate(divide="ignore", invalid="ignore"):
             want_pow = np.power(x.astype(np.float64), e).astype(dtype) if dtype != np.int32 else np.power(x, e)
         assert_same(out[f"pow{i}"], want_pow, f"pow{i}", rtol=1e-3 if fp16 else 1e-6)

@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 from coremltools.converters.mil import Builder as mb  # noqa: E402
 from coremltools.converters.mil.mil import types  # noqa: E402
 
-import coremlrt  # noqa: E402
+import backend_check  # noqa: E402
 from mil_helpers import save_program  # noqa: E402
 
 RNG = np.random.default_rng(1234)
@@ -39,7 +39,7 @@ def build(prog, tmp_path, name="model"):
 
 
 def run(prog, tmp_path, inputs, name="model"):
-    return coremlrt.MLModel(build(prog, tmp_path, name)).predict(inputs)
+    return backend_check.load(build(prog, tmp_path, name)).predict(inputs)
 
 
 def check(actual, expected, rtol=1e-4, atol=1e-4):
@@ -101,7 +101,7 @@ def test_linear_fp16_program(tmp_path):
     def prog(x):
         return mb.linear(x=x, weight=w, bias=b, name="y")
 
-    y = coremlrt.MLModel(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
+    y = backend_check.load(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
     check(y, x @ w.T + b, rtol=1e-2, atol=1e-2)
 
 
@@ -253,7 +253,7 @@ def test_conv_fp16_program(tmp_path):
     def prog(x):
         return mb.conv(x=x, weight=w, pad_type="same", name="y")
 
-    y = coremlrt.MLModel(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
+    y = backend_check.load(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
     check(y, F.conv2d(t(x), t(w), padding=1).numpy(), rtol=1e-2, atol=2e-2)
 
 
@@ -452,7 +452,7 @@ def test_layer_norm_fp16_program(tmp_path):
     def prog(x):
         return mb.layer_norm(x=x, axes=[-1], gamma=g, beta=b, name="y")
 
-    y = coremlrt.MLModel(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
+    y = backend_check.load(save_program(prog, tmp_path, fp16=True)).predict({"x": x})["y"]
     check(y, F.layer_norm(t(x), (64,), t(g), t(b)).numpy(), rtol=1e-2, atol=2e-2)
 
 
@@ -694,7 +694,7 @@ def convert_torch(module, example, tmp_path, name):
                        skip_model_load=True)
     path = os.path.join(str(tmp_path), name + ".mlpackage")
     model.save(path)
-    return coremlrt.MLModel(path)
+    return backend_check.load(path)
 
 
 class SmallCNN(torch.nn.Module):

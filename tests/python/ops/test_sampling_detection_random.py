@@ -16,7 +16,7 @@ import coremltools as ct
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
-import coremlrt
+import backend_check
 from coremlrt import _core
 from detection_helpers import op_reference_nms
 from mil_helpers import save_program
@@ -29,7 +29,7 @@ def load(prog, tmp_path, target=ct.target.iOS18, fp16=False, name="model", expec
     counts = _core.inspect(path)["functions"][0]["op_counts"]
     for op in expect_ops:  # the op under test must survive coremltools' graph passes
         assert counts.get(op), f"{op} missing from the saved program: {counts}"
-    return coremlrt.MLModel(path)
+    return backend_check.load(path)
 
 
 def rand(*shape, scale=1.0):
@@ -383,7 +383,7 @@ def test_classify_labels_and_dict(tmp_path, labels):
                        classifier_config=ct.ClassifierConfig(labels))
     path = str(tmp_path / "classifier.mlpackage")
     model.save(path)
-    m = coremlrt.MLModel(path)
+    m = backend_check.load(path)
     for row in ([[0.1, 2.0, -1.0, 0.5]], [[3.0, 2.0, -1.0, 0.5]], [[0.0, 0.0, 0.0, 4.0]]):
         x = np.array(row, np.float32)
         out = m.predict({"x": x})

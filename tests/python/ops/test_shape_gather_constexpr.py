@@ -12,6 +12,7 @@ import coremltools as ct
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import get_new_symbol, types
 
+import backend_check
 import coremlrt
 from mil_helpers import save_program
 
@@ -20,7 +21,7 @@ RNG = np.random.default_rng(1234)
 
 def run(prog, tmp_path, inputs, target=ct.target.iOS18, fp16=False, name="model"):
     path = save_program(prog, tmp_path, name=name, fp16=fp16, target=target)
-    return coremlrt.MLModel(path).predict(inputs)
+    return backend_check.load(path).predict(inputs)
 
 
 def rand(*shape):
@@ -339,7 +340,7 @@ def test_gather_negative_indices_ios16_and_out_of_range_error(tmp_path):
         return mb.gather(x=x, indices=idx, axis=0, name="g")
 
     path = save_program(prog, tmp_path, target=ct.target.iOS16)
-    model = coremlrt.MLModel(path)
+    model = backend_check.load(path)
     check(model.predict({"x": x, "idx": idx}), {"g": x[idx]})
     for bad in (5, -6):
         with pytest.raises(coremlrt.Error, match="out of range"):

@@ -16,7 +16,7 @@ import torch
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
-import coremlrt
+import backend_check
 from mil_helpers import save_program
 from op_references import REDUCTIONS
 
@@ -26,7 +26,7 @@ NAN, INF = float("nan"), float("inf")
 
 def run(prog, tmp_path, inputs, fp16=False, target=None):
     path = save_program(prog, tmp_path, fp16=fp16, target=target)
-    return coremlrt.MLModel(path).predict(inputs)
+    return backend_check.predict(path, inputs)
 
 
 def as_ref(x, fp16):
@@ -236,7 +236,7 @@ def test_per_channel_activations(tmp_path, fp16):
                        compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
                        minimum_deployment_target=ct.target.iOS18)
     model.save(str(tmp_path / "model.mlpackage"))
-    out = coremlrt.MLModel(str(tmp_path / "model.mlpackage")).predict({"x4": x4, "x3": x3, "x5": x5})
+    out = backend_check.load(str(tmp_path / "model.mlpackage")).predict({"x4": x4, "x3": x3, "x5": x5})
 
     r4, r3, r5 = as_ref(x4, fp16), as_ref(x3, fp16), as_ref(x5, fp16)
     a4, b4 = alpha.reshape(1, 3, 1, 1), beta.reshape(1, 3, 1, 1)
