@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "pytho
 import coremlrt  # noqa: E402
 import lm_helpers as H  # noqa: E402
 
-# fp32 compute, fp16 caches on both sides; caches to one fp16 ulp (see tests/python/test_states.py)
+# fp32 compute, fp16 caches on both sides; caches to one fp16 ulp (see tests/python/states/test_states.py)
 RTOL, ATOL = 1e-4, 1e-4
 CACHE_RTOL, CACHE_ATOL = 1e-3, 2e-5
 

@@ -35,7 +35,7 @@ After changing a kernel registration (`registry.add` in `src/ops/`), rebuild and
 
     {REGENERATE}
 
-`tests/python/test_ops_doc.py` fails while this file differs from what the script writes.
+`tests/python/tools/test_ops_doc.py` fails while this file differs from what the script writes.
 
 * **opsets**: the iOS opsets (ML program spec versions) the kernel serves; `iOS17+` means
   iOS17 and every later opset. An op with two rows has a kernel per definition.

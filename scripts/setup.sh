@@ -20,12 +20,12 @@ fi
 # them; torch 2.14.1 and torchvision 0.29.1 are the builds this environment provides (another
 # version would download gigabytes).
 # openvino: the OpenVINO backend's C++ headers and libraries (pyproject.toml pins the release).
-# mypy checks the package's type stubs (tests/python/test_typing.py); pytest-asyncio runs the
+# mypy checks the package's type stubs (tests/python/api/test_typing.py); pytest-asyncio runs the
 # async cases of coremltools' runtime tests (scripts/coremltools_op_tests.py --suite runtime);
 # pytest-xdist runs the Python suite in two processes (scripts/test.sh).
 python3 -m pip install -q --disable-pip-version-check numpy pytest pytest-xdist mypy pytest-asyncio "coremltools==9.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0" "openvino==2026.4.1"
-# Batch prediction's optional extras (Parquet, progress bar, Dask, Ray), for tests/python/test_batch.py,
+# Batch prediction's optional extras (Parquet, progress bar, Dask, Ray), for tests/python/batch/test_batch.py,
 # test_dask.py and test_ray.py.
 python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4.70.1" \
   "dask[array,bag,dataframe]==2026.8.0" "distributed==2026.8.0" "ray[data]==2.60.0"
@@ -44,12 +44,12 @@ python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntim
 # (coremltools/_deps/__init__.py, _SKLEARN_MAX_VERSION); libsvm-official 3.35.0 is the newest
 # whose libsvm.svm still exports the C_SVC constants coremltools' converter and tests read
 # (3.36 dropped them). xgboost-cpu 2.1.4 (the CPU build) is what the Python suite converts from
-# (tests/python/test_classic_models.py); coremltools' XGBoost suite needs numpy 1 and an XGBoost
+# (tests/python/classic/test_classic_models.py); coremltools' XGBoost suite needs numpy 1 and an XGBoost
 # that takes numpy-array feature names, so it runs on XGBoost 1.7.6 with numpy 1.26.4 in
 # build/xgboost-1.7.6 (scripts/xgboost_tested_env.sh: pip --target, done once, the system's
 # packages untouched).
 # nncf compresses the OpenVINO models benchmarks/bench_compressed.py compares with (its smoke
-# run: tests/python/test_benchmark_smoke.py); installed with the scikit-learn pin it accepts.
+# run: tests/python/tools/test_benchmark_smoke.py); installed with the scikit-learn pin it accepts.
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
   "xgboost-cpu==2.1.4" "nncf==3.4.0"
 bash scripts/xgboost_tested_env.sh >/dev/null

@@ -28,7 +28,7 @@ ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 build/asan/coremlrt_tests --gtest_b
 
 step "Python lifetime, error and corpus tests under ASan+UBSan, with LeakSanitizer"
 # The whole Python suite runs the same way with `bash scripts/lsan_python.sh` (longer).
-bash scripts/lsan_python.sh tests/python/test_lifetime.py tests/python/test_errors.py tests/python/test_corpus.py
+bash scripts/lsan_python.sh tests/python/api/test_lifetime.py tests/python/api/test_errors.py tests/python/corpus/test_corpus.py
 
 step "build/tsan (TSan)"
 # -O1 with line tables, as for build/asan (scripts/asan_tree.sh).

@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # mil_helpers
 
 import coremlrt  # noqa: E402
 
-# Compiled regions go to a cache of this run's own (tests/python/test_backends.py tests the
+# Compiled regions go to a cache of this run's own (tests/python/backends/test_backends.py tests the
 # cache itself), not to the user's ~/.cache/coremlrt; subprocesses the tests start inherit it.
 if "COREMLRT_CACHE_DIR" not in os.environ:
     import atexit

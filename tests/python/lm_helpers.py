@@ -1,4 +1,4 @@
-"""Stateful models for tests/python/test_states.py and benchmarks/stress_states.py.
+"""Stateful models for tests/python/states/test_states.py and benchmarks/stress_states.py.
 
 * :class:`TinyLM`: a tiny decoder-only LM in torch whose KV cache lives in registered
   buffers (``k_cache``, ``v_cache``) written with slice assignment at the positions being

@@ -16,7 +16,7 @@ import coremlrt
 from coremlrt import _core, cli
 from mil_helpers import save_program
 
-REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+REPO = os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 
 def load_generator():

@@ -20,7 +20,7 @@ from coremltools.converters.mil import Builder as mb
 import corpus
 from coremlrt import coremltools_backend as backend
 
-HOOK_SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "python", "coremlrt_coremltools_hook.py")
+HOOK_SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python", "coremlrt_coremltools_hook.py")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -343,7 +343,7 @@ def test_hook_module_without_pth(tmp_path):
         assert ct.__spec__.loader.__class__.__name__ != "_EnableAfterImport"
         assert not any(isinstance(f, hook._Finder) for f in sys.meta_path)
         import numpy as np
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
         import corpus
         name = "fixture_stateful_accumulator"
         case = corpus.load_case(name)

@@ -229,7 +229,7 @@ def test_imputer_with_a_given_missing_value(tmp_path):
 
 def test_string_and_dictionary_features_are_refused_where_no_vocabulary_reads_them(tmp_path):
     # String and dictionary inputs run through dictVectorizer, categoricalMapping and string
-    # oneHotEncoder (tests/python/test_text_features.py); any other reader is refused.
+    # oneHotEncoder (tests/python/classic/test_text_features.py); any other reader is refused.
     scaler = _feature_model([("d", datatypes.Dictionary(datatypes.String()))], [("v", datatypes.Array(2))])
     scaler.scaler.shiftValue.extend([0.0])
     scaler.scaler.scaleValue.extend([1.0])
