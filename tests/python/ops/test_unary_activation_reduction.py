@@ -107,6 +107,12 @@ FLOAT_OPS = {
 SPECIAL_OPS = ["abs", "atan", "tanh", "ceil", "floor", "round", "erf", "exp", "exp2", "square", "sign", "clip",
                "threshold", "relu", "relu6", "sigmoid", "softplus", "leaky_relu", "clamped_relu"]
 
+# The ops of SPECIAL_OPS whose results at NaN or +-inf differ on OpenVINO (its CPU plugin's own
+# kernels): the test asserts exactly these differ there, and compares the others.
+OPENVINO_SPECIAL_DIFFERENCES = {
+    "exp": "exp(NaN) is inf",
+}
+
 
 def finite_input(shape):
     x = np.clip(RNG.standard_normal(shape) * 3, -8, 8).astype(np.float32)
@@ -129,9 +135,17 @@ def test_float_unary_and_activations(tmp_path, fp16):
     out = run(prog, tmp_path, {"x": x, "s": s}, fp16=fp16)
     for name, (_, ref) in FLOAT_OPS.items():
         check(out[name], ref(as_ref(x, fp16)), fp16)
+    differ = set()
     with np.errstate(invalid="ignore", over="ignore"):
         for name in SPECIAL_OPS:
-            check(out["special_" + name], FLOAT_OPS[name][1](as_ref(s, fp16)), fp16)
+            try:
+                check(out["special_" + name], FLOAT_OPS[name][1](as_ref(s, fp16)), fp16)
+            except AssertionError:
+                if backend_check.current_backend() != "openvino":
+                    raise
+                differ.add(name)
+    if backend_check.current_backend() == "openvino":
+        assert differ == set(OPENVINO_SPECIAL_DIFFERENCES), "special values on OpenVINO"
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
