@@ -1,11 +1,30 @@
 #include "ir/program.h"
 
+#include <cstring>
 #include <set>
 #include <sstream>
 
 #include "coremlrt/error.h"
 
 namespace coremlrt::ir {
+
+ValueType tensor_type(DType dtype, std::vector<int64_t> dims) {
+  ValueType type;
+  type.dtype = dtype;
+  type.rank = static_cast<int64_t>(dims.size());
+  type.dims = std::move(dims);
+  return type;
+}
+
+std::shared_ptr<ConstValue> make_constant(DType dtype, const void* values, size_t count, std::vector<int64_t> dims) {
+  auto out = std::make_shared<ConstValue>();
+  out->type = tensor_type(dtype, dims);
+  out->tensor = Tensor::empty(dtype, Shape(dims.begin(), dims.end()));
+  COREMLRT_CHECK(static_cast<int64_t>(count) == out->tensor.numel(), "constant of ", count, " values for shape ",
+                 out->type.str());
+  if (count) std::memcpy(out->tensor.data, values, count * dtype_size(dtype));
+  return out;
+}
 
 bool ValueType::is_static() const {
   if (kind != TypeKind::Tensor) return false;

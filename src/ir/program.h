@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "coremlrt/tensor.h"
@@ -83,6 +84,20 @@ struct Function {
 struct Program {
   std::map<std::string, Function> functions;
 };
+
+// A tensor type of known dims.
+ValueType tensor_type(DType dtype, std::vector<int64_t> dims);
+
+// A tensor constant of `dims` holding `count` values of `dtype`'s size copied from `values`
+// (the format readers' inline constants: src/format/classic/predictor.cc,
+// src/format/neural_network/values.cc); fails when count is not the shape's element count.
+std::shared_ptr<ConstValue> make_constant(DType dtype, const void* values, size_t count, std::vector<int64_t> dims);
+
+template <class T>
+std::shared_ptr<ConstValue> make_constant(DType dtype, const std::vector<T>& values, std::vector<int64_t> dims) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return make_constant(dtype, values.data(), values.size(), std::move(dims));
+}
 
 // Maps "CoreML5".."CoreML9" to iOS opset versions 15..19 (0 when unknown).
 int ios_version_of_opset(const std::string& opset);

@@ -28,7 +28,7 @@ namespace coremlrt::format::classic {
 
 using Const = std::shared_ptr<ir::ConstValue>;
 
-ir::ValueType tensor_type(DType dtype, std::vector<int64_t> dims);
+using ir::tensor_type;
 Const f64_tensor(std::vector<double> values, std::vector<int64_t> dims);
 Const f32_tensor(std::vector<float> values, std::vector<int64_t> dims);
 Const i32_tensor(std::vector<int32_t> values, std::vector<int64_t> dims);

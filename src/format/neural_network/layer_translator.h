@@ -50,7 +50,7 @@ struct Value {
   ir::ValueType type;
 };
 
-ir::ValueType tensor_type(DType dtype, std::vector<int64_t> dims);
+using ir::tensor_type;
 
 // Inline constants.
 Value float_tensor(std::vector<float> values, std::vector<int64_t> dims);

@@ -8,22 +8,11 @@
 
 namespace coremlrt::format::neural_network {
 
-ir::ValueType tensor_type(DType dtype, std::vector<int64_t> dims) {
-  ir::ValueType type;
-  type.dtype = dtype;
-  type.rank = static_cast<int64_t>(dims.size());
-  type.dims = std::move(dims);
-  return type;
-}
-
 namespace {
 
 template <class T>
 Value constant_tensor(DType dtype, const std::vector<T>& values, std::vector<int64_t> dims) {
-  auto out = std::make_shared<ir::ConstValue>();
-  out->type = tensor_type(dtype, dims);
-  out->tensor = Tensor::empty(dtype, Shape(dims.begin(), dims.end()));
-  if (!values.empty()) std::memcpy(out->tensor.data, values.data(), values.size() * sizeof(T));
+  auto out = ir::make_constant(dtype, values, std::move(dims));
   return {"", out, out->type};
 }
 
