@@ -429,6 +429,11 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
         // docs/design/architecture.md, law 6: fp32 unless the caller opted in to the low-precision mode, and then
         // bf16 only for fp16 programs.
         ov::hint::inference_precision(options_.low_precision && fp16_program ? ov::element::bf16 : ov::element::f32),
+        // Compressed weights multiply float activations, as Core ML's weight-only compression
+        // defines (docs/design/compressed-weights.md). On CPUs with int8 dot products (AVX-512
+        // VNNI, AMX) the plugin would otherwise quantize the activations of such matmuls to int8
+        // in groups: errors of several percent, in either precision mode.
+        ov::hint::dynamic_quantization_group_size(0),
     };
     if (options_.threads > 0) config.emplace(ov::inference_num_threads(options_.threads));
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
