@@ -16,6 +16,9 @@ Every other example runs as written, in a folder holding the files the guides na
 
 import os
 import re
+import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +28,9 @@ DOCUMENTS = ["README.md"] + sorted(
     os.path.join("docs", "guide", name) for name in os.listdir(os.path.join(REPO, "docs", "guide"))
     if name.endswith(".md"))
 KINDS = ("run by CI", "long run", "server")
+# The guides whose examples start Dask, Ray or a server: tests/python/docs/test_doc_examples_services.py
+# runs them, test_doc_examples.py the others.
+SERVICE_DOCUMENTS = ("docs/guide/batch.md", "docs/guide/serving.md")
 _FENCE = re.compile(r"^```(\w+)\s*$")
 _MARKER = re.compile(r"^<!-- example: (.+?) \((.+)\) -->$")
 
@@ -148,3 +154,39 @@ def make_workdir(directory):
     for name in ("inputs.parquet", "data.parquet"):
         pq.write_table(table, os.path.join(directory, name))
     return directory
+
+
+def prepare_workdir(directory):
+    """make_workdir, plus what shell examples call: `coremlrt` (the command of the coremlrt
+    under test, not whatever an environment has installed) and the repository's folders."""
+    make_workdir(directory)
+    bin_dir = os.path.join(directory, "bin")
+    os.makedirs(bin_dir)
+    shim = os.path.join(bin_dir, "coremlrt")
+    with open(shim, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m coremlrt.cli "$@"\n')
+    os.chmod(shim, os.stat(shim).st_mode | stat.S_IEXEC)
+    for name in ("scripts", "benchmarks", "tests", "examples", "docs"):
+        os.symlink(os.path.join(REPO, name), os.path.join(directory, name))
+
+
+def example_environment(workdir):
+    env = dict(os.environ)
+    env["PATH"] = os.path.join(workdir, "bin") + os.pathsep + env.get("PATH", "")
+    import coremlrt
+
+    # The package under test first on the path of every example (a development tree's too).
+    package_root = os.path.dirname(os.path.dirname(coremlrt.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def run_example(example, workdir, timeout=300):
+    command = [sys.executable, "-c", example.code] if example.language == "python" else \
+        ["bash", "-euo", "pipefail", "-c", example.code]
+    result = subprocess.run(command, cwd=workdir, env=example_environment(workdir), capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, (
+        f"{example.id} failed (exit {result.returncode}):\n{example.code}\n--- stdout\n{result.stdout[-3000:]}"
+        f"\n--- stderr\n{result.stderr[-3000:]}")
+    return result
