@@ -332,7 +332,7 @@ class RegionBuilder {
       // fp16 computed in fp32: the constant widened once, here, with the vectorized conversion
       // (an element-by-element loop took most of resnet18 fp16's cached load).
       auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
-      ops::half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
+      half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
       node = widened;
     } else {
       // A view of the plan's constant (weights stay in the memory-mapped weight file); the
