@@ -103,6 +103,7 @@ nb::dict description_dict(const ModelDescription& desc) {
   nb::dict d;
   d["specification_version"] = desc.specification_version;
   d["model_type"] = desc.model_type;
+  d["model_family"] = desc.model_family;
   d["multifunction"] = desc.multifunction;
   d["default_function"] = desc.default_function;
   nb::list functions;
