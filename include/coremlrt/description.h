@@ -47,6 +47,13 @@ struct FunctionDescription {
   std::string predicted_probabilities_name;
 };
 
+// The entries a string or dictionary input is taken over as numbers (Model::input_vocabulary):
+// integer keys in decimal, `integer_keys` set.
+struct InputVocabulary {
+  std::vector<std::string> entries;
+  bool integer_keys = false;
+};
+
 struct ModelMetadata {
   std::string short_description;
   std::string version;
@@ -58,6 +65,10 @@ struct ModelMetadata {
 struct ModelDescription {
   int specification_version = 0;
   std::string model_type;  // "mlProgram", "neuralNetwork", "pipeline", ...
+  // The model type's family (src/format/model_kinds.h): "mlProgram", "neuralNetwork" (and its
+  // classifier and regressor), "classicPredictor", "featureEngineering", "pipeline",
+  // "linkedModel" or "other".
+  std::string model_family;
   bool multifunction = false;
   // For a single-function model: one entry named "main" built from the top-level features.
   std::vector<FunctionDescription> functions;

@@ -1,12 +1,20 @@
 #pragma once
 // Decoding of the narrow float formats that weight files may hold
-// (docs/design/coreml-format.md, "Weight blobs").
+// (docs/design/coreml-format.md, "Weight blobs"), and bulk fp16 conversion.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "coremlrt/dtype.h"
+
 namespace coremlrt {
+
+// Bulk fp16 <-> fp32 conversion, using the CPU's conversion instructions where it has them
+// (chosen at run time; src/ops/util.cc). Kernels convert fp16 operands in blocks with these
+// rather than element by element; the Python binding widens fp16 outputs with half_to_float.
+void half_to_float(const half* src, float* dst, int64_t count);
+void float_to_half(const float* src, half* dst, int64_t count);
 
 // bfloat16: the upper half of an IEEE float32.
 inline float bfloat16_to_float(uint16_t bits) {

@@ -106,10 +106,7 @@ class Model {
   //   a dictionary: a float64 vector of entries.size() values, the value of entries[i] at
   //                 place i, 0 where the dictionary lacks the key (keys not in entries dropped).
   // Throws Error when `input` is not such a feature.
-  struct InputVocabulary {
-    std::vector<std::string> entries;
-    bool integer_keys = false;
-  };
+  using InputVocabulary = coremlrt::InputVocabulary;
   const InputVocabulary& input_vocabulary(const std::string& input) const;
   // String outputs other than a classifier's label (categoricalMapping from int64): predict()
   // returns such an output as an int64 scalar, an index into the strings this returns; empty

@@ -64,7 +64,8 @@ struct StructureLayer {
 struct StructureSubModel;
 
 struct ModelStructure {
-  std::string model_type;  // "mlProgram", "neuralNetwork", ...
+  std::string model_type;    // "mlProgram", "neuralNetwork", ...
+  std::string model_family;  // ModelDescription::model_family: "mlProgram", "neuralNetwork", "pipeline", ...
   std::vector<StructureFunction> functions;  // ML programs, in name order
   std::vector<StructureLayer> layers;        // neuralNetwork models
   // Pipelines: each stage by the pipeline's name for it, in order. Classic models (GLMs, trees,

@@ -51,7 +51,7 @@ def cmd_info(args, out=None):
     print(f"  functions ({len(desc['functions'])}):", file=out)
     unsupported_total = 0
     # A neuralNetwork model is described by its layers, in the file's own vocabulary.
-    unit = "layer" if desc["model_type"] in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor") else "op"
+    unit = "layer" if desc["model_family"] == "neuralNetwork" else "op"
     for function in desc["functions"]:
         default = " (default)" if function["name"] == desc["default_function"] else ""
         program = opsets.get(function["name"], {})
@@ -84,7 +84,7 @@ def cmd_info(args, out=None):
 def _print_plan(args, desc, out):
     """Per op: device, backend (and region), estimated cost, and why an op fell back to
     coremlrt's own kernels (coremlrt/compute_plan.py says how cost is estimated)."""
-    if desc["model_type"] != "mlProgram":
+    if desc["model_family"] != "mlProgram":
         print(f"  compute plan: every layer of this {desc['model_type']} model runs on the CPU, on coremlrt's "
               f"own kernels", file=out)
         return

@@ -143,7 +143,7 @@ def compute_plan(path: str, structure: Optional[Dict[str, Any]] = None,
     Each function is loaded with ``backend`` (default: ``COREMLRT_BACKEND`` or "auto") to learn
     where its ops run. Raises coremlrt.Error for models that are not ML programs."""
     structure = structure or _core.model_structure(path)
-    if structure["model_type"] != "mlProgram":
+    if structure["model_family"] != "mlProgram":
         raise _core.Error(f"model '{path}' is a {structure['model_type']} model; compute plans cover ML "
                           f"programs (a neuralNetwork's layers all run on the CPU)")
     report = _core.inspect(path)

@@ -301,7 +301,7 @@ class _MLComputePlanProxy:
         raw = _core.model_structure(path)
         self.model_structure, self._ops = _structure_objects(raw)
         self._plan = {}
-        if raw["model_type"] == "mlProgram":
+        if raw["model_family"] == "mlProgram":
             for function, ops in _plan.compute_plan(path, raw).items():
                 for op in ops:
                     self._plan[(function, op.path)] = op
@@ -363,12 +363,12 @@ def _structure_objects(raw):
         """`stage`: the path of stage indices to this sub-model (() for the model itself), so
         that the keys of a stage's operations and layers differ from every other stage's."""
         program = neuralnetwork = pipeline = None
-        if raw["model_type"] == "mlProgram":
+        if raw["model_family"] == "mlProgram":
             program = cp.MLModelStructureProgram(functions={
                 f["name"]: cp.MLModelStructureProgramFunction(
                     inputs=named(f["inputs"]), block=block(f["block"], stage + (f["name"],) if stage else f["name"], ()))
                 for f in raw["functions"]})
-        elif raw["model_type"].startswith("neuralNetwork"):
+        elif raw["model_family"] == "neuralNetwork":
             layers = []
             for index, layer in enumerate(raw["layers"]):
                 key = ("layer",) + stage + (index,)
@@ -378,7 +378,7 @@ def _structure_objects(raw):
                     name=layer["name"], type=layer["type"], input_names=[], output_names=list(layer["output_names"]),
                     __proxy__=key))
             neuralnetwork = cp.MLModelStructureNeuralNetwork(layers=layers)
-        elif raw["model_type"].startswith("pipeline"):
+        elif raw["model_family"] == "pipeline":
             pipeline = cp.MLModelStructurePipeline(sub_models=tuple(
                 (name, structure(sub, stage + (index,))) for index, (name, sub) in enumerate(raw["sub_models"])))
         # Any other (classic) model: Core ML describes no structure, so all three stay None.

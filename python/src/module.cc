@@ -13,9 +13,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "coremlrt/float_formats.h"
 #include "coremlrt/model.h"
 #include "coremlrt/threads.h"
-#include "ops/util.h"
 #include "py_owner.h"
 
 #include <atomic>
@@ -103,6 +103,7 @@ nb::dict description_dict(const ModelDescription& desc) {
   nb::dict d;
   d["specification_version"] = desc.specification_version;
   d["model_type"] = desc.model_type;
+  d["model_family"] = desc.model_family;
   d["multifunction"] = desc.multifunction;
   d["default_function"] = desc.default_function;
   nb::list functions;
@@ -291,7 +292,7 @@ class PyModel {
       for (auto& [name, tensor] : out)
         if (tensor.dtype == DType::Float16) {
           Tensor wide = Tensor::empty(DType::Float32, tensor.shape);
-          ops::half_to_float(tensor.ptr<half>(), wide.ptr<float>(), tensor.numel());
+          half_to_float(tensor.ptr<half>(), wide.ptr<float>(), tensor.numel());
           tensor = std::move(wide);
         }
       return out;

@@ -1,7 +1,8 @@
 // Binding for the ONNX exporter (python/coremlrt/onnx_export/): a model's typed program as plain
-// data, the IR that format/ reads every model type into (ML programs, neuralNetwork layers,
-// classic models and pipelines spliced into one function), before any planning. The exporter
-// is a second consumer of the IR beside the OpenVINO lowering; it reads, never changes, it.
+// data (coremlrt/program.h: the IR that format/ reads every model type into, ML programs,
+// neuralNetwork layers, classic models and pipelines spliced into one function, before any
+// planning). The exporter is a second consumer of the IR beside the OpenVINO lowering; it reads,
+// never changes, it.
 //
 // Constants come out as numpy arrays that own a copy: an export is a one-off file operation, and
 // a copy keeps no view into the model's memory-mapped weight files once the dict is returned.
@@ -14,15 +15,9 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
-#include <set>
 
 #include "coremlrt/error.h"
-#include "format/package.h"
-#include "format/spec_reader.h"
-#include "ir/program.h"
-#include "ops/kernel.h"
-#include "ops/packed_weight.h"
-#include "runtime/plan.h"
+#include "coremlrt/program.h"
 
 namespace nb = nanobind;
 using namespace coremlrt;
@@ -31,24 +26,24 @@ nb::dict description_dict(const ModelDescription& desc);  // module.cc
 
 namespace {
 
-const char* kind_name(ir::TypeKind kind) {
+const char* kind_name(ProgramTypeKind kind) {
   switch (kind) {
-    case ir::TypeKind::Tensor: return "tensor";
-    case ir::TypeKind::List: return "list";
-    case ir::TypeKind::Tuple: return "tuple";
-    case ir::TypeKind::Dictionary: return "dictionary";
-    case ir::TypeKind::State: return "state";
+    case ProgramTypeKind::Tensor: return "tensor";
+    case ProgramTypeKind::List: return "list";
+    case ProgramTypeKind::Tuple: return "tuple";
+    case ProgramTypeKind::Dictionary: return "dictionary";
+    case ProgramTypeKind::State: return "state";
   }
   return "?";
 }
 
-nb::dict type_dict(const ir::ValueType& t) {
+nb::dict type_dict(const ProgramValueType& t) {
   nb::dict d;
   d["kind"] = kind_name(t.kind);
   d["dtype"] = dtype_name(t.dtype);
   d["rank"] = t.rank;
   d["dims"] = t.dims;
-  d["text"] = t.str();
+  d["text"] = t.text;
   d["element"] = t.element ? nb::object(type_dict(*t.element)) : nb::none();
   nb::list members;
   for (const auto& m : t.members) members.append(type_dict(m));
@@ -93,18 +88,12 @@ nb::object copy_to_numpy(const Tensor& tensor, const std::string& where) {
                                                                          nullptr, dtype));
 }
 
-nb::dict const_dict(const ir::ConstValue& value, const std::string& where) {
+nb::dict const_dict(const ProgramConstant& value, const std::string& where) {
   nb::dict d;
   d["type"] = type_dict(value.type);
-  if (value.type.kind == ir::TypeKind::Tensor) {
-    if (value.type.dtype == DType::String) {
-      d["strings"] = value.strings;
-    } else if (value.packed) {
-      ops::check_packed(*value.packed);
-      d["array"] = copy_to_numpy(ops::decode_dense(*value.packed), where);
-    } else {
-      d["array"] = copy_to_numpy(value.tensor, where);
-    }
+  if (value.type.kind == ProgramTypeKind::Tensor) {
+    if (value.type.dtype == DType::String) d["strings"] = value.strings;
+    else d["array"] = copy_to_numpy(value.tensor, where);
   }
   nb::list items;
   for (const auto& item : value.items) items.append(const_dict(item, where));
@@ -112,7 +101,7 @@ nb::dict const_dict(const ir::ConstValue& value, const std::string& where) {
   return d;
 }
 
-nb::list named_values(const std::vector<ir::NamedValue>& values) {
+nb::list named_values(const std::vector<ProgramNamedValue>& values) {
   nb::list out;
   for (const auto& v : values) {
     nb::dict d;
@@ -123,10 +112,10 @@ nb::list named_values(const std::vector<ir::NamedValue>& values) {
   return out;
 }
 
-nb::dict block_dict(const ir::Block& block);
+nb::dict block_dict(const ProgramBlock& block);
 
-nb::dict operation_dict(const ir::Operation& op) {
-  const std::string where = op.describe();
+nb::dict operation_dict(const ProgramOperation& op) {
+  const std::string& where = op.description;
   nb::dict o;
   o["type"] = op.type;
   o["name"] = op.name;
@@ -144,7 +133,7 @@ nb::dict operation_dict(const ir::Operation& op) {
   o["inputs"] = inputs;
   nb::dict attributes;
   for (const auto& [name, value] : op.attributes)
-    attributes[name.c_str()] = const_dict(*value, where + ", attribute '" + name + "'");
+    attributes[name.c_str()] = const_dict(value, where + ", attribute '" + name + "'");
   o["attributes"] = attributes;
   o["outputs"] = named_values(op.outputs);
   nb::list blocks;
@@ -153,7 +142,7 @@ nb::dict operation_dict(const ir::Operation& op) {
   return o;
 }
 
-nb::dict block_dict(const ir::Block& block) {
+nb::dict block_dict(const ProgramBlock& block) {
   nb::dict d;
   d["inputs"] = named_values(block.inputs);
   d["outputs"] = block.outputs;
@@ -163,99 +152,54 @@ nb::dict block_dict(const ir::Block& block) {
   return d;
 }
 
-const char* map_name(ir::CodeMap map) {
-  switch (map) {
-    case ir::CodeMap::kIdentity: return "identity";
-    case ir::CodeMap::kLut: return "lut";
-    case ir::CodeMap::kShiftScale: return "shift_scale";
-    case ir::CodeMap::kAffine: return "affine";
-  }
-  return "?";
-}
-
-// The elements of a packed array, one byte each (int4 sign-extended), in `shape`: codes and
-// offsets may be bit-packed (src/ir/packed.h, PackedArray).
-Tensor unpacked(const ir::PackedArray& array, const Shape& shape) {
-  ir::PackedTensor codes;
-  codes.dtype = array.dtype;
-  codes.shape = shape;
-  codes.codes = array;
-  codes.groups = Shape(shape.size(), 1);
-  return ops::decode_dense(codes);
-}
-
 // A weight the planner keeps packed (docs/design/compressed-weights.md): its parts, so the exporter
 // can write a DequantizeLinear of the same codes and scales, and `decode()` for its dense values.
-nb::dict packed_dict(const std::shared_ptr<const ir::PackedTensor>& t, const std::string& where) {
+nb::dict packed_dict(const std::shared_ptr<const PackedWeight>& t, const std::string& where) {
   nb::dict d;
   d["dtype"] = dtype_name(t->dtype);
   d["shape"] = t->shape;
-  d["map"] = map_name(t->map);
-  d["form"] = t->form();
+  d["map"] = t->map;
+  d["form"] = t->form;
   d["groups"] = t->groups;
-  d["codes_dtype"] = dtype_name(t->codes.dtype);
-  d["sparse"] = t->mask.defined();
+  d["codes_dtype"] = dtype_name(t->codes_dtype);
+  d["sparse"] = t->sparse;
   d["nonzero_only"] = t->nonzero_only;
-  const bool affine = t->map == ir::CodeMap::kAffine || t->map == ir::CodeMap::kShiftScale;
-  d["codes"] = affine && !t->mask.defined() ? copy_to_numpy(unpacked(t->codes, t->shape), where) : nb::none();
+  d["codes"] = t->codes.defined() ? copy_to_numpy(t->codes, where) : nb::none();
   d["scale"] = t->scale.defined() ? copy_to_numpy(t->scale, where) : nb::none();
-  d["offset"] = t->offset.defined() ? copy_to_numpy(unpacked(t->offset, {t->offset.count}), where) : nb::none();
-  d["offset_dtype"] = t->offset.defined() ? nb::cast(std::string(dtype_name(t->offset.dtype))) : nb::none();
-  d["decode"] = nb::cpp_function([t, where] { return copy_to_numpy(ops::decode_dense(*t), where); });
+  d["offset"] = t->offset.defined() ? copy_to_numpy(t->offset, where) : nb::none();
+  d["offset_dtype"] = t->offset.defined() ? nb::cast(std::string(dtype_name(t->offset_dtype))) : nb::none();
+  d["decode"] = nb::cpp_function([t, where] { return copy_to_numpy(t->decode(), where); });
   return d;
 }
 
-// Names of the values `const` ops define, in `block` and the blocks nested in it.
-void collect_const_outputs(const ir::Block& block, std::set<std::string>& out) {
-  for (const ir::Operation& op : block.operations) {
-    if (op.type == "const")
-      for (const ir::NamedValue& v : op.outputs) out.insert(v.name);
-    for (const ir::Block& nested : op.blocks) collect_const_outputs(nested, out);
-  }
-}
-
-// The values the planner knows at load (runtime/plan.h) beyond the const ops' own (which the
-// program already carries): results of ops computed from constants alone (folded), and
-// compressed weights kept packed. By value name.
-nb::dict known_values(const ir::Function& function) {
-  std::set<std::string> consts;
-  collect_const_outputs(function.block, consts);
-  runtime::PlanOptions options;
-  options.packed_weights = true;
-  const std::unique_ptr<runtime::Plan> plan = runtime::build_plan(function, ops::KernelRegistry::cpu(), {}, options);
+// The values the planner knows at load beyond the const ops' own, by value name.
+nb::dict known_dict(const ProgramFunction& function) {
   nb::dict out;
-  for (size_t slot = 0; slot < plan->slot_count(); ++slot) {
-    const std::string& name = plan->slot_names[slot];
-    if (consts.count(name) && !plan->packed[slot]) continue;
-    const std::string where = "function '" + function.name + "', value '" + name + "'";
-    if (plan->packed[slot]) {
-      nb::dict d;
-      d["packed"] = packed_dict(plan->packed[slot], where);
-      out[name.c_str()] = d;
-    } else if (plan->constants[slot].defined() && plan->slot_types[slot].dtype != DType::String) {
-      nb::dict d;
-      d["array"] = copy_to_numpy(plan->constants[slot], where);
-      out[name.c_str()] = d;
-    }
+  for (const KnownValue& value : function.known) {
+    const std::string where = "function '" + function.name + "', value '" + value.name + "'";
+    nb::dict d;
+    if (value.packed) d["packed"] = packed_dict(value.packed, where);
+    else d["array"] = copy_to_numpy(value.dense, where);
+    out[value.name.c_str()] = d;
   }
   return out;
 }
 
 nb::dict read_program(const std::string& path, bool known) {
-  const format::LoadedModel loaded = format::read_model(format::locate_model(path));
+  const ModelProgram program = read_model_program(path, known);
   nb::dict d;
-  d["description"] = description_dict(loaded.description);
-  d["problem"] = loaded.problem;
-  d["network_problem"] = loaded.network.problem;
+  d["description"] = description_dict(program.description);
+  d["problem"] = program.problem;
+  d["network_problem"] = program.network_problem;
   nb::dict functions;
-  for (const auto& [name, function] : loaded.program.functions) {
+  for (const auto& [name, function] : program.functions) {
     nb::dict fd;
     fd["name"] = function.name;
     fd["opset"] = function.opset;
     fd["ios_version"] = function.ios_version;
     fd["inputs"] = named_values(function.inputs);
     fd["block"] = block_dict(function.block);
-    fd["known"] = known ? nb::object(known_values(function)) : nb::none();
+    fd["known"] = known ? nb::object(known_dict(function)) : nb::none();
     functions[name.c_str()] = fd;
   }
   d["functions"] = functions;

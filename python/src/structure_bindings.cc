@@ -70,6 +70,7 @@ nb::dict block_dict(const StructureBlock& block) {
 nb::dict structure_dict(const ModelStructure& s) {
   nb::dict d;
   d["model_type"] = s.model_type;
+  d["model_family"] = s.model_family;
   nb::list functions;
   for (const auto& f : s.functions) {
     nb::dict fd;

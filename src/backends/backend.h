@@ -51,13 +51,17 @@ struct FunctionView {
   const ValueInfo& values;
 };
 
-// A backend's answer for one op.
+// A backend's answer for one op, one region or one of their parameters: made only by claim()
+// or refuse(why), so neither an empty string nor `return {}` can stand for an answer.
 struct Verdict {
-  bool claimed = false;
+  bool claimed;
   std::string reason;  // why not, when not claimed ("no lowering for op type 'cond'")
 
-  static Verdict claim() { return {true, {}}; }
-  static Verdict refuse(std::string why) { return {false, std::move(why)}; }
+  static Verdict claim() { return Verdict(true, {}); }
+  static Verdict refuse(std::string why) { return Verdict(false, std::move(why)); }
+
+ private:
+  Verdict(bool claimed, std::string reason) : claimed(claimed), reason(std::move(reason)) {}
 };
 
 // A run of consecutive ops that one backend takes. `inputs` are the values the region reads

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coremlrt/error.h"
+#include "format/model_kinds.h"
 
 namespace coremlrt::format {
 
@@ -295,6 +296,7 @@ ModelDescription read_compiled_metadata(const std::string& text, const std::stri
   std::string type = reader.string(root["modelType"], "name", "modelType");
   const std::string prefix = "MLModelType_";
   out.model_type = type.rfind(prefix, 0) == 0 ? type.substr(prefix.size()) : type;
+  out.model_family = model_family_name(out.model_type);
   out.metadata.short_description = reader.string(root, "shortDescription", "the model", "");
   out.metadata.author = reader.string(root, "author", "the model", "");
   out.metadata.license = reader.string(root, "license", "the model", "");

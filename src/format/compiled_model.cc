@@ -15,6 +15,7 @@
 #include "format/compiled_metadata.h"
 #include "format/memory_model.h"
 #include "format/mil_text.h"
+#include "format/model_kinds.h"
 #include "format/pipeline_message.h"
 #include "format/value_reader.h"
 
@@ -200,8 +201,8 @@ LoadedModel read_compiled_model(const ModelFiles& files) {
   LoadedModel out;
   out.files = files;
   out.description = read_compiled_metadata(read_bytes(metadata), metadata.string());
-  COREMLRT_CHECK(out.description.model_type == "mlProgram", "compiled model '", files.model_dir,
-                 "': metadata.json says model type '", out.description.model_type, "' but the folder holds ",
+  COREMLRT_CHECK(is_model_family(out.description.model_type, ModelFamily::MlProgram), "compiled model '",
+                 files.model_dir, "': metadata.json says model type '", out.description.model_type, "' but the folder holds ",
                  kCompiledProgramFile, " (an ML program)");
   COREMLRT_CHECK(out.description.specification_version <= kMaxSpecificationVersion, "compiled model '",
                  files.model_dir, "' has specification version ", out.description.specification_version,

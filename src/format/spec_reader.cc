@@ -14,6 +14,7 @@
 #include "format/classic/predictor.h"
 #include "format/compiled_model.h"
 #include "format/memory_model.h"
+#include "format/model_kinds.h"
 #include "format/pipeline_message.h"
 #include "format/pipeline_splicer.h"
 #include "format/value_reader.h"
@@ -25,40 +26,9 @@ namespace mil = CoreML::Specification::MILSpec;
 
 namespace {
 
-const char* model_type_name(const spec::Model& model) {
-  switch (model.Type_case()) {
-    case spec::Model::kMlProgram: return "mlProgram";
-    case spec::Model::kNeuralNetwork: return "neuralNetwork";
-    case spec::Model::kNeuralNetworkClassifier: return "neuralNetworkClassifier";
-    case spec::Model::kNeuralNetworkRegressor: return "neuralNetworkRegressor";
-    case spec::Model::kPipeline: return "pipeline";
-    case spec::Model::kPipelineClassifier: return "pipelineClassifier";
-    case spec::Model::kPipelineRegressor: return "pipelineRegressor";
-    case spec::Model::kGlmRegressor: return "glmRegressor";
-    case spec::Model::kGlmClassifier: return "glmClassifier";
-    case spec::Model::kSupportVectorRegressor: return "supportVectorRegressor";
-    case spec::Model::kSupportVectorClassifier: return "supportVectorClassifier";
-    case spec::Model::kTreeEnsembleRegressor: return "treeEnsembleRegressor";
-    case spec::Model::kTreeEnsembleClassifier: return "treeEnsembleClassifier";
-    case spec::Model::kKNearestNeighborsClassifier: return "kNearestNeighborsClassifier";
-    case spec::Model::kOneHotEncoder: return "oneHotEncoder";
-    case spec::Model::kImputer: return "imputer";
-    case spec::Model::kFeatureVectorizer: return "featureVectorizer";
-    case spec::Model::kDictVectorizer: return "dictVectorizer";
-    case spec::Model::kScaler: return "scaler";
-    case spec::Model::kCategoricalMapping: return "categoricalMapping";
-    case spec::Model::kNormalizer: return "normalizer";
-    case spec::Model::kArrayFeatureExtractor: return "arrayFeatureExtractor";
-    case spec::Model::kNonMaximumSuppression: return "nonMaximumSuppression";
-    case spec::Model::kClassConfidenceThresholding: return "classConfidenceThresholding";
-    case spec::Model::kLinkedModel: return "linkedModel";
-    case spec::Model::kBayesianProbitRegressor: return "bayesianProbitRegressor";
-    case spec::Model::kItemSimilarityRecommender: return "itemSimilarityRecommender";
-    case spec::Model::kIdentity: return "identity";
-    case spec::Model::TYPE_NOT_SET: return "none";
-    default: return "other";
-  }
-}
+// The model's kind in format/model_kinds.h; nullptr for a Type field this schema does not know.
+const ModelKind* kind_of(const spec::Model& model) { return find_model_kind(static_cast<int>(model.Type_case())); }
+const char* type_name_of(const spec::Model& model) { return model_type_name(static_cast<int>(model.Type_case())); }
 
 DType array_dtype(spec::ArrayFeatureType::ArrayDataType type) {
   switch (type) {
@@ -165,7 +135,8 @@ std::vector<FeatureDescription> read_features(const Repeated& features) {
 ModelDescription read_description(const spec::Model& model) {
   ModelDescription out;
   out.specification_version = model.specificationversion();
-  out.model_type = model_type_name(model);
+  out.model_type = type_name_of(model);
+  out.model_family = model_family_name(out.model_type);
   const spec::ModelDescription& desc = model.description();
   const spec::Metadata& meta = desc.metadata();
   out.metadata.short_description = meta.shortdescription();
@@ -288,34 +259,15 @@ std::string read_file(const std::string& path) {
 
 
 bool is_pipeline(const spec::Model& model) {
-  return model.Type_case() == spec::Model::kPipeline || model.Type_case() == spec::Model::kPipelineClassifier ||
-         model.Type_case() == spec::Model::kPipelineRegressor;
+  const ModelKind* kind = kind_of(model);
+  return kind && kind->family == ModelFamily::Pipeline;
 }
 
-// Model types format/classic/ translates (the feature models refused there say why).
+// Model types format/classic/ translates: its classic predictors and feature-engineering models
+// (the ones it refuses, bayesianProbitRegressor and feature kinds it cannot take, say why).
 bool translated_type(const spec::Model& model) {
-  switch (model.Type_case()) {
-    case spec::Model::kGlmRegressor:
-    case spec::Model::kGlmClassifier:
-    case spec::Model::kSupportVectorRegressor:
-    case spec::Model::kSupportVectorClassifier:
-    case spec::Model::kTreeEnsembleRegressor:
-    case spec::Model::kTreeEnsembleClassifier:
-    case spec::Model::kKNearestNeighborsClassifier:
-    case spec::Model::kScaler:
-    case spec::Model::kImputer:
-    case spec::Model::kNormalizer:
-    case spec::Model::kFeatureVectorizer:
-    case spec::Model::kArrayFeatureExtractor:
-    case spec::Model::kOneHotEncoder:
-    case spec::Model::kIdentity:
-    case spec::Model::kDictVectorizer:
-    case spec::Model::kCategoricalMapping:
-    case spec::Model::kNonMaximumSuppression:
-    case spec::Model::kClassConfidenceThresholding:
-    case spec::Model::kBayesianProbitRegressor: return true;  // refused by translate_model, with the reason
-    default: return false;
-  }
+  const ModelKind* kind = kind_of(model);
+  return kind && (kind->family == ModelFamily::ClassicPredictor || kind->family == ModelFamily::FeatureEngineering);
 }
 
 ir::Program translate_model(const spec::Model& model, const FunctionDescription& description,
@@ -653,15 +605,17 @@ std::vector<PipelineStageModel> read_pipeline_stages(const ModelFiles& files) {
                  files.model_dir, "': the stages of a pipeline compiled by Apple's compiler are not read here");
   std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
   const spec::Model model = parse_model(files, memory.get());
-  COREMLRT_CHECK(is_pipeline(model), "model file '", files.model_file, "' is a ", model_type_name(model),
+  COREMLRT_CHECK(is_pipeline(model), "model file '", files.model_file, "' is a ", type_name_of(model),
                  " model, not a pipeline");
   ValueReader values(files.model_dir);
   if (memory) values.use_memory_blobs(memory->blobs);
   return stages_of(model, files, values, 0);
 }
 
-LoadedModel read_model(const ModelFiles& files) {
-  if (files.compiled) return read_compiled_model(files);
+namespace {
+
+// A .mlmodel or .mlpackage, from its Model message.
+LoadedModel read_source_model(const ModelFiles& files) {
   LoadedModel out;
   out.files = files;
   std::shared_ptr<const MemoryModel> memory = files.in_memory ? find_memory_model(files.model_file) : nullptr;
@@ -686,6 +640,14 @@ LoadedModel read_model(const ModelFiles& files) {
       out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
     }
   }
+  return out;
+}
+
+}  // namespace
+
+LoadedModel read_model(const ModelFiles& files) {
+  LoadedModel out = files.compiled ? read_compiled_model(files) : read_source_model(files);
+  out.feature_codes = read_feature_codes(out.program, out.description);
   return out;
 }
 

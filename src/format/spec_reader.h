@@ -2,11 +2,13 @@
 // Reads a Model protobuf (through our own .proto subset) into a ModelDescription and, for
 // ML programs, an ir::Program whose constants are tensors (blob-backed ones are views into
 // the memory-mapped weight files).
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "coremlrt/description.h"
+#include "format/feature_codes.h"
 #include "format/neural_network/reader.h"
 #include "format/package.h"
 #include "ir/program.h"
@@ -23,6 +25,8 @@ struct LoadedModel {
   // stage or feature kind, a malformed message); the program is empty then.
   std::string problem;
   size_t weight_bytes = 0;    // bytes of all weight files the program references
+  // Per function of the program: its class labels and string vocabularies (format/feature_codes.h).
+  std::map<std::string, FeatureCodes> feature_codes;
 };
 
 // Highest specification version this build reads (Core ML 9 / iOS 26).

@@ -3,55 +3,19 @@
 // {label: probability}, so the kernel produces an encoding of both:
 //   output 0: the winning class index, an int32 scalar;
 //   output 1: the probabilities as a float32 vector in class order.
-// The labels themselves are constants (the op's `classes`); Model::class_labels() exposes
-// them so that a caller (the Python layer) builds the label and the dictionary from these two
-// tensors. The executor checks output 0 against this encoding rather than against the
+// The labels themselves are constants (the op's `classes`, read by src/ir/class_labels.h);
+// Model::class_labels() exposes them so that a caller (the Python layer) builds the label and
+// the dictionary from these two tensors. The executor checks output 0 against this encoding rather than against the
 // declared label type (runtime/execute.cc).
-#include "ops/classify.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "ir/class_labels.h"
 #include "ops/register.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
-
-namespace {
-
-// Appends the labels of one tensor (scalar or 1-D) of strings or integers.
-void add_labels(const ir::ConstValue& v, ClassLabels& out, bool& seen_string, bool& seen_int, const std::string& where) {
-  COREMLRT_CHECK(v.type.kind == ir::TypeKind::Tensor && v.type.rank <= 1, where,
-                 ": classes must hold string or int64 scalars, got ", v.type.str());
-  if (v.type.dtype == DType::String) {
-    seen_string = true;
-    out.labels.insert(out.labels.end(), v.strings.begin(), v.strings.end());
-    return;
-  }
-  COREMLRT_CHECK(v.tensor.dtype == DType::Int64 || v.tensor.dtype == DType::Int32, where,
-                 ": class labels must be strings or int64, got ", dtype_name(v.tensor.dtype));
-  seen_int = true;
-  for (int64_t i = 0; i < v.tensor.numel(); ++i)
-    out.labels.push_back(std::to_string(v.tensor.dtype == DType::Int64 ? v.tensor.ptr<int64_t>()[i]
-                                                                       : int64_t{v.tensor.ptr<int32_t>()[i]}));
-}
-
-}  // namespace
-
-ClassLabels read_class_labels(const ir::ConstValue& classes, const std::string& where) {
-  ClassLabels out;
-  bool seen_string = false, seen_int = false;
-  if (classes.type.kind == ir::TypeKind::List || classes.type.kind == ir::TypeKind::Tuple) {
-    for (const ir::ConstValue& item : classes.items) add_labels(item, out, seen_string, seen_int, where);
-  } else {
-    add_labels(classes, out, seen_string, seen_int, where);
-  }
-  COREMLRT_CHECK(!(seen_string && seen_int), where, ": classes mixes string and integer labels");
-  COREMLRT_CHECK(!out.labels.empty(), where, ": classes is empty");
-  out.integer = seen_int;
-  return out;
-}
 
 namespace {
 
@@ -66,7 +30,7 @@ std::unique_ptr<Kernel> make_classify(KernelBuilder& b) {
   const ir::ConstValue* classes = b.constant("classes");
   b.check(classes != nullptr, "missing required parameter 'classes'");
   std::string where = "function '" + b.function().name + "', " + b.op().describe();
-  const int64_t n = static_cast<int64_t>(read_class_labels(*classes, where).labels.size());
+  const int64_t n = static_cast<int64_t>(ir::read_class_labels(*classes, where).labels.size());
   b.check(b.op().outputs.size() == 2, "expects 2 outputs (label, probabilities), the op has ", b.op().outputs.size());
   const ir::ValueType& pt = b.input_type("probabilities");
   if (pt.is_static()) {

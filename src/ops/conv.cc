@@ -83,7 +83,7 @@ struct FloatOperand {
     if (!b.has(param)) return o;
     if (packed_ok && b.is_constant(param)) {
       const ir::ConstValue* stored = b.stored_constant(param);
-      if (stored->packed && PackedMatrix::unreadable(*stored->packed).empty()) {
+      if (stored->packed && PackedMatrix::readable(*stored->packed)) {
         o.packed = std::make_shared<PackedMatrix>(stored->packed);
         return o;
       }

@@ -79,7 +79,7 @@ std::unique_ptr<Kernel> gather_packed_rows(KernelBuilder& b, std::shared_ptr<con
 std::unique_ptr<Kernel> gather(KernelBuilder& b) {
   if (b.is_constant("x") && !b.is_constant("indices")) {
     const ir::ConstValue* stored = b.stored_constant("x");
-    if (stored->packed && PackedMatrix::unreadable(*stored->packed).empty() && b.const_int("batch_dims", 0) == 0 &&
+    if (stored->packed && PackedMatrix::readable(*stored->packed) && b.const_int("batch_dims", 0) == 0 &&
         normalize_axis(b.const_int("axis", 0), static_cast<int64_t>(stored->packed->shape.size())) == 0)
       return gather_packed_rows(b, std::make_shared<PackedMatrix>(stored->packed));
   }

@@ -195,8 +195,8 @@ struct OpTraits {
   // Takes a state input (read_state, write_state); other ops may not be bound to a state.
   bool binds_state = false;
   // Output 0 is a class label that the engine encodes as an int32 class index scalar
-  // (classify: tensors hold no strings; ops/classify.h). The executor checks that encoding
-  // instead of the declared int64-or-string type, and Model reads the op's class labels.
+  // (classify: tensors hold no strings; ops/classify.cc). The executor checks that encoding
+  // instead of the declared int64-or-string type, and the partitioner keeps the op ours.
   bool class_index_label = false;
 };
 

@@ -37,7 +37,7 @@ void int_matmul(int64_t M, int64_t N, int64_t K, const int32_t* a, int64_t a_row
 std::shared_ptr<const PackedMatrix> packed_weight(const KernelBuilder& b, const std::string& param, int64_t rank) {
   const ir::ConstValue* stored = b.stored_constant(param);
   if (!stored || !stored->packed || static_cast<int64_t>(stored->packed->shape.size()) != rank ||
-      !PackedMatrix::unreadable(*stored->packed).empty())
+      !PackedMatrix::readable(*stored->packed))
     return nullptr;
   return std::make_shared<PackedMatrix>(stored->packed);
 }

@@ -280,7 +280,7 @@ Tensor decode_dense(const ir::PackedTensor& t) {
     decode_each(t, out.ptr<uint8_t>());
     return out;
   }
-  if (PackedMatrix::unreadable(t).empty()) {
+  if (PackedMatrix::readable(t)) {
     // Matrices decode by rows, through the fast loops, a block of rows per pool thread.
     auto matrix = std::shared_ptr<const ir::PackedTensor>(&t, [](const ir::PackedTensor*) {});
     const PackedMatrix m(matrix);
@@ -304,18 +304,22 @@ Tensor decode_dense_each(const ir::PackedTensor& t) {
   return out;
 }
 
-std::string PackedMatrix::unreadable(const ir::PackedTensor& t) {
-  if (t.shape.size() < 2) return "it is not a matrix";
-  if (t.nonzero_only) return "it holds only the nonzero values";
-  if (!is_fp32_or_fp16(t.dtype)) return std::string("its values are ") + dtype_name(t.dtype);
-  for (size_t d = 2; d < t.shape.size(); ++d)
-    if (t.groups[d] != 1) return "its blocks split dim " + std::to_string(d);
-  return {};
+bool PackedMatrix::readable(const ir::PackedTensor& t, std::string* why_not) {
+  std::string why;
+  if (t.shape.size() < 2) why = "it is not a matrix";
+  else if (t.nonzero_only) why = "it holds only the nonzero values";
+  else if (!is_fp32_or_fp16(t.dtype)) why = std::string("its values are ") + dtype_name(t.dtype);
+  for (size_t d = 2; why.empty() && d < t.shape.size(); ++d)
+    if (t.groups[d] != 1) why = "its blocks split dim " + std::to_string(d);
+  if (why.empty()) return true;
+  if (why_not) *why_not = std::move(why);
+  return false;
 }
 
 PackedMatrix::PackedMatrix(std::shared_ptr<const ir::PackedTensor> t) : t_(std::move(t)) {
-  const std::string why = unreadable(*t_);
-  COREMLRT_CHECK(why.empty(), "a packed constant of shape ", shape_str(t_->shape), " cannot be read by rows: ", why);
+  std::string why;
+  COREMLRT_CHECK(readable(*t_, &why), "a packed constant of shape ", shape_str(t_->shape), " cannot be read by rows: ",
+                 why);
   rows_ = t_->shape[0];
   cols_ = rows_ ? shape_numel(t_->shape) / rows_ : 0;
   row_block_ = rows_ / t_->groups[0];

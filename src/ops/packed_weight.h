@@ -35,9 +35,9 @@ Tensor decode_dense_each(const ir::PackedTensor& t);
 // [D_out, D_in], conv's [C_out, C_in/groups * kernel] or an embedding table [V, D] are read.
 class PackedMatrix {
  public:
-  // Why `t` cannot be read by rows (a block that splits a dim past the second, a vector of
-  // nonzero values, an integer dtype); empty when it can.
-  static std::string unreadable(const ir::PackedTensor& t);
+  // Whether `t` can be read by rows; when it cannot, `why_not` (if given) receives why (a block
+  // that splits a dim past the second, a vector of nonzero values, an integer dtype).
+  static bool readable(const ir::PackedTensor& t, std::string* why_not = nullptr);
   explicit PackedMatrix(std::shared_ptr<const ir::PackedTensor> t);
 
   int64_t rows() const { return rows_; }

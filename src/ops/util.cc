@@ -84,9 +84,14 @@ void narrow(const float* src, half* dst, int64_t count) { narrow_blocks(src, dst
 
 }  // namespace
 
-void half_to_float(const half* src, float* dst, int64_t count) { widen(src, dst, count); }
+}  // namespace coremlrt::ops
 
-void float_to_half(const float* src, half* dst, int64_t count) { narrow(src, dst, count); }
+// Public (coremlrt/float_formats.h): the binding converts outputs with them too.
+void coremlrt::half_to_float(const half* src, float* dst, int64_t count) { ops::widen(src, dst, count); }
+
+void coremlrt::float_to_half(const float* src, half* dst, int64_t count) { ops::narrow(src, dst, count); }
+
+namespace coremlrt::ops {
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "coremlrt/error.h"
+#include "coremlrt/float_formats.h"  // half_to_float, float_to_half
 #include "coremlrt/tensor.h"
 #include "ops/thread_pool.h"
 
@@ -60,12 +61,6 @@ void dispatch_all(DType dtype, const char* what, Fn&& fn) {
     default: fail(what, ": unsupported dtype ", dtype_name(dtype));
   }
 }
-
-// Bulk fp16 <-> fp32 conversion, using the CPU's conversion instructions where it has them
-// (chosen at run time). Kernels convert fp16 operands in blocks with these rather than
-// element by element.
-void half_to_float(const half* src, float* dst, int64_t count);
-void float_to_half(const float* src, half* dst, int64_t count);
 
 // NumPy broadcasting of two shapes; throws naming both when they are incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);

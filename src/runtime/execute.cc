@@ -152,7 +152,8 @@ class StepContext final : public ops::KernelContext {
       // tensor type and so is not checked. Tensors hold no strings, so the kernel returns the
       // winning class index as an int32 scalar for either label type (ops/classify.cc; the
       // labels are Model::class_labels()). Check that encoding instead of the declared dtype.
-      if (step_.traits.class_index_label && i == 0) {
+      const OpStep* op_step = step_.as_op();
+      if (op_step && op_step->traits.class_index_label && i == 0) {
         if (t.dtype != DType::Int32 || t.rank() != 0)
           fail("output '", name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
                " but a class label must be encoded as an int32 class index scalar");

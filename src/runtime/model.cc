@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "format/model_kinds.h"
 #include "format/spec_reader.h"
-#include "ops/classify.h"
 #include "ops/thread_pool.h"
 #include "runtime/compiled_cache.h"
 #include "runtime/context_pool.h"
@@ -27,9 +27,8 @@ struct Model::Impl {
   std::string backend;
   int threads = 0;  // LoadOptions::threads: caps the intra-op pool per prediction (ops/thread_pool.h)
   std::unique_ptr<runtime::Plan> plan;
-  std::vector<std::string> class_labels;  // from the classify op, if any (class_labels())
-  std::map<std::string, Model::InputVocabulary> vocabularies;  // string and dictionary inputs
-  std::map<std::string, std::vector<std::string>> output_vocabularies;  // string outputs as codes
+  // The function's class labels and string vocabularies, as format/ read them (in `loaded`).
+  const format::FeatureCodes* codes = nullptr;
   // Declared after the plan so that it is destroyed (and its reaper joined) first.
   mutable std::unique_ptr<runtime::ContextPool> contexts;
   std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
@@ -112,87 +111,6 @@ Tensor bind_rank5_sequence(const Tensor& t, const FeatureDescription& feature, c
   return t.reshaped(declared == 1 ? Shape{1, 1, t.shape[0], 1, 1} : Shape{1, 1, t.shape[0], t.shape[1], t.shape[2]});
 }
 
-// The labels of the function's class-label op (classify: the last op of a classifier, so at
-// the top level of its block; OpTraits::class_index_label in src/ops/kernel.h); empty when it
-// has none. `classes` is bound inline (as coremltools writes it) or to a const op of the block.
-std::vector<std::string> read_class_labels(const ir::Function& function, const std::string& where) {
-  for (const ir::Operation& op : function.block.operations) {
-    const ops::KernelRegistry::Entry* entry = ops::KernelRegistry::cpu().find_entry(op.type, function.ios_version);
-    if (!entry || !entry->traits.class_index_label) continue;
-    auto input = op.inputs.find("classes");
-    COREMLRT_CHECK(input != op.inputs.end() && input->second.size() == 1, where, ", ", op.describe(),
-                   ": classify needs one 'classes' binding");
-    const ir::Binding& binding = input->second[0];
-    const ir::ConstValue* classes = binding.value.get();
-    for (const ir::Operation& producer : function.block.operations) {
-      if (classes) break;
-      if (producer.type != "const" || producer.outputs.size() != 1 || producer.outputs[0].name != binding.name) continue;
-      auto val = producer.attributes.find("val");
-      if (val != producer.attributes.end()) classes = val->second.get();
-    }
-    COREMLRT_CHECK(classes != nullptr, where, ", ", op.describe(), ": classify's 'classes' must be a constant");
-    return ops::read_class_labels(*classes, where + ", " + op.describe()).labels;
-  }
-  return {};
-}
-
-// The vocabulary of every string or dictionary input: the `vocabulary` constant of the one op
-// that reads it (src/ops/feature_engineering.cc, format/classic/text_feature_readers.cc).
-// An input read otherwise, or by several ops, has no single encoding and fails the load.
-std::map<std::string, Model::InputVocabulary> read_vocabularies(const ir::Function& function,
-                                                                const FunctionDescription& description,
-                                                                const std::string& where) {
-  std::map<std::string, Model::InputVocabulary> out;
-  for (const FeatureDescription& feature : description.inputs) {
-    if (feature.kind != FeatureKind::String && feature.kind != FeatureKind::Dictionary) continue;
-    int readers = 0;
-    const ir::Operation* reader = nullptr;
-    for (const ir::Operation& op : function.block.operations)
-      for (const auto& [param, bindings] : op.inputs)
-        for (const ir::Binding& b : bindings)
-          if (b.name == feature.name) ++readers, reader = &op;
-    const ir::ConstValue* vocabulary = nullptr;
-    const ir::ConstValue* integer_keys = nullptr;
-    if (readers == 1) {
-      for (const auto& [param, bindings] : reader->inputs) {
-        if (bindings.size() != 1 || !bindings[0].value) continue;
-        if (param == "vocabulary") vocabulary = bindings[0].value.get();
-        if (param == "integer_keys") integer_keys = bindings[0].value.get();
-      }
-    }
-    COREMLRT_CHECK(vocabulary && vocabulary->type.dtype == DType::String, where, ": input '", feature.name, "' is a ",
-                   feature_kind_name(feature.kind), " feature, which this build takes only as the input of one "
-                   "dictVectorizer, categoricalMapping or oneHotEncoder");
-    Model::InputVocabulary& v = out[feature.name];
-    v.entries = vocabulary->strings;
-    v.integer_keys = integer_keys && integer_keys->tensor.dtype == DType::Int32 && integer_keys->tensor.ptr<int32_t>()[0];
-  }
-  return out;
-}
-
-// The string outputs carried as codes: the outputs of ops with an `output_vocabulary` constant
-// (src/ops/feature_engineering.cc). Such a code means nothing to another op (a reader expecting
-// a string takes a code into its own vocabulary), so it may only leave the function.
-std::map<std::string, std::vector<std::string>> read_output_vocabularies(const ir::Function& function,
-                                                                         const std::string& where) {
-  std::map<std::string, std::vector<std::string>> out;
-  for (const ir::Operation& op : function.block.operations) {
-    auto it = op.inputs.find("output_vocabulary");
-    if (it == op.inputs.end() || it->second.size() != 1 || !it->second[0].value) continue;
-    const std::string& name = op.outputs.at(0).name;
-    for (const ir::Operation& reader : function.block.operations)
-      for (const auto& [param, bindings] : reader.inputs)
-        for (const ir::Binding& b : bindings)
-          COREMLRT_CHECK(b.name != name, where, ": '", name, "' is a string output of ", op.describe(), ", read by ",
-                         reader.describe(), "; this build passes strings from one model to another only as inputs");
-    const auto& outputs = function.block.outputs;
-    COREMLRT_CHECK(std::find(outputs.begin(), outputs.end(), name) != outputs.end(), where, ": '", name,
-                   "', a string output of ", op.describe(), ", is not an output of the function");
-    out[name] = it->second[0].value->strings;
-  }
-  return out;
-}
-
 void count_ops(const ir::Block& block, const ir::Function& function, const ops::KernelRegistry& registry,
                FunctionReport& report) {
   for (const ir::Operation& op : block.operations) {
@@ -226,19 +144,6 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
-// The classic predictors, feature-engineering models and pipelines that format/ translates
-// into a program (format/classic/, format/pipeline_splicer.h).
-bool is_classic_predictor(const std::string& type) {
-  for (const char* known : {"glmRegressor", "glmClassifier", "supportVectorRegressor", "supportVectorClassifier",
-                            "treeEnsembleRegressor", "treeEnsembleClassifier", "kNearestNeighborsClassifier",
-                            "pipeline", "pipelineClassifier", "pipelineRegressor", "scaler", "imputer",
-                            "normalizer", "featureVectorizer", "arrayFeatureExtractor", "oneHotEncoder", "identity",
-                            "dictVectorizer", "categoricalMapping", "nonMaximumSuppression",
-                            "classConfidenceThresholding"})
-    if (type == known) return true;
-  return false;
-}
-
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -255,11 +160,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   const ModelDescription& description = impl->loaded.description;
   // A refused stage, feature kind or model says why, before the type check's general words.
   COREMLRT_CHECK(impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
-  COREMLRT_CHECK(description.model_type == "mlProgram" || format::is_neural_network_type(description.model_type) ||
-                     is_classic_predictor(description.model_type),
-                 "model '", path, "' is of type '", description.model_type,
-                 "'; this build runs ML programs (mlProgram), neuralNetwork models, classic predictors, "
-                 "feature-engineering models and pipelines of these");
+  COREMLRT_CHECK(format::runs_model_type(description.model_type), "model '", path, "' is of type '",
+                 description.model_type, "'; this build runs ML programs (mlProgram), neuralNetwork models, "
+                 "classic predictors, feature-engineering models and pipelines of these");
   const format::NeuralNetworkReading& network = impl->loaded.network;
   COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
   for (const format::NetworkLayer& layer : network.layers)
@@ -314,10 +217,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   if (!options.cache_dir.empty() && runtime::cache_folder_stamp(options.cache_dir) != cache_before)
     runtime::keep_cache_within(options.cache_dir, options.cache_limit_bytes ? options.cache_limit_bytes
                                                                              : runtime::default_cache_limit_bytes());
-  impl->class_labels = read_class_labels(*impl->function, "model '" + path + "', function '" + name + "'");
-  impl->vocabularies = read_vocabularies(*impl->function, *impl->function_description,
-                                         "model '" + path + "', function '" + name + "'");
-  impl->output_vocabularies = read_output_vocabularies(*impl->function, "model '" + path + "', function '" + name + "'");
+  auto codes = impl->loaded.feature_codes.find(name);
+  COREMLRT_CHECK(codes != impl->loaded.feature_codes.end(), "model '", path, "', function '", name,
+                 "': internal error: no class labels or vocabularies were read for it");
+  COREMLRT_CHECK(codes->second.problem.empty(), "model '", path, "', ", codes->second.problem);
+  impl->codes = &codes->second;
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 } catch (...) {
@@ -328,15 +232,15 @@ const ModelDescription& Model::description() const { return impl_->loaded.descri
 const FunctionDescription& Model::function() const { return *impl_->function_description; }
 const std::string& Model::path() const { return impl_->path; }
 size_t Model::weight_bytes() const { return impl_->loaded.weight_bytes; }
-const std::vector<std::string>& Model::class_labels() const { return impl_->class_labels; }
+const std::vector<std::string>& Model::class_labels() const { return impl_->codes->class_labels; }
 const std::vector<std::string>& Model::output_vocabulary(const std::string& output) const {
   static const std::vector<std::string> none;
-  auto it = impl_->output_vocabularies.find(output);
-  return it == impl_->output_vocabularies.end() ? none : it->second;
+  auto it = impl_->codes->output_vocabularies.find(output);
+  return it == impl_->codes->output_vocabularies.end() ? none : it->second;
 }
 const Model::InputVocabulary& Model::input_vocabulary(const std::string& input) const {
-  auto it = impl_->vocabularies.find(input);
-  COREMLRT_CHECK(it != impl_->vocabularies.end(), impl_->where(), ": input '", input,
+  auto it = impl_->codes->input_vocabularies.find(input);
+  COREMLRT_CHECK(it != impl_->codes->input_vocabularies.end(), impl_->where(), ": input '", input,
                  "' is not a string or dictionary feature");
   return it->second;
 }
@@ -432,7 +336,7 @@ ModelReport inspect_model(const std::string& path) {
   report.description = loaded.description;
   report.weight_bytes = loaded.weight_bytes;
   const std::string& type = loaded.description.model_type;
-  if (format::is_neural_network_type(type)) {
+  if (format::is_model_family(type, format::ModelFamily::NeuralNetwork)) {
     // Reported by layer kind, the vocabulary of the file, rather than by translated op.
     FunctionReport f;
     f.name = loaded.description.default_function;
@@ -446,7 +350,7 @@ ModelReport inspect_model(const std::string& path) {
   }
   if (!loaded.problem.empty())
     report.problem = loaded.problem;
-  else if (type != "mlProgram" && !is_classic_predictor(type))
+  else if (!format::runs_model_type(type))
     report.problem = "model type '" + type + "' (this build runs ML programs, neuralNetwork models, classic "
                      "predictors, feature-engineering models and pipelines of these)";
   for (const auto& [name, function] : loaded.program.functions) {

@@ -1,6 +1,7 @@
 #include "coremlrt/structure.h"
 
 #include "coremlrt/error.h"
+#include "format/model_kinds.h"
 #include "format/spec_reader.h"
 
 namespace coremlrt {
@@ -52,11 +53,11 @@ StructureBlock block_structure(const ir::Block& block) {
 
 // An ML program's functions or a neuralNetwork's layers; nothing for any other type.
 void describe(const format::LoadedModel& loaded, const std::string& type, ModelStructure& out) {
-  if (format::is_neural_network_type(type)) {
+  if (format::is_model_family(type, format::ModelFamily::NeuralNetwork)) {
     for (const auto& layer : loaded.network.layers) out.layers.push_back({layer.type, layer.name, {layer.output}});
     return;
   }
-  if (type != "mlProgram") return;
+  if (!format::is_model_family(type, format::ModelFamily::MlProgram)) return;
   for (const auto& [name, function] : loaded.program.functions) {
     StructureFunction f;
     f.name = name;
@@ -72,6 +73,7 @@ std::vector<StructureSubModel> stage_structures(const std::vector<format::Pipeli
   for (const format::PipelineStageModel& stage : stages) {
     ModelStructure s;
     s.model_type = stage.model.description.model_type;
+    s.model_family = stage.model.description.model_family;
     describe(stage.model, s.model_type, s);
     s.sub_models = stage_structures(stage.stages);
     out.push_back({stage.name, std::move(s)});
@@ -86,10 +88,10 @@ ModelStructure read_model_structure(const std::string& path) {
   format::LoadedModel loaded = format::read_model(files);
   ModelStructure out;
   out.model_type = loaded.description.model_type;
+  out.model_family = loaded.description.model_family;
   describe(loaded, out.model_type, out);
-  const bool pipeline =
-      out.model_type == "pipeline" || out.model_type == "pipelineClassifier" || out.model_type == "pipelineRegressor";
-  if (pipeline) out.sub_models = stage_structures(format::read_pipeline_stages(files));
+  if (format::is_model_family(out.model_type, format::ModelFamily::Pipeline))
+    out.sub_models = stage_structures(format::read_pipeline_stages(files));
   return out;
 }
 

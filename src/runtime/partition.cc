@@ -1,19 +1,22 @@
 #include "runtime/partition.h"
 
 #include <map>
+#include <optional>
 #include <set>
 
 namespace coremlrt::runtime {
 
 namespace {
 
-// Why an op stays on our kernels whatever a backend proposes; empty when a backend may take it.
-std::string locked_reason(const PlannedStep& step) {
+// Why an op step stays on our kernels whatever a backend proposes; nullopt when a backend may
+// take it. Partitioning sees the body before any region exists: every step is an op step.
+std::optional<std::string> kept_ours_because(const PlannedStep& step) {
+  const OpStep& op_step = step.op_step();
   if (!step.blocks.empty()) return "has nested blocks, which run on our kernels";
-  if (step.traits.binds_state) return "binds a state, which our MLState owns";
-  if (step.traits.class_index_label) return "encodes a class label, which only our kernel does";
-  if (step.traits.never_fold) return "draws random numbers, which only our kernel does";
-  return {};
+  if (op_step.traits.binds_state) return "binds a state, which our MLState owns";
+  if (op_step.traits.class_index_label) return "encodes a class label, which only our kernel does";
+  if (op_step.traits.never_fold) return "draws random numbers, which only our kernel does";
+  return std::nullopt;
 }
 
 struct RegionSlots {
@@ -27,7 +30,7 @@ RegionSlots region_slots(const Plan& plan, const std::vector<PlannedStep>& steps
   RegionSlots slots;
   std::set<int> produced, seen_inputs;
   for (size_t i = first; i <= last; ++i) {
-    const ir::Operation& op = *steps[i].op;
+    const ir::Operation& op = steps[i].op();
     for (const auto& [param, bindings] : op.inputs)
       for (const ir::Binding& binding : bindings) {
         if (binding.value) continue;
@@ -73,17 +76,22 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
   for (Placement& p : plan.placements) placement_of[p.op] = &p;
   const size_t n = steps.size();
   std::vector<int> owner(n, -1);  // index into `backends`, -1 = our kernels
+  std::vector<bool> locked(n, false);
   std::vector<std::string> reason(n);
-  for (size_t i = 0; i < n; ++i) reason[i] = locked_reason(steps[i]);
+  for (size_t i = 0; i < n; ++i)
+    if (std::optional<std::string> why = kept_ours_because(steps[i])) {
+      locked[i] = true;
+      reason[i] = std::move(*why);
+    }
 
   backends::FunctionView view{*plan.function, {}, values};
-  for (const PlannedStep& step : steps) view.ops.push_back(step.op);
+  for (const PlannedStep& step : steps) view.ops.push_back(&step.op());
   for (size_t b = 0; b < backends.size(); ++b) {
     std::vector<backends::Verdict> verdicts = backends[b]->propose(view);
     COREMLRT_CHECK(verdicts.size() == n, "backend '", backends[b]->name(), "' returned ", verdicts.size(),
                    " verdicts for ", n, " ops");
     for (size_t i = 0; i < n; ++i) {
-      if (owner[i] >= 0 || !locked_reason(steps[i]).empty()) continue;
+      if (owner[i] >= 0 || locked[i]) continue;
       if (verdicts[i].claimed) {
         owner[i] = static_cast<int>(b);
         reason[i].clear();
@@ -99,7 +107,7 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
     size_t last = first;
     while (owner[first] >= 0 && last + 1 < n && owner[last + 1] == owner[first]) ++last;
     if (owner[first] < 0) {
-      if (Placement* p = placement_of[steps[first].op]) p->reason = reason[first];
+      if (Placement* p = placement_of[&steps[first].op()]) p->reason = reason[first];
       result.push_back(std::move(steps[first]));
       first = last + 1;
       continue;
@@ -107,7 +115,7 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
     const backends::Backend& backend = *backends[owner[first]];
     RegionSlots slots = region_slots(plan, steps, first, last, slot_of);
     std::vector<const ir::Operation*> ops;
-    for (size_t i = first; i <= last; ++i) ops.push_back(steps[i].op);
+    for (size_t i = first; i <= last; ++i) ops.push_back(&steps[i].op());
     backends::Region region{*plan.function, ops, named(plan, slots.inputs), named(plan, slots.outputs), values};
     const backends::Verdict worth = backend.worth_running(region);
     std::string why = worth.reason;
@@ -121,7 +129,7 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
     }
     if (!kernel) {
       for (size_t i = first; i <= last; ++i) {
-        if (Placement* p = placement_of[steps[i].op]) p->reason = backend.name() + ": " + why;
+        if (Placement* p = placement_of[&steps[i].op()]) p->reason = backend.name() + ": " + why;
         result.push_back(std::move(steps[i]));
       }
       first = last + 1;
@@ -135,8 +143,7 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
     for (size_t i = first; i <= last; ++i) fallback->steps.push_back(std::move(steps[i]));
     fallback->output_slots = slots.outputs;
     step.blocks.push_back(std::move(fallback));
-    step.region_ops = ops;
-    step.region_label = region_label(backend.name(), regions, ops);
+    step.kind = RegionStep{ops, region_label(backend.name(), regions, ops)};
     step.kernel = std::move(kernel);
     step.kernel_state = plan.kernel_state_count++;
     step.input_slots = slots.inputs;

@@ -227,8 +227,7 @@ class PlanBuilder {
                    ": this build has no kernel for op type '", op.type, "' in opset ", function_.opset);
     if (entry->packed && options_.packed_weights && foldable(op, entry->traits) && keep_packed(op, *entry)) return;
     PlannedStep step;
-    step.op = &op;
-    step.traits = entry->traits;
+    step.kind = OpStep{&op, entry->traits};
     StepBuilder builder(*this, op, entry->traits.binds_state);
     step.kernel = entry->factory(builder);
     step.input_slots = std::move(builder.input_slots);
@@ -296,9 +295,8 @@ class PlanBuilder {
       PlannedStep& update = block.steps[chain.update];
       PlannedStep& write = block.steps[chain.write];
       PlannedStep step;
-      step.op = update.op;
-      step.traits = write.traits;  // binds a state: no backend takes it
-      StepBuilder builder(*this, *update.op, false);
+      step.kind = OpStep{&update.op(), write.op_step().traits};  // binds a state: no backend takes it
+      StepBuilder builder(*this, update.op(), false);
       builder.input_slots.push_back(chain.state_slot);
       step.kernel = ops::in_place_state_slice_update(builder, 0);
       step.input_slots = std::move(builder.input_slots);
@@ -306,7 +304,7 @@ class PlanBuilder {
                               plan_->slot_names[chain.state_slot] + "' in place (src/runtime/state_update.h)";
       for (int index : {chain.read, chain.widen, chain.update, chain.narrow, chain.write}) {
         if (index < 0) continue;
-        fused.emplace_back(block.steps[index].op, why);
+        fused.emplace_back(&block.steps[index].op(), why);
         removed[index] = true;
       }
       removed[chain.write] = false;
@@ -436,6 +434,17 @@ bool StepBuilder::is_constant(const std::string& param) const {
 }
 
 }  // namespace
+
+const OpStep& PlannedStep::op_step() const {
+  const OpStep* step = as_op();
+  COREMLRT_CHECK(step != nullptr, "internal error: ", describe(), " is a backend region, not an op step");
+  return *step;
+}
+
+std::string PlannedStep::describe() const {
+  if (const OpStep* step = as_op()) return step->op->describe();
+  return as_region()->label;
+}
 
 void collect_reads(const PlannedStep& step, std::vector<int>& out) {
   out.insert(out.end(), step.input_slots.begin(), step.input_slots.end());

@@ -9,6 +9,7 @@
 // model.
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "backends/backend.h"
@@ -19,21 +20,39 @@ namespace coremlrt::runtime {
 
 struct BlockPlan;
 
+// A step that runs one op of the program on its registry kernel (src/ops/kernel.h).
+struct OpStep {
+  const ir::Operation* op = nullptr;
+  ops::OpTraits traits;  // of the op's registry entry
+};
+
+// A step that runs a run of consecutive ops on a backend's compiled kernel
+// (src/runtime/partition.h). The ops' own steps stay in the step's nested block 0, which the
+// kernel runs on our kernels when the inputs do not have the shapes it was compiled for.
+struct RegionStep {
+  std::vector<const ir::Operation*> ops;  // in program order
+  std::string label;                      // names the backend, region and ops in errors and reports
+};
+
+// One step of a block: an op step or a backend region step, which the planner and the
+// partitioner tell apart by type (as_op, as_region), never by a missing op.
 struct PlannedStep {
-  const ir::Operation* op = nullptr;  // null for a backend region
-  // For a backend region: its ops, in order, and a label for errors and reports.
-  std::vector<const ir::Operation*> region_ops;
-  std::string region_label;
-  ops::OpTraits traits;  // of op's registry entry (empty for a region)
+  std::variant<OpStep, RegionStep> kind;
   int kernel_state = -1;  // index of the kernel's per-context state (KernelContext::kernel_state)
   std::unique_ptr<ops::Kernel> kernel;
   std::vector<int> input_slots;    // indexed by the input index the kernel was given
   std::vector<int> output_slots;   // in op output order
   std::vector<int> release_slots;  // values not read after this step
-  std::vector<std::unique_ptr<BlockPlan>> blocks;  // nested blocks (cond, while_loop)
+  std::vector<std::unique_ptr<BlockPlan>> blocks;  // nested blocks (cond, while_loop; a region's own steps)
 
+  const OpStep* as_op() const { return std::get_if<OpStep>(&kind); }
+  const RegionStep* as_region() const { return std::get_if<RegionStep>(&kind); }
+  // The op step, and its op, for passes that run before partitioning, when every step is an
+  // op step; throws Error for a region step.
+  const OpStep& op_step() const;
+  const ir::Operation& op() const { return *op_step().op; }
   // "op 'x' (add) producing 'y'", or the region's label.
-  std::string describe() const { return op ? op->describe() : region_label; }
+  std::string describe() const;
 };
 
 // A block compiled into steps. Nested blocks share their function's slot table: a value

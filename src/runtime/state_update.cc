@@ -74,12 +74,16 @@ class Matcher {
   }
 
  private:
-  static bool is(const PlannedStep& step, const char* type) { return step.op && step.op->type == type; }
+  static bool is(const PlannedStep& step, const char* type) {
+    const OpStep* op_step = step.as_op();
+    return op_step && op_step->op->type == type;
+  }
 
   // The slot bound to a parameter by name; -1 when inline, absent or variadic.
   int param_slot(const PlannedStep& step, const char* param) const {
-    auto it = step.op->inputs.find(param);
-    if (it == step.op->inputs.end() || it->second.size() != 1 || it->second[0].value) return -1;
+    const ir::Operation& op = step.op();
+    auto it = op.inputs.find(param);
+    if (it == op.inputs.end() || it->second.size() != 1 || it->second[0].value) return -1;
     return slot_of_(it->second[0].name);
   }
 
@@ -97,7 +101,7 @@ class Matcher {
   }
 
   std::string cast_target(int index) const {
-    const ir::Operation& op = *block_.steps[index].op;
+    const ir::Operation& op = block_.steps[index].op();
     const ir::ConstValue* value = nullptr;
     if (auto it = op.inputs.find("dtype"); it != op.inputs.end() && it->second.size() == 1)
       value = values_.constant(it->second[0]);

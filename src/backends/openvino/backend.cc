@@ -42,38 +42,39 @@ constexpr double kMinRegionElements = 1 << 22;
 
 // Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of static,
 // non-empty shape with an element type we map.
-std::string crossable(const ir::ValueType& type) {
-  if (type.kind != ir::TypeKind::Tensor) return "a value of type " + type.str() + " (not a tensor)";
-  if (!type.is_static()) return "a value of dynamic shape " + type.str();
+Verdict crossable(const ir::ValueType& type) {
+  if (type.kind != ir::TypeKind::Tensor)
+    return Verdict::refuse("a value of type " + type.str() + " (not a tensor)");
+  if (!type.is_static()) return Verdict::refuse("a value of dynamic shape " + type.str());
   for (int64_t d : type.dims)
-    if (d == 0) return "an empty tensor " + type.str();
-  if (!element_type(type.dtype)) return "dtype " + std::string(dtype_name(type.dtype));
-  return {};
+    if (d == 0) return Verdict::refuse("an empty tensor " + type.str());
+  if (!element_type(type.dtype)) return Verdict::refuse("dtype " + std::string(dtype_name(type.dtype)));
+  return Verdict::claim();
 }
 
-std::string support(const ir::Operation& op, const ValueInfo& values) {
+Verdict support(const ir::Operation& op, const ValueInfo& values) {
   auto it = lowerings().find(op.type);
-  if (it == lowerings().end()) return "no lowering for op type '" + op.type + "'";
+  if (it == lowerings().end()) return Verdict::refuse("no lowering for op type '" + op.type + "'");
   for (const ir::NamedValue& out : op.outputs) {
-    std::string why = crossable(out.type);
-    if (!why.empty()) return "output '" + out.name + "' is " + why;
+    Verdict why = crossable(out.type);
+    if (!why.claimed) return Verdict::refuse("output '" + out.name + "' is " + why.reason);
   }
   for (const auto& [param, bindings] : op.inputs)
     for (const ir::Binding& binding : bindings) {
       if (const ir::ConstValue* constant = values.constant(binding)) {
         if (!constant->packed) continue;
-        std::string why = packed_support(op, *constant->packed);
-        if (!why.empty()) return "input '" + param + "' " + why;
+        Verdict why = packed_support(op, *constant->packed);
+        if (!why.claimed) return Verdict::refuse("input '" + param + "' " + why.reason);
         continue;
       }
-      std::string why = crossable(values.type(binding));
-      if (!why.empty()) return "input '" + param + "' is " + why;
+      Verdict why = crossable(values.type(binding));
+      if (!why.claimed) return Verdict::refuse("input '" + param + "' is " + why.reason);
     }
-  if (!it->second.check) return {};
+  if (!it->second.check) return Verdict::claim();
   try {
     return it->second.check(OpReader(op, values));
   } catch (const Error& e) {
-    return e.what();
+    return Verdict::refuse(e.what());
   }
 }
 
@@ -169,16 +170,13 @@ class OpenVinoBackend final : public Backend {
 
   std::vector<Verdict> propose(const FunctionView& view) const override {
     std::vector<Verdict> verdicts;
-    for (const ir::Operation* op : view.ops) {
-      std::string why = support(*op, view.values);
-      verdicts.push_back(why.empty() ? Verdict::claim() : Verdict::refuse(why));
-    }
+    for (const ir::Operation* op : view.ops) verdicts.push_back(support(*op, view.values));
     return verdicts;
   }
 
   Verdict worth_running(const Region& region) const override {
     if (options_.force) return Verdict::claim();
-    if (std::string why = cheap_region(region); !why.empty()) return Verdict::refuse(why);
+    if (Verdict pays = pays_for_a_call(region); !pays.claimed) return pays;
     // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
     // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
     // fp16 weights (a 6-layer fp16 decoder of 107 MB took +412 MB of anonymous memory with
@@ -198,22 +196,23 @@ class OpenVinoBackend final : public Backend {
                            "forces it)");
   }
 
-  // Why a region is too cheap for OpenVINO's per-call cost; empty when it is not.
-  std::string cheap_region(const Region& region) const {
+  // Whether a region does enough work to pay for OpenVINO's per-call cost (refused with why not).
+  Verdict pays_for_a_call(const Region& region) const {
     double total_macs = 0, elements = 0;
     for (const ir::Operation* op : region.ops) {
       total_macs += macs(*op, region.values);
       for (const ir::NamedValue& out : op->outputs) elements += numel(out.type);
     }
     if (!options_.low_precision && only_fp16_matrix_vector_work(region))
-      return "every multiply-add of the region is in fp16 matrix-vector products (at most " +
-             std::to_string(kMaxVectorRows) +
-             " rows), which are memory-bound: our kernels read the fp16 weights, OpenVINO would read them widened to "
-             "fp32 (backend=\"auto\"; backend=\"openvino\" forces it)";
-    if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return {};
-    return "the region does about " + std::to_string(static_cast<int64_t>(total_macs)) + " multiply-adds over " +
-           std::to_string(static_cast<int64_t>(elements)) +
-           " elements, too little to pay for a backend call (backend=\"auto\"; backend=\"openvino\" forces it)";
+      return Verdict::refuse("every multiply-add of the region is in fp16 matrix-vector products (at most " +
+                             std::to_string(kMaxVectorRows) +
+                             " rows), which are memory-bound: our kernels read the fp16 weights, OpenVINO would read "
+                             "them widened to fp32 (backend=\"auto\"; backend=\"openvino\" forces it)");
+    if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return Verdict::claim();
+    return Verdict::refuse("the region does about " + std::to_string(static_cast<int64_t>(total_macs)) +
+                           " multiply-adds over " + std::to_string(static_cast<int64_t>(elements)) +
+                           " elements, too little to pay for a backend call (backend=\"auto\"; "
+                           "backend=\"openvino\" forces it)");
   }
 
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
@@ -333,7 +332,7 @@ class RegionBuilder {
       // fp16 computed in fp32: the constant widened once, here, with the vectorized conversion
       // (an element-by-element loop took most of resnet18 fp16's cached load).
       auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
-      ops::half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
+      half_to_float(t.ptr<half>(), const_cast<float*>(widened->get_data_ptr<float>()), t.numel());
       node = widened;
     } else {
       // A view of the plan's constant (weights stay in the memory-mapped weight file); the

@@ -16,17 +16,19 @@ namespace v0 = ov::op::v0;
 namespace v1 = ov::op::v1;
 
 
-std::string float_input(const OpReader& op, const char* param = "x") {
-  return fp16_or_fp32(op.type(param).dtype) ? "" : std::string(param) + " is not fp16 or fp32";
+Verdict float_input(const OpReader& op, const char* param = "x") {
+  if (fp16_or_fp32(op.type(param).dtype)) return Verdict::claim();
+  return Verdict::refuse(std::string(param) + " is not fp16 or fp32");
 }
 
 template <class OvOp>
 OpLowering binary(bool ints_too) {
-  return {[ints_too](const OpReader& op) -> std::string {
+  return {[ints_too](const OpReader& op) -> Verdict {
             const DType x = op.type("x").dtype, y = op.type("y").dtype;
-            if (x != y) return "x and y have different dtypes";
-            if (!fp16_or_fp32(x) && !(ints_too && x == DType::Int32)) return "dtype " + std::string(dtype_name(x));
-            return {};
+            if (x != y) return Verdict::refuse("x and y have different dtypes");
+            if (!fp16_or_fp32(x) && !(ints_too && x == DType::Int32))
+              return Verdict::refuse("dtype " + std::string(dtype_name(x)));
+            return Verdict::claim();
           },
           [](Lowerer& op) -> std::vector<Value> { return {std::make_shared<OvOp>(op.input("x"), op.input("y"))}; }};
 }
@@ -98,10 +100,11 @@ void add_elementwise_lowerings(LoweringTable& t) {
     // fp16 cannot hold the default 1e-45, which then adds nothing, as in our kernel.
     return std::make_shared<v0::Log>(add(x, Lowerer::scalar_like(x, op.const_float("epsilon", 1e-45))));
   });
-  t["clip"] = {[](const OpReader& op) -> std::string {
-                 if (!float_input(op).empty()) return float_input(op);
-                 if (!op.constant("alpha") || !op.constant("beta")) return "alpha and beta are not known at load";
-                 return {};
+  t["clip"] = {[](const OpReader& op) -> Verdict {
+                 if (Verdict why = float_input(op); !why.claimed) return why;
+                 if (!op.constant("alpha") || !op.constant("beta"))
+                   return Verdict::refuse("alpha and beta are not known at load");
+                 return Verdict::claim();
                },
                [](Lowerer& op) -> std::vector<Value> {
                  // Not Clamp: min(max(x, alpha), beta) keeps beta when alpha > beta (iOS15 allows it).
@@ -121,12 +124,12 @@ void add_elementwise_lowerings(LoweringTable& t) {
   t["linear_activation"] = unary_fn([](Lowerer& op, const Value& x) -> Value {
     return add(mul(x, Lowerer::scalar_like(x, op.const_float("alpha"))), Lowerer::scalar_like(x, op.const_float("beta")));
   });
-  t["gelu"] = {[](const OpReader& op) -> std::string {
-                 if (!float_input(op).empty()) return float_input(op);
+  t["gelu"] = {[](const OpReader& op) -> Verdict {
+                 if (Verdict why = float_input(op); !why.claimed) return why;
                  const std::string mode = op.const_string("mode", "EXACT");
                  if (mode != "EXACT" && mode != "TANH_APPROXIMATION" && mode != "SIGMOID_APPROXIMATION")
-                   return "mode " + mode;
-                 return {};
+                   return Verdict::refuse("mode " + mode);
+                 return Verdict::claim();
                },
                [](Lowerer& op) -> std::vector<Value> {
                  Value x = op.input("x");
@@ -140,15 +143,18 @@ void add_elementwise_lowerings(LoweringTable& t) {
                   [](Lowerer& op) -> std::vector<Value> {
                     return {std::make_shared<ov::op::v8::Softmax>(op.input("x"), op.const_int("axis", -1))};
                   }};
-  t["select"] = {[](const OpReader& op) -> std::string {
-                   if (op.type("cond").dtype != DType::Bool) return "cond is not bool";
-                   if (op.type("a").dtype != op.type("b").dtype) return "a and b have different dtypes";
-                   return {};
+  t["select"] = {[](const OpReader& op) -> Verdict {
+                   if (op.type("cond").dtype != DType::Bool) return Verdict::refuse("cond is not bool");
+                   if (op.type("a").dtype != op.type("b").dtype)
+                     return Verdict::refuse("a and b have different dtypes");
+                   return Verdict::claim();
                  },
                  [](Lowerer& op) -> std::vector<Value> {
                    return {std::make_shared<v1::Select>(op.input("cond"), op.input("a"), op.input("b"))};
                  }};
-  t["logical_not"] = {[](const OpReader& op) { return op.type("x").dtype == DType::Bool ? "" : "x is not bool"; },
+  t["logical_not"] = {[](const OpReader& op) {
+                        return op.type("x").dtype == DType::Bool ? Verdict::claim() : Verdict::refuse("x is not bool");
+                      },
                       [](Lowerer& op) -> std::vector<Value> { return {std::make_shared<v1::LogicalNot>(op.input("x"))}; }};
 }
 

@@ -16,12 +16,13 @@ namespace v1 = ov::op::v1;
 
 
 // Every listed parameter that is present is a float of x's dtype.
-std::string same_float_dtype(const OpReader& op, std::initializer_list<const char*> params) {
+Verdict same_float_dtype(const OpReader& op, std::initializer_list<const char*> params) {
   const DType x = op.type("x").dtype;
-  if (!fp16_or_fp32(x)) return "x is not fp16 or fp32";
+  if (!fp16_or_fp32(x)) return Verdict::refuse("x is not fp16 or fp32");
   for (const char* p : params)
-    if (op.count(p) && op.type(p).dtype != x) return std::string(p) + " and x have different dtypes";
-  return {};
+    if (op.count(p) && op.type(p).dtype != x)
+      return Verdict::refuse(std::string(p) + " and x have different dtypes");
+  return Verdict::claim();
 }
 
 struct Window {
@@ -30,14 +31,14 @@ struct Window {
 };
 
 // pad_type / pad of conv and the pools, resolved for x's static spatial dims `in`.
-std::string resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window& w) {
+Verdict resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window& w) {
   const size_t n = in.size();
   const std::string pad_type = op.const_string("pad_type", "valid");
   w.pad_begin.assign(n, 0);
   w.pad_end.assign(n, 0);
   if (pad_type == "custom") {
     const std::vector<int64_t> pad = op.const_ints("pad", std::vector<int64_t>(2 * n, 0));
-    if (pad.size() != 2 * n) return "pad has the wrong length";
+    if (pad.size() != 2 * n) return Verdict::refuse("pad has the wrong length");
     for (size_t i = 0; i < n; ++i) {
       w.pad_begin[i] = pad[2 * i];
       w.pad_end[i] = pad[2 * i + 1];
@@ -51,24 +52,25 @@ std::string resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Win
       w.pad_end[i] = total - w.pad_begin[i];
     }
   } else if (pad_type != "valid") {
-    return "pad_type " + pad_type;
+    return Verdict::refuse("pad_type " + pad_type);
   }
-  return {};
+  return Verdict::claim();
 }
 
 std::vector<int64_t> spatial(const ir::ValueType& x) { return std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()); }
 
 // Conv parameters; the weight must be known at load (it is reshaped for groups).
-std::string conv_window(const OpReader& op, Window& w) {
+Verdict conv_window(const OpReader& op, Window& w) {
   const ir::ValueType& x = op.type("x");
   const ir::ConstValue* weight = op.constant("weight");
-  if (!weight) return "weight is not known at load";
-  if (x.rank < 3 || x.rank > 5) return "x has rank " + std::to_string(x.rank);
+  if (!weight) return Verdict::refuse("weight is not known at load");
+  if (x.rank < 3 || x.rank > 5) return Verdict::refuse("x has rank " + std::to_string(x.rank));
   const size_t n = static_cast<size_t>(x.rank - 2);
   w.kernel.assign(weight->tensor.shape.begin() + 2, weight->tensor.shape.end());
   w.strides = op.const_ints("strides", std::vector<int64_t>(n, 1));
   w.dilations = op.const_ints("dilations", std::vector<int64_t>(n, 1));
-  if (w.kernel.size() != n || w.strides.size() != n || w.dilations.size() != n) return "window ranks differ";
+  if (w.kernel.size() != n || w.strides.size() != n || w.dilations.size() != n)
+    return Verdict::refuse("window ranks differ");
   return resolve_pads(op, spatial(x), w);
 }
 
@@ -99,13 +101,13 @@ Value conv(Lowerer& op) {
   return y;
 }
 
-std::string pool_window(const OpReader& op, Window& w) {
+Verdict pool_window(const OpReader& op, Window& w) {
   const ir::ValueType& x = op.type("x");
-  if (!fp16_or_fp32(x.dtype)) return "x is not fp16 or fp32";
-  if (op.const_bool("ceil_mode", false)) return "ceil_mode";
+  if (!fp16_or_fp32(x.dtype)) return Verdict::refuse("x is not fp16 or fp32");
+  if (op.const_bool("ceil_mode", false)) return Verdict::refuse("ceil_mode");
   w.kernel = op.const_ints("kernel_sizes");
   const size_t n = w.kernel.size();
-  if (static_cast<int64_t>(n) + 2 != x.rank) return "kernel_sizes does not match x's rank";
+  if (static_cast<int64_t>(n) + 2 != x.rank) return Verdict::refuse("kernel_sizes does not match x's rank");
   w.strides = op.const_ints("strides", std::vector<int64_t>(n, 1));
   w.dilations.assign(n, 1);
   return resolve_pads(op, spatial(x), w);
@@ -120,19 +122,19 @@ void add_linear_conv_lowerings(LoweringTable& t) {
                    if (op.count("bias")) y = std::make_shared<v1::Add>(y, op.input("bias"));
                    return {y};
                  }};
-  t["matmul"] = {[](const OpReader& op) -> std::string {
+  t["matmul"] = {[](const OpReader& op) -> Verdict {
                    const DType x = op.type("x").dtype;
-                   if (!fp16_or_fp32(x)) return "x is not fp16 or fp32";
-                   if (op.type("y").dtype != x) return "x and y have different dtypes";
-                   return {};
+                   if (!fp16_or_fp32(x)) return Verdict::refuse("x is not fp16 or fp32");
+                   if (op.type("y").dtype != x) return Verdict::refuse("x and y have different dtypes");
+                   return Verdict::claim();
                  },
                  [](Lowerer& op) -> std::vector<Value> {
                    return {std::make_shared<v0::MatMul>(op.input("x"), op.input("y"), op.const_bool("transpose_x", false),
                                                         op.const_bool("transpose_y", false))};
                  }};
-  t["conv"] = {[](const OpReader& op) -> std::string {
-                 std::string why = same_float_dtype(op, {"weight", "bias"});
-                 if (!why.empty()) return why;
+  t["conv"] = {[](const OpReader& op) -> Verdict {
+                 Verdict why = same_float_dtype(op, {"weight", "bias"});
+                 if (!why.claimed) return why;
                  Window w;
                  return conv_window(op, w);
                },

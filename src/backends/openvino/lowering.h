@@ -5,7 +5,7 @@
 // files of src/backends/openvino/ include this header, so OpenVINO's types stay here.
 //
 // Each op type has one OpLowering: `check` says, from the op's parameters and types alone,
-// whether the lowering gives Core ML's semantics for them (an empty string) or why not; `lower`
+// whether the lowering gives Core ML's semantics for them (a Verdict: claimed, or why not); `lower`
 // builds the op's outputs. Both see the op through an OpReader. Whatever `lower` builds is then
 // checked against the op's declared output types (backend.cc), so a lowering whose shapes or
 // element types drift from the program fails at compile time, and the region stays on our
@@ -81,14 +81,14 @@ class Lowerer : public OpReader {
 };
 
 struct OpLowering {
-  std::function<std::string(const OpReader&)> check;  // may be empty: every parameter set is fine
+  std::function<Verdict(const OpReader&)> check;  // may be empty: every parameter set is fine
   std::function<std::vector<Value>(Lowerer&)> lower;
 };
 using LoweringTable = std::map<std::string, OpLowering>;
 
-// Packed constants (compressed weights, src/ir/packed.h; packed.cc). Why OpenVINO does not run
-// `op` with this packed input; empty when it does.
-std::string packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
+// Packed constants (compressed weights, src/ir/packed.h; packed.cc). Whether OpenVINO runs `op`
+// with this packed input, or why not.
+Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
 // Whether packed_constant gives OpenVINO the weight decoded (a palette, a sparse weight) rather
 // than in its stored form.
 bool packed_widens(const ir::PackedTensor& packed);

@@ -12,14 +12,15 @@ namespace {
 namespace v1 = ov::op::v1;
 
 
-std::string float_io(const OpReader& op, std::initializer_list<const char*> constants) {
-  if (!fp16_or_fp32(op.type("x").dtype)) return "x is not fp16 or fp32";
+Verdict float_io(const OpReader& op, std::initializer_list<const char*> constants) {
+  if (!fp16_or_fp32(op.type("x").dtype)) return Verdict::refuse("x is not fp16 or fp32");
   for (const char* p : constants) {
     if (!op.count(p)) continue;
-    if (!op.constant(p)) return std::string(p) + " is not known at load";
-    if (op.type(p).dtype != op.type("x").dtype) return std::string(p) + " and x have different dtypes";
+    if (!op.constant(p)) return Verdict::refuse(std::string(p) + " is not known at load");
+    if (op.type(p).dtype != op.type("x").dtype)
+      return Verdict::refuse(std::string(p) + " and x have different dtypes");
   }
-  return {};
+  return Verdict::claim();
 }
 
 // A per-channel [C] value shaped to broadcast over [n, C, *D] of rank `rank`.
@@ -48,8 +49,8 @@ std::vector<int64_t> trailing_axes(const OpReader& op) {
 }  // namespace
 
 void add_normalization_lowerings(LoweringTable& t) {
-  t["batch_norm"] = {[](const OpReader& op) -> std::string {
-                       if (op.type("x").rank < 2) return "x has rank < 2";
+  t["batch_norm"] = {[](const OpReader& op) -> Verdict {
+                       if (op.type("x").rank < 2) return Verdict::refuse("x has rank < 2");
                        return float_io(op, {"mean", "variance", "gamma", "beta"});
                      },
                      [](Lowerer& op) -> std::vector<Value> {
@@ -64,11 +65,12 @@ void add_normalization_lowerings(LoweringTable& t) {
                            x, param("gamma", 1.0), param("beta", 0.0), op.input("mean"), op.input("variance"),
                            op.const_float("epsilon", 1e-5))};
                      }};
-  t["layer_norm"] = {[](const OpReader& op) -> std::string {
-                       std::string why = float_io(op, {"gamma", "beta"});
-                       if (!why.empty()) return why;
-                       if (trailing_axes(op).empty()) return "axes are not the trailing dims in order";
-                       return {};
+  t["layer_norm"] = {[](const OpReader& op) -> Verdict {
+                       Verdict why = float_io(op, {"gamma", "beta"});
+                       if (!why.claimed) return why;
+                       if (trailing_axes(op).empty())
+                         return Verdict::refuse("axes are not the trailing dims in order");
+                       return Verdict::claim();
                      },
                      [](Lowerer& op) -> std::vector<Value> {
                        Value y = mvn(op.input("x"), trailing_axes(op), op.const_float("epsilon", 1e-5));
@@ -76,8 +78,8 @@ void add_normalization_lowerings(LoweringTable& t) {
                        if (op.count("beta")) y = std::make_shared<v1::Add>(y, op.input("beta"));
                        return {y};
                      }};
-  t["instance_norm"] = {[](const OpReader& op) -> std::string {
-                          if (op.type("x").rank < 3) return "x has rank < 3";
+  t["instance_norm"] = {[](const OpReader& op) -> Verdict {
+                          if (op.type("x").rank < 3) return Verdict::refuse("x has rank < 3");
                           return float_io(op, {"gamma", "beta"});
                         },
                         [](Lowerer& op) -> std::vector<Value> {

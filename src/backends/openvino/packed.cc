@@ -42,11 +42,11 @@ bool decompressible(const ir::PackedTensor& p) {
 
 bool packed_widens(const ir::PackedTensor& packed) { return !decompressible(packed); }
 
-std::string packed_support(const ir::Operation& op, const ir::PackedTensor& packed) {
-  if (op.type == "conv") return {};
-  if ((op.type == "linear" || op.type == "matmul") && decompressible(packed)) return {};
-  return "is a weight stored as " + packed.form() +
-         ", which OpenVINO has no kernel for here: our kernels read it packed";
+Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed) {
+  if (op.type == "conv") return Verdict::claim();
+  if ((op.type == "linear" || op.type == "matmul") && decompressible(packed)) return Verdict::claim();
+  return Verdict::refuse("is a weight stored as " + packed.form() +
+                         ", which OpenVINO has no kernel for here: our kernels read it packed");
 }
 
 Value packed_constant(const ir::PackedTensor& p, ov::element::Type compute, std::vector<Tensor>& kept) {

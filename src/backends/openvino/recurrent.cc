@@ -20,22 +20,24 @@ std::string lower_case(std::string s) {
   return s;
 }
 
-std::string check_lstm(const OpReader& op) {
-  if (op.const_string("direction", "forward") != "forward") return "direction " + op.const_string("direction");
+Verdict check_lstm(const OpReader& op) {
+  if (op.const_string("direction", "forward") != "forward")
+    return Verdict::refuse("direction " + op.const_string("direction"));
   if (lower_case(op.const_string("recurrent_activation", "sigmoid")) != "sigmoid" ||
       lower_case(op.const_string("cell_activation", "tanh")) != "tanh" ||
       lower_case(op.const_string("activation", "tanh")) != "tanh")
-    return "activations other than sigmoid/tanh/tanh";
-  if (op.has("peephole")) return "peephole";
-  if (op.has("clip")) return "clip";
+    return Verdict::refuse("activations other than sigmoid/tanh/tanh");
+  if (op.has("peephole")) return Verdict::refuse("peephole");
+  if (op.has("clip")) return Verdict::refuse("clip");
   const DType x = op.type("x").dtype;
-  if (x != DType::Float16 && x != DType::Float32) return "x is not fp16 or fp32";
+  if (x != DType::Float16 && x != DType::Float32) return Verdict::refuse("x is not fp16 or fp32");
   for (const char* p : {"initial_h", "initial_c", "weight_ih", "weight_hh", "bias"})
-    if (op.count(p) && op.type(p).dtype != x) return std::string(p) + " and x have different dtypes";
+    if (op.count(p) && op.type(p).dtype != x)
+      return Verdict::refuse(std::string(p) + " and x have different dtypes");
   for (const char* p : {"weight_ih", "weight_hh", "bias"})
-    if (op.count(p) && !op.constant(p)) return std::string(p) + " is not known at load";
-  if (op.type("x").rank != 3) return "x is not [seq, batch, input]";
-  return {};
+    if (op.count(p) && !op.constant(p)) return Verdict::refuse(std::string(p) + " is not known at load");
+  if (op.type("x").rank != 3) return Verdict::refuse("x is not [seq, batch, input]");
+  return Verdict::claim();
 }
 
 // [4H, ...] in MIL's gate order -> [1, 4H, ...] in OpenVINO's.

@@ -21,11 +21,11 @@ std::vector<int64_t> axes_of(const OpReader& op) {
   return axes;
 }
 
-std::string check(const OpReader& op) {
+Verdict check(const OpReader& op) {
   const DType d = op.type("x").dtype;
-  if (d != DType::Float16 && d != DType::Float32) return "x is not fp16 or fp32";
-  if (op.count("axes") && !op.constant("axes")) return "axes are not known at load";
-  return {};
+  if (d != DType::Float16 && d != DType::Float32) return Verdict::refuse("x is not fp16 or fp32");
+  if (op.count("axes") && !op.constant("axes")) return Verdict::refuse("axes are not known at load");
+  return Verdict::claim();
 }
 
 template <class OvOp>

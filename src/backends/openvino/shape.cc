@@ -30,14 +30,14 @@ struct SliceSpec {
   std::vector<int64_t> start, stop, step;
 };
 
-// slice_by_index's begin/end/stride/masks for static x, as src/ops/slice.cc reads them; an empty
-// string when they resolve, else why not. Stops are written for OpenVINO's Slice, where a
+// slice_by_index's begin/end/stride/masks for static x, as src/ops/slice.cc reads them; claimed
+// when they resolve, else refused with why not. Stops are written for OpenVINO's Slice, where a
 // negative stop counts from the end: "before the first element" is -(size + 1).
-std::string resolve_slice(const OpReader& op, SliceSpec& s) {
+Verdict resolve_slice(const OpReader& op, SliceSpec& s) {
   const std::vector<int64_t>& x = op.type("x").dims;
   const size_t rank = x.size();
   for (const char* p : {"begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask"})
-    if (op.count(p) && !op.constant(p)) return std::string(p) + " is not known at load";
+    if (op.count(p) && !op.constant(p)) return Verdict::refuse(std::string(p) + " is not known at load");
   const std::vector<int64_t> begin = op.const_ints("begin", std::vector<int64_t>{});
   const std::vector<int64_t> end = op.const_ints("end", std::vector<int64_t>{});
   const std::vector<int64_t> stride = op.const_ints("stride", std::vector<int64_t>{});
@@ -45,7 +45,7 @@ std::string resolve_slice(const OpReader& op, SliceSpec& s) {
                           em = op.const_bools("end_mask", std::vector<bool>{}),
                           sm = op.const_bools("squeeze_mask", std::vector<bool>{});
   for (size_t n : {begin.size(), end.size(), stride.size(), bm.size(), em.size(), sm.size()})
-    if (n != 0 && n != rank) return "a slice parameter does not have x's rank";
+    if (n != 0 && n != rank) return Verdict::refuse("a slice parameter does not have x's rank");
   auto flag = [](const std::vector<bool>& v, size_t d) { return !v.empty() && v[d]; };
   for (size_t d = 0; d < rank; ++d) {
     const int64_t size = x[d];
@@ -53,13 +53,13 @@ std::string resolve_slice(const OpReader& op, SliceSpec& s) {
     int64_t b = begin.empty() ? 0 : begin[d], e = end.empty() ? size : end[d];
     if (flag(sm, d)) {
       if (b < 0) b += size;
-      if (b < 0 || b >= size) return "squeezed index out of range";
+      if (b < 0 || b >= size) return Verdict::refuse("squeezed index out of range");
       s.start.push_back(b);
       s.stop.push_back(b + 1);
       s.step.push_back(1);
       continue;
     }
-    if (step == 0) return "stride 0";
+    if (step == 0) return Verdict::refuse("stride 0");
     if (step > 0) {
       auto clamp = [&](int64_t v) { return v < 0 ? std::max<int64_t>(v + size, 0) : std::min(v, size); };
       b = flag(bm, d) ? 0 : clamp(b);
@@ -74,7 +74,7 @@ std::string resolve_slice(const OpReader& op, SliceSpec& s) {
     s.stop.push_back(e);
     s.step.push_back(step);
   }
-  return {};
+  return Verdict::claim();
 }
 
 Value slice(const Value& x, const SliceSpec& s) {
@@ -109,20 +109,20 @@ void add_shape_lowerings(LoweringTable& t) {
   t["expand_dims"] = regroup();
   t["squeeze"] = regroup();
   t["flatten2d"] = regroup();
-  t["transpose"] = {[](const OpReader& op) -> std::string {
-                      return op.constant("perm") ? "" : "perm is not known at load";
+  t["transpose"] = {[](const OpReader& op) -> Verdict {
+                      return op.constant("perm") ? Verdict::claim() : Verdict::refuse("perm is not known at load");
                     },
                     [](Lowerer& op) -> std::vector<Value> {
                       std::vector<int64_t> perm = op.const_ints("perm");
                       for (int64_t& p : perm) p = normalized_axis(p, static_cast<int64_t>(perm.size()));
                       return {std::make_shared<v1::Transpose>(op.input("x"), Lowerer::i64s(perm))};
                     }};
-  t["concat"] = {[](const OpReader& op) -> std::string {
-                   if (op.const_bool("interleave", false)) return "interleave";
+  t["concat"] = {[](const OpReader& op) -> Verdict {
+                   if (op.const_bool("interleave", false)) return Verdict::refuse("interleave");
                    const DType d = op.type("values", 0).dtype;
                    for (size_t i = 1; i < op.count("values"); ++i)
-                     if (op.type("values", i).dtype != d) return "values have different dtypes";
-                   return {};
+                     if (op.type("values", i).dtype != d) return Verdict::refuse("values have different dtypes");
+                   return Verdict::claim();
                  },
                  [](Lowerer& op) -> std::vector<Value> {
                    ov::OutputVector values;
@@ -141,7 +141,7 @@ void add_shape_lowerings(LoweringTable& t) {
                   for (size_t i = 0; i < sizes.size(); ++i) outs.push_back(split->output(i));
                   return outs;
                 }};
-  t["slice_by_index"] = {[](const OpReader& op) -> std::string {
+  t["slice_by_index"] = {[](const OpReader& op) -> Verdict {
                            SliceSpec s;
                            return resolve_slice(op, s);
                          },
@@ -150,17 +150,20 @@ void add_shape_lowerings(LoweringTable& t) {
                            resolve_slice(op, s);
                            return {reshape_to(slice(op.input("x"), s), declared_dims(op))};
                          }};
-  t["slice_by_size"] = {[](const OpReader& op) -> std::string {
-                          if (!op.constant("begin") || !op.constant("size")) return "begin or size is not known at load";
+  t["slice_by_size"] = {[](const OpReader& op) -> Verdict {
+                          if (!op.constant("begin") || !op.constant("size"))
+                            return Verdict::refuse("begin or size is not known at load");
                           const std::vector<int64_t>& x = op.type("x").dims;
                           std::vector<int64_t> b = op.const_ints("begin"), n = op.const_ints("size");
-                          if (b.size() != x.size() || n.size() != x.size()) return "begin or size does not have x's rank";
+                          if (b.size() != x.size() || n.size() != x.size())
+                            return Verdict::refuse("begin or size does not have x's rank");
                           for (size_t d = 0; d < x.size(); ++d) {
                             const int64_t start = b[d] < 0 ? b[d] + x[d] : b[d];
                             const int64_t count = n[d] == -1 ? x[d] - start : n[d];
-                            if (start < 0 || count < 0 || start + count > x[d]) return "slice out of range";
+                            if (start < 0 || count < 0 || start + count > x[d])
+                              return Verdict::refuse("slice out of range");
                           }
-                          return {};
+                          return Verdict::claim();
                         },
                         [](Lowerer& op) -> std::vector<Value> {
                           const std::vector<int64_t>& x = op.type("x").dims;
@@ -180,21 +183,21 @@ void add_shape_lowerings(LoweringTable& t) {
   // ids of an embedding) are checked by the region: a guard (Lowerer::require) sends a run with an
   // index out of range to our kernels, which report it. With validate_indices (iOS17+), negative
   // indices fail on our kernels too, which the guard does not say: such gathers stay ours.
-  t["gather"] = {[](const OpReader& op) -> std::string {
-                   if (op.const_int("batch_dims", 0) != 0) return "batch_dims";
-                   if (op.const_bool("validate_indices", false)) return "validate_indices";
+  t["gather"] = {[](const OpReader& op) -> Verdict {
+                   if (op.const_int("batch_dims", 0) != 0) return Verdict::refuse("batch_dims");
+                   if (op.const_bool("validate_indices", false)) return Verdict::refuse("validate_indices");
                    const ir::ValueType& x = op.type("x");
                    const int64_t axis = normalized_axis(op.const_int("axis", 0), x.rank);
-                   if (axis < 0 || axis >= x.rank) return "axis out of range";
+                   if (axis < 0 || axis >= x.rank) return Verdict::refuse("axis out of range");
                    if (!op.constant("indices")) {
                      const DType d = op.type("indices").dtype;
                      if (d != DType::Int32 && d != DType::Int16 && d != DType::UInt16 && d != DType::Int8 && d != DType::UInt8)
-                       return "indices of dtype " + std::string(dtype_name(d));
-                     return {};
+                       return Verdict::refuse("indices of dtype " + std::string(dtype_name(d)));
+                     return Verdict::claim();
                    }
                    for (int64_t i : op.const_ints("indices"))
-                     if (i < -x.dims[axis] || i >= x.dims[axis]) return "an index is out of range";
-                   return {};
+                     if (i < -x.dims[axis] || i >= x.dims[axis]) return Verdict::refuse("an index is out of range");
+                   return Verdict::claim();
                  },
                  [](Lowerer& op) -> std::vector<Value> {
                    const ir::ValueType& x = op.type("x");
@@ -220,17 +223,21 @@ void add_shape_lowerings(LoweringTable& t) {
                      rows = std::make_shared<ov::op::v0::Convert>(rows, op.compute_type(x.dtype));
                    return {rows};
                  }};
-  t["tile"] = {[](const OpReader& op) -> std::string { return op.constant("reps") ? "" : "reps are not known at load"; },
+  t["tile"] = {[](const OpReader& op) -> Verdict {
+                 return op.constant("reps") ? Verdict::claim() : Verdict::refuse("reps are not known at load");
+               },
                [](Lowerer& op) -> std::vector<Value> {
                  return {std::make_shared<ov::op::v0::Tile>(op.input("x"), Lowerer::i64s(op.const_ints("reps")))};
                }};
-  t["cast"] = {[](const OpReader& op) -> std::string {
+  t["cast"] = {[](const OpReader& op) -> Verdict {
                  // Float to float and integer to float only: float to integer rounding and
                  // saturation are defined by our kernel (src/ops/misc.cc).
-                 if (!cast_target(op.const_string("dtype"))) return "cast to " + op.const_string("dtype");
+                 if (!cast_target(op.const_string("dtype")))
+                   return Verdict::refuse("cast to " + op.const_string("dtype"));
                  const DType from = op.type("x").dtype;
-                 if (from != DType::Float16 && from != DType::Float32 && from != DType::Int32) return "cast from this dtype";
-                 return {};
+                 if (from != DType::Float16 && from != DType::Float32 && from != DType::Int32)
+                   return Verdict::refuse("cast from this dtype");
+                 return Verdict::claim();
                },
                [](Lowerer& op) -> std::vector<Value> {
                  // A cast to fp16 inside a region computed in fp32 keeps fp32 (fp16 or wider).

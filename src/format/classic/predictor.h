@@ -13,7 +13,7 @@
 // feature in description order as one vector of doubles, as Core ML does (it evaluates these
 // models in double precision), so a multi-array, several double or int64 features, or a mix
 // all work. A classifier ends in the `classify` op, exactly as an ML-program classifier does
-// (src/ops/classify.h): the label and the {label: probability} dictionary come from it.
+// (src/ops/classify.cc): the label and the {label: probability} dictionary come from it.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -701,11 +701,6 @@ ClassifierOutputs classifier_outputs(const std::string& serialized, const nn::Ne
 
 }  // namespace
 
-bool is_neural_network_type(const std::string& model_type) {
-  return model_type == "neuralNetwork" || model_type == "neuralNetworkClassifier" ||
-         model_type == "neuralNetworkRegressor";
-}
-
 namespace {
 
 NeuralNetworkReading translate_network(const std::string& serialized, const nn::NeuralNetwork& network,

@@ -28,9 +28,8 @@ struct NeuralNetworkReading {
 
 // The model types whose message is a layer graph: neuralNetwork, neuralNetworkRegressor (the
 // network's outputs are the prediction) and neuralNetworkClassifier (a probabilities blob
-// feeds the `classify` op, src/ops/classify.h, which gives the label and the dictionary).
+// feeds the `classify` op, src/ops/classify.cc, which gives the label and the dictionary).
 enum class NetworkRole { Plain, Regressor, Classifier };
-bool is_neural_network_type(const std::string& model_type);
 
 // `serialized` is the model type's message; `function` the model's (single) description.
 NeuralNetworkReading read_neural_network(const std::string& serialized, const FunctionDescription& function,

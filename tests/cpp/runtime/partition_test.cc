@@ -157,6 +157,21 @@ TEST(Partition, ClaimedRunsBecomeRegionsAndComputeTheSameResults) {
   for (const Placement& p : plan->placements) where.push_back(p.backend + ":" + std::to_string(p.region));
   EXPECT_EQ(where, (std::vector<std::string>{"fake:0", "reference:-1", "fake:1", "fake:1", "reference:-1"}));
   EXPECT_EQ(plan->placements[1].reason, "fake: no relu here");
+  // Steps say by type what they are: regions 0 and 2, our relus 1 and 3; a region keeps its own
+  // op steps as nested block 0.
+  const std::vector<PlannedStep>& steps = plan->body.steps;
+  ASSERT_NE(steps[0].as_region(), nullptr);
+  EXPECT_EQ(steps[0].as_op(), nullptr);
+  EXPECT_EQ(steps[0].as_region()->ops.size(), 1u);
+  EXPECT_EQ(steps[0].describe(), steps[0].as_region()->label);
+  EXPECT_EQ(steps[0].describe().rfind("fake region #0 (1 op: ", 0), 0u) << steps[0].describe();
+  ASSERT_EQ(steps[0].blocks.size(), 1u);
+  ASSERT_NE(steps[0].blocks[0]->steps.at(0).as_op(), nullptr);
+  EXPECT_EQ(steps[0].blocks[0]->steps[0].op().type, "add");
+  ASSERT_NE(steps[1].as_op(), nullptr);
+  EXPECT_EQ(steps[1].op().type, "relu");
+  EXPECT_EQ(steps[2].as_region()->ops.size(), 2u);
+  EXPECT_THROW(steps[2].op(), Error);
 
   ExecutionContext context(*plan);
   std::vector<float> x = {-3, -0.5f, 0.25f, 2};
