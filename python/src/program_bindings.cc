@@ -19,6 +19,8 @@
 #include "coremlrt/error.h"
 #include "coremlrt/program.h"
 
+#include "named_values.h"
+
 namespace nb = nanobind;
 using namespace coremlrt;
 
@@ -102,14 +104,7 @@ nb::dict const_dict(const ProgramConstant& value, const std::string& where) {
 }
 
 nb::list named_values(const std::vector<ProgramNamedValue>& values) {
-  nb::list out;
-  for (const auto& v : values) {
-    nb::dict d;
-    d["name"] = v.name;
-    d["type"] = type_dict(v.type);
-    out.append(d);
-  }
-  return out;
+  return named_value_dicts(values, [](const auto& type) { return type_dict(type); });
 }
 
 nb::dict block_dict(const ProgramBlock& block);

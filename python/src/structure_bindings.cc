@@ -10,6 +10,8 @@
 #include "coremlrt/memory_model.h"
 #include "coremlrt/structure.h"
 
+#include "named_values.h"
+
 namespace nb = nanobind;
 using namespace coremlrt;
 
@@ -26,14 +28,7 @@ nb::dict type_dict(const StructureValueType& t) {
 }
 
 nb::list named_list(const std::vector<StructureNamedValue>& values) {
-  nb::list out;
-  for (const auto& v : values) {
-    nb::dict d;
-    d["name"] = v.name;
-    d["type"] = type_dict(v.type);
-    out.append(d);
-  }
-  return out;
+  return named_value_dicts(values, [](const auto& type) { return type_dict(type); });
 }
 
 nb::dict block_dict(const StructureBlock& block) {
