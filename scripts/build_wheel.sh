@@ -15,8 +15,9 @@ python=${PYTHON:-python3}
 # The build's tools live in a virtual environment of their own (never the system's
 # site-packages), one per checkout, kept between runs: its fixed paths keep the CMake cache of
 # the build directory (pyproject.toml's build-dir) valid, so a second build recompiles only
-# what changed. COREMLRT_WHEEL_VENV=... puts it elsewhere.
-venv=${COREMLRT_WHEEL_VENV:-/tmp/coremlrt-wheel-venv-$(printf %s "$repo" | md5sum | cut -c1-8)}
+# what changed. COREMLRT_WHEEL_VENV=... puts it elsewhere. The wheel is for the Python that
+# makes the venv (PYTHON=python3.12 ... for another: a venv and a build directory of its own).
+venv=${COREMLRT_WHEEL_VENV:-/tmp/coremlrt-wheel-venv-$(printf %s "$repo $("$python" -c 'import sys; print(sys.executable)')" | md5sum | cut -c1-8)}
 # pyproject.toml's build requirements (nanobind, scikit-build-core, the pinned openvino whose
 # headers and libraries the extension is built against) and the repair tools.
 requirements=$("$python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
