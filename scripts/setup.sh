@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what coremlrt needs on Debian 12 (system packages, Python packages), then builds
-# and installs coremlrt itself with `pip install .`. Safe to run again.
+# coremlrt's self-contained wheel (scripts/build_wheel.sh) and installs it. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,4 +53,11 @@ python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntim
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
   "xgboost-cpu==2.1.4" "nncf==3.4.0"
 bash scripts/xgboost_tested_env.sh >/dev/null
-python3 -m pip install -q --disable-pip-version-check .
+# coremlrt itself: the wheel that ships (scripts/build_wheel.sh), so the tests run what users
+# install, and the package is built once: the test command's wheel step rebuilds it from the
+# same build directory (nothing to recompile) and tests it in a bare environment. The first
+# install brings its dependencies; --force-reinstall replaces an installed coremlrt of the same
+# version, which pip would otherwise keep.
+wheel=$(bash scripts/build_wheel.sh | tail -n 1)
+python3 -m pip install -q --disable-pip-version-check "$wheel"
+python3 -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ suite (GoogleTest, through ctest), the
+# Sets everything up, then runs every test: the self-contained wheel in a bare venv
+# (scripts/build_wheel.sh, scripts/test_wheel.sh), the C++ suite (GoogleTest, through ctest), the
 # Python suite (pytest, against the installed package; ../shared/corpus when present), samples of
 # coremltools' own op and runtime API tests (scripts/coremltools_op_tests.py), the sanitizer runs
 # (ASan+UBSan, TSan: scripts/test_sanitizers.sh) and a smoke run of each fuzz target.
@@ -11,6 +12,13 @@ if [ "${COREMLRT_SKIP_SETUP:-0}" != 1 ]; then
   step setup
   bash scripts/setup.sh
 fi
+
+# The self-contained wheel: scripts/build_wheel.sh (setup.sh built it already, so nothing is
+# recompiled), then scripts/test_wheel.sh installs it into a bare venv and checks what its
+# extension loads and that the quick start predicts there.
+step wheel
+bash scripts/build_wheel.sh
+bash scripts/test_wheel.sh
 
 # Every build tree of the test run is a unity build (-DCMAKE_UNITY_BUILD=ON: CMakeLists.txt).
 step "build/tests (Release, GoogleTest)"

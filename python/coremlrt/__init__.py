@@ -14,6 +14,15 @@ it. MLModel(..., threads=n) caps what one prediction of that model takes from it
 
 from typing import Any
 
+try:
+    from . import _core  # noqa: F401
+except ImportError as _error:
+    # openvino installed in another folder of sys.path than coremlrt: _openvino_libs.py.
+    from ._openvino_libs import preload
+
+    if not preload(_error):
+        raise
+    del preload
 from ._core import Error, available_backends, num_threads, set_num_threads, state_traffic
 from .batch import BatchResult, predict_dataset
 from .compiled import compile_model
