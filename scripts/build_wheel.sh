@@ -32,10 +32,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   printf '%s\n' "$wanted" > "$stamp"
 fi
 
+# COREMLRT_WHEEL_TESTS=1 (scripts/setup.sh, scripts/test.sh): the build tree also builds the C++
+# suite, which scripts/test.sh runs from there, so that the engine is compiled once for the
+# package and its tests; the wheel holds the same files either way (the suite is not installed).
+# The suite makes its test models with the python3 that has coremltools, not the tools venv's.
+options=()
+if [ "${COREMLRT_WHEEL_TESTS:-0}" = 1 ]; then
+  options=(-C cmake.define.COREMLRT_BUILD_TESTS=ON -C "cmake.define.Python3_EXECUTABLE=$(command -v python3)")
+fi
+
 # The plain wheel, built without build isolation by the venv's tools; then repaired.
 rm -rf dist/raw
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-  "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w dist/raw .
+  "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps "${options[@]}" -w dist/raw .
 raw=$(ls dist/raw/coremlrt-*.whl)
 
 # auditwheel picks the most compatible manylinux tag that the symbol versions of glibc and

@@ -2,7 +2,7 @@
 """Runs coremltools' own MIL op tests with predictions made by coremlrt, and reports.
 
     python3 scripts/coremltools_op_tests.py                 # full run (about an hour on 2 cores)
-    python3 scripts/coremltools_op_tests.py --sample 10 --check   # CI: every 10th case, no regressions
+    python3 scripts/coremltools_op_tests.py --sample 25 --check   # CI: every 25th case, no regressions
     python3 scripts/coremltools_op_tests.py --suite runtime --report docs/reports/coremltools-runtime-tests.md
 
 ``--suite ops_neuralnetwork`` runs the op tests' neuralnetwork-backend cases (the op suite

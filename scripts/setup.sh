@@ -22,8 +22,10 @@ fi
 # openvino: the OpenVINO backend's C++ headers and libraries (pyproject.toml pins the release).
 # mypy checks the package's type stubs (tests/python/api/test_typing.py); pytest-asyncio runs the
 # async cases of coremltools' runtime tests (scripts/coremltools_op_tests.py --suite runtime);
-# pytest-xdist runs the Python suite in two processes (scripts/test.sh).
-python3 -m pip install -q --disable-pip-version-check numpy pytest pytest-xdist mypy pytest-asyncio "coremltools==9.0" \
+# pytest-xdist runs the Python suite in two processes (scripts/test.sh). nanobind: the Python
+# extension of the sanitizer tree (scripts/asan_tree.sh) and of development trees is built
+# against it (CMakeLists.txt); the wheel's build has its own (scripts/build_wheel.sh).
+python3 -m pip install -q --disable-pip-version-check numpy pytest pytest-xdist mypy pytest-asyncio "coremltools==9.0" "nanobind==3.1.0" \
   "torch==2.14.1" "torchvision==0.29.1" "transformers==5.24.0" "openvino==2026.4.1"
 # Batch prediction's optional extras (Parquet, progress bar, Dask, Ray), for tests/python/batch/test_batch.py,
 # test_dask.py and test_ray.py.
@@ -58,6 +60,7 @@ bash scripts/xgboost_tested_env.sh >/dev/null
 # same build directory (nothing to recompile) and tests it in a bare environment. The first
 # install brings its dependencies; --force-reinstall replaces an installed coremlrt of the same
 # version, which pip would otherwise keep.
-wheel=$(bash scripts/build_wheel.sh | tail -n 1)
+# Its build tree also builds the C++ suite, which scripts/test.sh runs there (COREMLRT_WHEEL_TESTS).
+wheel=$(COREMLRT_WHEEL_TESTS=1 bash scripts/build_wheel.sh | tail -n 1)
 python3 -m pip install -q --disable-pip-version-check "$wheel"
 python3 -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"

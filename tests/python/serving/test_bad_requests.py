@@ -2,6 +2,7 @@
 queue gets 503 with Retry-After, and none of it disturbs good requests or the process."""
 
 import concurrent.futures
+import http.client
 import json
 import subprocess
 import sys
@@ -125,15 +126,30 @@ def test_oversized_requests(limited):
     with pytest.raises(InferenceServerException) as error:
         _grpc_infer(limited, "conv", x)
     assert "RESOURCE_EXHAUSTED" in str(error.value.status())
-    # A chunked body (no Content-Length) is counted as it arrives.
-    def chunks():
-        for start in range(0, len(body), 65536):
-            yield body[start:start + 65536]
-    request = urllib.request.Request(f"http://{limited.http_url}/v2/models/conv/infer", data=chunks(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as error:
-        urllib.request.urlopen(request, timeout=60)
-    assert error.value.code == 413
+    # A chunked body (no Content-Length) is counted as it arrives. This one passes the limit only
+    # with its last chunk, which goes out in one write with the body's end: the server answers
+    # once the client has nothing left to send, so the client reads the answer instead of
+    # meeting a closed connection in the middle of its body.
+    over = body[:500_000 + 1000]
+    last = len(over) - 1000
+
+    def framed(piece):
+        return b"%x\r\n" % len(piece) + piece + b"\r\n"
+
+    host, port = limited.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.putrequest("POST", "/v2/models/conv/infer")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Transfer-Encoding", "chunked")
+        connection.endheaders()
+        for start in range(0, last, 65536):
+            connection.send(framed(over[start:min(start + 65536, last)]))
+        connection.send(framed(over[last:]) + b"0\r\n\r\n")
+        answer = connection.getresponse()
+        assert answer.status == 413, answer.read()[:200]
+    finally:
+        connection.close()
 
 
 def test_full_queue_gets_503_and_good_requests_stay_right(limited, model_paths):
