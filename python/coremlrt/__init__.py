@@ -29,15 +29,17 @@ from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
 # coremlrt.dask, coremlrt.ray, coremlrt.serve and coremlrt.onnx_export are imported on demand:
-# they need the optional extras. export_onnx is reached from here, imported when first used.
+# they need the optional extras. export_onnx and export_onnx_functions are reached from here,
+# imported when first used.
 __all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "compile_model",
-           "export_onnx", "num_threads", "predict_dataset", "set_num_threads", "state_traffic"]
+           "export_onnx", "export_onnx_functions", "num_threads", "predict_dataset", "set_num_threads",
+           "state_traffic"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    if name == "export_onnx":
-        from .onnx_export import export_onnx
+    if name in ("export_onnx", "export_onnx_functions"):
+        from . import onnx_export
 
-        return export_onnx
+        return getattr(onnx_export, name)
     raise AttributeError(f"module 'coremlrt' has no attribute '{name}'")

@@ -10,10 +10,12 @@
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
                    [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
     coremlrt export MODEL -o OUT.onnx [--function NAME] [--opset N] [--fp32] [--external-data]
-    coremlrt export --check MODEL [--function NAME] [--opset N]
+    coremlrt export MODEL -o DIR --all-functions [--opset N] [--fp32]
+    coremlrt export --check MODEL [--function NAME | --all-functions] [--opset N]
 """
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -183,15 +185,32 @@ def cmd_export(args, out=None):
     from . import onnx_export
 
     out = out or sys.stdout
+    if args.all_functions and args.function:
+        raise ValueError("export takes --function NAME or --all-functions, not both")
     if args.check:
-        problems = onnx_export.unsupported_ops(args.model, args.function, args.opset)
-        for op_type, output, reason in problems:
-            print(f"{op_type} producing '{output}': {reason}", file=out)
+        if args.all_functions:
+            problems = [(function, problem) for function, found in
+                        onnx_export.unsupported_ops_by_function(args.model, args.opset).items() for problem in found]
+        else:
+            problems = [(None, p) for p in onnx_export.unsupported_ops(args.model, args.function, args.opset)]
+        for function, (op_type, output, reason) in problems:
+            where = f"function '{function}': " if function is not None else ""
+            print(f"{where}{op_type} producing '{output}': {reason}", file=out)
         if not problems:
             print("every op has an ONNX form", file=out)
         return 2 if problems else 0
     if not args.output:
-        raise ValueError("export needs -o OUT.onnx (or --check)")
+        raise ValueError("export needs -o OUT.onnx, -o DIR with --all-functions, or --check")
+    if args.all_functions:
+        if args.external_data:
+            raise ValueError(f"--all-functions always writes the weights to DIR/{onnx_export.SHARED_DATA_FILE}; "
+                             f"--external-data is for one function's export")
+        paths = onnx_export.export_onnx_functions(args.model, args.output, opset=args.opset, fp32=args.fp32)
+        for path in paths.values():
+            print(f"wrote {path}", file=out)
+        print(f"wrote {os.path.join(args.output, onnx_export.SHARED_DATA_FILE)} (the weights of every function)",
+              file=out)
+        return 0
     path = onnx_export.export_onnx(args.model, args.output, function=args.function, opset=args.opset,
                                    fp32=args.fp32, external_data=True if args.external_data else None)
     print(f"wrote {path}", file=out)
@@ -205,9 +224,13 @@ def _add_export_parser(sub):
                             description="Exit status: 0 when written (or, with --check, when every op has an "
                                         "ONNX form), 2 when --check lists ops without one, 1 on an error.")
     export.add_argument("model")
-    export.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write the ONNX model")
+    export.add_argument("-o", "--output", metavar="OUT.onnx",
+                        help="where to write the ONNX model (with --all-functions: the directory)")
     export.add_argument("--check", action="store_true", help="list the ops that have no ONNX form; write nothing")
     export.add_argument("--function", default=None, help="function of a multifunction model (default: its default)")
+    export.add_argument("--all-functions", action="store_true",
+                        help="every function of a multifunction model: DIR/<function>.onnx each, and their "
+                             "weights once in DIR/weights.data (the weights the functions share stored once)")
     export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     export.add_argument("--fp32", action="store_true", help="write fp16 programs with fp32 types")
     export.add_argument("--external-data", action="store_true",

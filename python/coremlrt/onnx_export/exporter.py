@@ -8,11 +8,14 @@ Every other op goes to its translator (registry.py). States become a graph input
 the model's metadata under ``coremlrt.states``.
 """
 
+import hashlib
 import json
 import os
+import sys
 
 import onnx
 from onnx import helper
+from onnx.external_data_helper import set_external_data
 
 from . import ops_classic, ops_elementwise, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
@@ -301,6 +304,12 @@ def build_model(program, function_name, opset, fp32, source_name=""):
     return model, []
 
 
+# Initializers of at least this size go to external data: the threshold onnx.save_model takes,
+# compared as it compares it (sys.getsizeof of the raw bytes), so save_model and SharedWeights
+# (export_onnx_functions in __init__.py) leave the same small tensors inline.
+EXTERNAL_THRESHOLD = 1024
+
+
 def save_model(model, path, external_data):
     """Writes `model` to `path`; external_data: True, False or None (only when over 1 GiB)."""
     total = sum(len(t.raw_data) for t in model.graph.initializer)
@@ -309,11 +318,50 @@ def save_model(model, path, external_data):
     if external_data:
         location = os.path.basename(path) + ".data"
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
-                        size_threshold=1024)
+                        size_threshold=EXTERNAL_THRESHOLD)
     else:
         onnx.save_model(model, path)
     onnx.checker.check_model(path, full_check=True)
     return path
 
 
-__all__ = ["build_model", "save_model", "Problem"]
+def _initializers(graph):
+    """Every initializer of `graph` and of its subgraphs (Loop bodies, If branches)."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _initializers(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    yield from _initializers(sub)
+
+
+class SharedWeights:
+    """One external-data file for several models: each distinct initializer (same type, dims and
+    bytes) is written once, and every tensor holding it points at that one offset and length.
+    Functions of a multifunction package share their weights (coremltools' save_multifunction
+    keeps one copy of identical consts), and their exports give the same initializer bytes, so
+    the file holds one copy where separate exports would hold one per function."""
+
+    def __init__(self, file, location):
+        self.file, self.location = file, location
+        self.offsets = {}  # (data_type, dims, sha256 of the bytes) -> (offset, length)
+        self.size = 0
+
+    def offload(self, model):
+        """Moves `model`'s initializers of EXTERNAL_THRESHOLD or more into the file."""
+        for tensor in _initializers(model.graph):
+            if not tensor.HasField("raw_data") or sys.getsizeof(tensor.raw_data) < EXTERNAL_THRESHOLD:
+                continue
+            key = (tensor.data_type, tuple(tensor.dims), hashlib.sha256(tensor.raw_data).digest())
+            if key not in self.offsets:
+                self.file.write(tensor.raw_data)
+                self.offsets[key] = (self.size, len(tensor.raw_data))
+                self.size += len(tensor.raw_data)
+            offset, length = self.offsets[key]
+            set_external_data(tensor, self.location, offset, length)
+            tensor.ClearField("raw_data")
+
+
+__all__ = ["build_model", "save_model", "EXTERNAL_THRESHOLD", "Problem", "SharedWeights"]
