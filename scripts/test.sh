@@ -32,7 +32,7 @@ ctest --test-dir "$wheel_tree" --output-on-failure
 # installed package. Tests marked slow (full-size model variants) are left out; run them with
 # `python3 -m pytest -m slow tests/python/models`.
 # Two worker processes (pytest-xdist), a test file each at a time, so that a file's module-scoped
-# models are converted once: 225 s against 400 s in one process on 2 cores.
+# models are converted once per file, not once per worker.
 step pytest
 python3 -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile --durations=15 tests/python
 
@@ -67,7 +67,7 @@ python3 scripts/coremltools_op_tests.py --suite pipeline --check
 python3 scripts/coremltools_op_tests.py --suite sklearn --sample 20 --check
 step "coremltools xgboost tests"
 # coremltools' XGBoost converter tests, every 4th case but the stress tests coremltools marks slow
-# (47 CPU seconds; the whole suite takes 20 minutes), against the recorded full run, on XGBoost 1.7.6 and
+# (docs/reports/conformance.md, XGBoost section), against the recorded full run, on XGBoost 1.7.6 and
 # numpy 1.26.4 from build/xgboost-1.7.6 (scripts/xgboost_tested_env.sh, which setup.sh ran;
 # docs/reports/conformance.md says why that version).
 PYTHONPATH="$(bash scripts/xgboost_tested_env.sh)" python3 scripts/coremltools_op_tests.py --suite xgboost --sample 4 --skip-slow --check
