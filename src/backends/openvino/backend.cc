@@ -179,8 +179,8 @@ class OpenVinoBackend final : public Backend {
     if (Verdict pays = pays_for_a_call(region); !pays.claimed) return pays;
     // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
     // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
-    // fp16 weights (a 6-layer fp16 decoder of 107 MB took +412 MB of anonymous memory with
-    // backend="openvino"), repacked int8 and int4 ones, convolution weights decoded for it. The
+    // fp16 weights (docs/reports/performance.md, "Measurements behind code choices"), repacked
+    // int8 and int4 ones, convolution weights decoded for it. The
     // regions of one load may hold such copies up to a limit; past it a region stays on our
     // kernels, which read every weight as the file stores it.
     const uint64_t copies = weight_copy_bytes(region);
@@ -397,9 +397,9 @@ class RegionBuilder {
 // A model loaded for fewer threads than the machine has cores shares the machine with other
 // work: a Dask worker or Ray actor per core, several serving processes. The CPU plugin pins each
 // stream's threads to cores, counting from the first, and processes do not coordinate: two
-// one-thread processes each predicting mobilenet_v2 both ran on core 0, at 2.3x the wall time of
-// the same two processes unpinned (benchmarks/bench_batch.py, whose Dask and Ray paths load
-// their model this way). Such a model leaves its threads to the OS scheduler.
+// one-thread processes both run on core 0 (docs/reports/performance.md, "Measurements behind
+// code choices"; benchmarks/bench_batch.py's Dask and Ray paths load their model this way).
+// Such a model leaves its threads to the OS scheduler.
 bool takes_a_share_of_the_machine(const BackendOptions& options) {
   const long cores = static_cast<long>(std::thread::hardware_concurrency());
   const long wanted = static_cast<long>(options.threads) * std::max(options.concurrent_predictions, 1);
