@@ -19,11 +19,14 @@ struct FeatureDescription {
   std::string name;
   std::string short_description;
   FeatureKind kind = FeatureKind::MultiArray;
-  DType dtype = DType::Float32;  // element type of a multi-array (or a state's array)
+  // Element type of a multi-array (or a state's array) or a sequence (int64 or string); a
+  // dictionary's key type (int64 or string).
+  DType dtype = DType::Float32;
   Shape shape;                   // fixed or default shape; may be empty for outputs
   // Flexible shapes: one (lower, upper) range per dim, upper -1 = unbounded; or a list of
   // allowed shapes. At most one of the two is set. For an image: the flexible sizes of the
-  // [1, C, H, W] array it arrives as (its imageSizeRange or enumeratedSizes).
+  // [1, C, H, W] array it arrives as (its imageSizeRange or enumeratedSizes). For a sequence:
+  // the one range of its length, when the model bounds it.
   std::vector<std::pair<int64_t, int64_t>> shape_range;
   std::vector<Shape> enumerated_shapes;
   bool optional = false;
@@ -47,11 +50,14 @@ struct FunctionDescription {
   std::string predicted_probabilities_name;
 };
 
-// The entries a string or dictionary input is taken over as numbers (Model::input_vocabulary):
-// integer keys in decimal, `integer_keys` set.
+// The entries a string, dictionary or sequence input is taken over as numbers
+// (Model::input_vocabulary): integer keys in decimal, `integer_keys` set.
 struct InputVocabulary {
   std::vector<std::string> entries;
   bool integer_keys = false;
+  // A dictionary's value at the place of an entry it does not hold: 0 (dictVectorizer), or NaN
+  // where the reader tells a key absent from a key whose value is 0 (itemSimilarityRecommender).
+  double absent_value = 0.0;
 };
 
 struct ModelMetadata {

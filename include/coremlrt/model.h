@@ -98,19 +98,24 @@ class Model {
   // in function()) says which type the labels have.
   const std::vector<std::string>& class_labels() const;
 
-  // String and dictionary input features (dictVectorizer, categoricalMapping, oneHotEncoder
-  // over strings). The engine's tensors hold no strings, so predict() takes such an input as
-  // numbers over the vocabulary of the op that reads it, which this returns (integer keys in
-  // decimal, `integer_keys` set):
+  // String, dictionary and sequence input features (dictVectorizer, categoricalMapping,
+  // oneHotEncoder over strings, itemSimilarityRecommender). The engine's tensors hold no
+  // strings, so predict() takes such an input as numbers over the vocabulary of the op that
+  // reads it, which this returns (integer keys in decimal, `integer_keys` set):
   //   a string:     an int64 scalar, the string's index in `entries`, or -1 when absent;
   //   a dictionary: a float64 vector of entries.size() values, the value of entries[i] at
-  //                 place i, 0 where the dictionary lacks the key (keys not in entries dropped).
+  //                 place i, `absent_value` (0, or NaN for a recommender) where the dictionary
+  //                 lacks the key (keys not in entries dropped);
+  //   a sequence:   an int64 vector [m], each element's index in `entries`, -1 for one absent.
   // Throws Error when `input` is not such a feature.
   using InputVocabulary = coremlrt::InputVocabulary;
   const InputVocabulary& input_vocabulary(const std::string& input) const;
-  // String outputs other than a classifier's label (categoricalMapping from int64): predict()
-  // returns such an output as an int64 scalar, an index into the strings this returns; empty
-  // for an output that is not such a string.
+  // String outputs other than a classifier's label (categoricalMapping from int64), and the
+  // outputs of an itemSimilarityRecommender: predict() returns such an output as numbers over
+  // the strings this returns (an empty list for any other output):
+  //   a string:     an int64 scalar, an index into them;
+  //   a sequence:   an int64 vector [K], indices into them (the recommended items, best first);
+  //   a dictionary: a float64 vector of one value per string, NaN for a key it does not hold.
   const std::vector<std::string>& output_vocabulary(const std::string& output) const;
 
   // Checks every input against the function's declared names, dtypes and shapes, then

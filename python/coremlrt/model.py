@@ -118,18 +118,43 @@ def _encode_string(name, value, vocabulary):
     index in the vocabulary of the op that reads it, -1 for a string the model does not know."""
     if not isinstance(value, str):
         raise Error(f"input '{name}' is a string feature; got {type(value).__name__}")
-    index, _ = vocabulary
+    index = vocabulary[0]
     return np.array(index.get(value, -1), dtype=np.int64)
+
+
+def _encode_sequence(name, value, vocabulary, element):
+    """A sequence feature's value as the engine takes it (``Model::input_vocabulary``): int64
+    codes [m], each element's index in the vocabulary, -1 for one the model does not know. Takes
+    a list or tuple, or a 1-D numpy array (of integers for an int64 sequence)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or (element == "int64" and value.dtype.kind not in "iu") or (
+                element == "string" and value.dtype.kind not in "UO"):
+            raise Error(f"input '{name}' is a sequence of {element}; got a {value.dtype} array of shape "
+                        f"{list(value.shape)}")
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise Error(f"input '{name}' is a sequence of {element}; got {type(value).__name__}")
+    index = vocabulary[0]
+    codes = np.empty(len(value), dtype=np.int64)
+    for i, item in enumerate(value):
+        if element == "int64":
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+                raise Error(f"input '{name}' is a sequence of int64; element {i} is {item!r}")
+            item = str(int(item))
+        elif not isinstance(item, str):
+            raise Error(f"input '{name}' is a sequence of strings; element {i} is {item!r}")
+        codes[i] = index.get(item, -1)
+    return codes
 
 
 def _encode_dictionary(name, value, vocabulary):
     """A dictionary feature's value as the engine takes it: float64 values laid out over the
-    vocabulary (0 for a key the dictionary lacks; keys the model does not list are dropped,
-    as dictVectorizer drops them)."""
+    vocabulary (the vocabulary's absent value, 0 or NaN, for a key the dictionary lacks; keys
+    the model does not list are dropped, as dictVectorizer drops them)."""
     if not isinstance(value, dict):
         raise Error(f"input '{name}' is a dictionary feature; got {type(value).__name__}")
-    index, integer_keys = vocabulary
-    out = np.zeros(len(index), dtype=np.float64)
+    index, integer_keys, absent_value = vocabulary
+    out = np.full(len(index), absent_value, dtype=np.float64)
     for key, number in value.items():
         if integer_keys:
             if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
@@ -347,13 +372,17 @@ class MLModel:
         self._inputs = {f["name"]: f for f in function["inputs"]}
         self._classifier = _classifier_layout(function, list(self._model.class_labels))
         self._vocabularies = {}
-        # String outputs the engine returns as codes (Model::output_vocabulary), decoded here.
+        # Outputs the engine returns as numbers over Model::output_vocabulary, decoded here:
+        # name -> (kind, entries, integer ids), for strings (codes), sequences (codes) and
+        # dictionaries other than a classifier's (values over the entries, NaN for none).
         self._string_outputs = {}
         for feature in function["outputs"]:
-            if feature["kind"] == "string":
+            if feature["kind"] in ("string", "sequence", "dictionary"):
                 strings = list(self._model.output_vocabulary(feature["name"]))
                 if strings:
-                    self._string_outputs[feature["name"]] = strings
+                    integer = feature["kind"] != "string" and feature["dtype"] == "int64"
+                    entries = [int(s) for s in strings] if integer else strings
+                    self._string_outputs[feature["name"]] = (feature["kind"], entries)
 
     # -- description ---------------------------------------------------------------------
     @property
@@ -455,11 +484,12 @@ class MLModel:
         return await asyncio.get_running_loop().run_in_executor(None, self.predict, data, state)
 
     def _vocabulary(self, name):
-        """({entry: index}, integer_keys) of a string or dictionary input, built once."""
+        """({entry: index}, integer_keys, absent_value) of a string, dictionary or sequence
+        input, built once."""
         vocabulary = self._vocabularies.get(name)
         if vocabulary is None:
-            entries, integer_keys = self._model.input_vocabulary(name)
-            vocabulary = ({entry: i for i, entry in enumerate(entries)}, integer_keys)
+            entries, integer_keys, absent_value = self._model.input_vocabulary(name)
+            vocabulary = ({entry: i for i, entry in enumerate(entries)}, integer_keys, absent_value)
             self._vocabularies[name] = vocabulary  # a benign race: every thread builds the same
         return vocabulary
 
@@ -488,6 +518,9 @@ class MLModel:
                 arrays[name], zero_copy = _encode_string(name, value, self._vocabulary(name)), False
             elif feature["kind"] == "dictionary":
                 arrays[name], zero_copy = _encode_dictionary(name, value, self._vocabulary(name)), False
+            elif feature["kind"] == "sequence":
+                arrays[name], zero_copy = _encode_sequence(name, value, self._vocabulary(name),
+                                                           feature["dtype"]), False
             else:
                 raise Error(f"input '{name}' is a {feature['kind']} feature, which this build cannot take yet")
             in_place += zero_copy
@@ -496,9 +529,15 @@ class MLModel:
             self._inputs_converted += len(arrays) - in_place
         # float16 outputs arrive as float32 (python/src/module.cc widens them).
         outputs = self._model.predict(arrays, state._state if state is not None else None)
-        for name, strings in self._string_outputs.items():
-            if name in outputs:
-                outputs[name] = strings[int(outputs[name])]
+        for name, (kind, entries) in self._string_outputs.items():
+            if name not in outputs:
+                continue
+            if kind == "string":
+                outputs[name] = entries[int(outputs[name])]
+            elif kind == "sequence":
+                outputs[name] = [entries[int(code)] for code in outputs[name]]
+            else:
+                outputs[name] = {entries[i]: float(v) for i, v in enumerate(outputs[name]) if not np.isnan(v)}
         if self._classifier is not None:
             label_name, probabilities_name, labels = self._classifier
             if label_name in outputs:

@@ -265,12 +265,12 @@ class PyModel {
   // Classifier labels (Model::class_labels()): model.py maps classify's class index and
   // probability vector to coremltools' label and {label: probability} dictionary with them.
   std::vector<std::string> class_labels() const { return model_->class_labels(); }
-  // A string or dictionary input's vocabulary (Model::input_vocabulary()): model.py encodes a
-  // str or dict with it. (entries, integer_keys).
+  // A string, dictionary or sequence input's vocabulary (Model::input_vocabulary()): model.py
+  // encodes a str, dict or list with it. (entries, integer_keys, absent_value).
   std::vector<std::string> output_vocabulary(const std::string& name) const { return model_->output_vocabulary(name); }
   nb::tuple input_vocabulary(const std::string& name) const {
     const Model::InputVocabulary& v = model_->input_vocabulary(name);
-    return nb::make_tuple(v.entries, v.integer_keys);
+    return nb::make_tuple(v.entries, v.integer_keys, v.absent_value);
   }
 
   PyState make_state() const { return PyState(model_->make_state()); }

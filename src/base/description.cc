@@ -41,6 +41,12 @@ std::string FeatureDescription::type_str() const {
     case FeatureKind::Image:
       out << "image " << color_space << " " << image_width << "x" << image_height;
       break;
+    case FeatureKind::Sequence:
+      out << "sequence of " << dtype_name(dtype);
+      if (!shape_range.empty())
+        out << " length " << shape_range[0].first << ".."
+            << (shape_range[0].second < 0 ? std::string("inf") : std::to_string(shape_range[0].second));
+      break;
     default:
       out << feature_kind_name(kind);
   }

@@ -33,15 +33,19 @@ std::vector<std::string> class_labels_of(const ir::Function& function, const std
   return {};
 }
 
-// The vocabulary of every string or dictionary input: the `vocabulary` constant of the one op
-// that reads it (src/ops/feature_engineering.cc, format/classic/text_feature_readers.cc).
-// An input read otherwise, or by several ops, has no single encoding and fails the load.
+// The vocabulary of every string, dictionary or sequence input: the `vocabulary` constant of
+// the one op that reads it (src/ops/feature_engineering.cc, format/classic/text_feature_readers.cc;
+// src/ops/recommender.cc, format/classic/recommender_reader.cc), with its `absent_value` (the
+// value of a key a dictionary lacks) when the op has one. An input read otherwise, or by several
+// ops, has no single encoding and fails the load.
 std::map<std::string, InputVocabulary> input_vocabularies_of(const ir::Function& function,
                                                             const FunctionDescription& description,
                                                             const std::string& where) {
   std::map<std::string, InputVocabulary> out;
   for (const FeatureDescription& feature : description.inputs) {
-    if (feature.kind != FeatureKind::String && feature.kind != FeatureKind::Dictionary) continue;
+    if (feature.kind != FeatureKind::String && feature.kind != FeatureKind::Dictionary &&
+        feature.kind != FeatureKind::Sequence)
+      continue;
     int readers = 0;
     const ir::Operation* reader = nullptr;
     for (const ir::Operation& op : function.block.operations)
@@ -50,26 +54,33 @@ std::map<std::string, InputVocabulary> input_vocabularies_of(const ir::Function&
           if (b.name == feature.name) ++readers, reader = &op;
     const ir::ConstValue* vocabulary = nullptr;
     const ir::ConstValue* integer_keys = nullptr;
+    const ir::ConstValue* absent_value = nullptr;
     if (readers == 1) {
       for (const auto& [param, bindings] : reader->inputs) {
         if (bindings.size() != 1 || !bindings[0].value) continue;
         if (param == "vocabulary") vocabulary = bindings[0].value.get();
         if (param == "integer_keys") integer_keys = bindings[0].value.get();
+        if (param == "absent_value") absent_value = bindings[0].value.get();
       }
     }
     COREMLRT_CHECK(vocabulary && vocabulary->type.dtype == DType::String, where, ": input '", feature.name, "' is a ",
                    feature_kind_name(feature.kind), " feature, which this build takes only as the input of one "
-                   "dictVectorizer, categoricalMapping or oneHotEncoder");
+                   "dictVectorizer, categoricalMapping, oneHotEncoder or itemSimilarityRecommender");
     InputVocabulary& v = out[feature.name];
     v.entries = vocabulary->strings;
     v.integer_keys = integer_keys && integer_keys->tensor.dtype == DType::Int32 && integer_keys->tensor.ptr<int32_t>()[0];
+    if (absent_value && absent_value->tensor.dtype == DType::Float64 && absent_value->tensor.numel() == 1)
+      v.absent_value = absent_value->tensor.ptr<double>()[0];
   }
   return out;
 }
 
-// The string outputs carried as codes: the outputs of ops with an `output_vocabulary` constant
-// (src/ops/feature_engineering.cc). Such a code means nothing to another op (a reader expecting
-// a string takes a code into its own vocabulary), so it may only leave the function.
+// The outputs carried as numbers over an `output_vocabulary` constant: every output of such an
+// op (src/ops/feature_engineering.cc: a string as its code; src/ops/recommender.cc: a sequence
+// of codes and a dictionary laid out over the vocabulary) that the function returns. Such a
+// value means nothing to another op (a reader expecting a string takes a code into its own
+// vocabulary), so it may only leave the function; an output neither read nor returned (a
+// recommender's output the model does not name) is left alone.
 std::map<std::string, std::vector<std::string>> output_vocabularies_of(const ir::Function& function,
                                                                        const std::string& where) {
   std::map<std::string, std::vector<std::string>> out;
@@ -77,16 +88,17 @@ std::map<std::string, std::vector<std::string>> output_vocabularies_of(const ir:
     auto it = op.inputs.find("output_vocabulary");
     if (it == op.inputs.end() || it->second.size() != 1 || !it->second[0].value) continue;
     COREMLRT_CHECK(!op.outputs.empty(), where, ", ", op.describe(), ": has no output");
-    const std::string& name = op.outputs[0].name;
-    for (const ir::Operation& reader : function.block.operations)
-      for (const auto& [param, bindings] : reader.inputs)
-        for (const ir::Binding& b : bindings)
-          COREMLRT_CHECK(b.name != name, where, ": '", name, "' is a string output of ", op.describe(), ", read by ",
-                         reader.describe(), "; this build passes strings from one model to another only as inputs");
-    const auto& outputs = function.block.outputs;
-    COREMLRT_CHECK(std::find(outputs.begin(), outputs.end(), name) != outputs.end(), where, ": '", name,
-                   "', a string output of ", op.describe(), ", is not an output of the function");
-    out[name] = it->second[0].value->strings;
+    for (const ir::NamedValue& output : op.outputs) {
+      const std::string& name = output.name;
+      for (const ir::Operation& reader : function.block.operations)
+        for (const auto& [param, bindings] : reader.inputs)
+          for (const ir::Binding& b : bindings)
+            COREMLRT_CHECK(b.name != name, where, ": '", name, "' is an output of ", op.describe(),
+                           " carried as codes into its vocabulary, read by ", reader.describe(),
+                           "; this build passes strings from one model to another only as inputs");
+      const auto& outputs = function.block.outputs;
+      if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) out[name] = it->second[0].value->strings;
+    }
   }
   return out;
 }

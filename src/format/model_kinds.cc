@@ -23,7 +23,7 @@ const std::vector<ModelKind>& model_kinds() {
       {403, "neuralNetworkClassifier", F::NeuralNetwork, true},
       {404, "kNearestNeighborsClassifier", F::ClassicPredictor, true},
       {500, "neuralNetwork", F::NeuralNetwork, true},
-      {501, "itemSimilarityRecommender", F::Other, false},
+      {501, "itemSimilarityRecommender", F::ClassicPredictor, true},
       {502, "mlProgram", F::MlProgram, true},
       {555, "customModel", F::Other, false},
       {556, "linkedModel", F::LinkedModel, false},

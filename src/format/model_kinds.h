@@ -11,11 +11,11 @@ namespace coremlrt::format {
 enum class ModelFamily {
   MlProgram,           // mlProgram
   NeuralNetwork,       // neuralNetwork and its classifier and regressor forms
-  ClassicPredictor,    // GLMs, SVMs, tree ensembles, k-NN, non-maximum suppression, ...
+  ClassicPredictor,    // GLMs, SVMs, tree ensembles, k-NN, non-maximum suppression, the item recommender, ...
   FeatureEngineering,  // scaler, imputer, one-hot encoder, vectorizers, ... and identity
   Pipeline,            // pipeline, pipelineClassifier, pipelineRegressor
   LinkedModel,         // another compiled model, as a pipeline's stage
-  Other,               // kinds this build does not read: custom models, Create ML's, recommenders
+  Other,               // kinds this build does not read: custom models, Create ML's
 };
 
 struct ModelKind {

@@ -110,9 +110,12 @@ class Splicer {
       auto it = features_.find(output.name);
       COREMLRT_CHECK(it != features_.end(), model_type_, ": output '", output.name, "' is produced by no stage");
       const FeatureValue& feature = it->second;
+      // A dictionary leaves as a classifier's class probabilities, or as numbers over the
+      // output vocabulary of the op that makes it (an itemSimilarityRecommender's scores).
       if (output.kind == FeatureKind::Dictionary)
-        COREMLRT_CHECK(feature.class_index, model_type_, ": output '", output.name, "' is a dictionary; this build "
-                       "returns dictionaries only as a classifier's class probabilities");
+        COREMLRT_CHECK(feature.class_index || has_output_vocabulary(feature.value), model_type_, ": output '",
+                       output.name, "' is a dictionary; this build returns dictionaries only as a classifier's class "
+                       "probabilities or a recommender's item scores");
       bool is_input = false;
       for (const auto& in : function_.inputs) is_input = is_input || in.name == feature.value;
       if (is_input || returned.count(feature.value)) {
@@ -139,6 +142,16 @@ class Splicer {
   }
 
  private:
+  // `value` is made by an op that carries its outputs over an `output_vocabulary` constant.
+  bool has_output_vocabulary(const std::string& value) const {
+    for (const ir::Operation& op : function_.block.operations) {
+      if (!op.inputs.count("output_vocabulary")) continue;
+      for (const ir::NamedValue& output : op.outputs)
+        if (output.name == value) return true;
+    }
+    return false;
+  }
+
   std::string unique(const std::string& stem) {
     std::string name = prefix_ + stem;
     for (int i = 1; used_.count(name); ++i) name = prefix_ + stem + "_" + std::to_string(i);
@@ -156,12 +169,12 @@ class Splicer {
         if (f.name == input.name) declared = &f;
       COREMLRT_CHECK(declared, model_type_, ", ", stage, ": reads '", input.name,
                      "', which is neither an input of the pipeline nor an output of an earlier stage");
-      // A string or dictionary input takes the numeric form its reading stage declares (a code
-      // or a dense vector over that stage's vocabulary; format/classic/text_feature_readers.cc);
-      // Model::input_vocabulary fails the load unless exactly one op with a vocabulary reads it.
-      COREMLRT_CHECK(declared->kind != FeatureKind::Sequence, model_type_, ": input '", input.name,
-                     "' is a sequence feature; this build takes no sequence inputs");
-      COREMLRT_CHECK((declared->kind != FeatureKind::String && declared->kind != FeatureKind::Dictionary) ||
+      // A string, dictionary or sequence input takes the numeric form its reading stage
+      // declares (a code, a dense vector or a vector of codes over that stage's vocabulary;
+      // format/classic/text_feature_readers.cc, recommender_reader.cc); Model::input_vocabulary
+      // fails the load unless exactly one op with a vocabulary reads it.
+      COREMLRT_CHECK((declared->kind != FeatureKind::String && declared->kind != FeatureKind::Dictionary &&
+                      declared->kind != FeatureKind::Sequence) ||
                          input.type.kind == ir::TypeKind::Tensor,
                      model_type_, ": input '", input.name, "' is a ", feature_kind_name(declared->kind),
                      " feature that ", stage, " cannot take");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -118,8 +119,36 @@ FeatureDescription read_feature(const spec::FeatureDescription& feature) {
     case spec::FeatureType::kInt64Type: out.kind = FeatureKind::Int64; out.dtype = DType::Int64; break;
     case spec::FeatureType::kDoubleType: out.kind = FeatureKind::Double; out.dtype = DType::Float64; break;
     case spec::FeatureType::kStringType: out.kind = FeatureKind::String; out.dtype = DType::String; break;
-    case spec::FeatureType::kDictionaryType: out.kind = FeatureKind::Dictionary; break;
-    case spec::FeatureType::kSequenceType: out.kind = FeatureKind::Sequence; break;
+    case spec::FeatureType::kDictionaryType:
+      // dtype: the key type (int64 or string).
+      out.kind = FeatureKind::Dictionary;
+      out.dtype = type.dictionarytype().KeyType_case() == spec::DictionaryFeatureType::kStringKeyType ? DType::String
+                                                                                                     : DType::Int64;
+      break;
+    case spec::FeatureType::kSequenceType: {
+      // dtype: the element type; shape_range: the one range of its length, when it has one.
+      const spec::SequenceFeatureType& sequence = type.sequencetype();
+      out.kind = FeatureKind::Sequence;
+      switch (sequence.Type_case()) {
+        case spec::SequenceFeatureType::kInt64Type: out.dtype = DType::Int64; break;
+        case spec::SequenceFeatureType::kStringType: out.dtype = DType::String; break;
+        default: fail("feature '", feature.name(), "' is a sequence with no element type");
+      }
+      if (sequence.has_sizerange()) {
+        const spec::SizeRange& range = sequence.sizerange();
+        // A range left at its defaults (0, 0) bounds nothing; a negative upper bound is unbounded.
+        const bool unset = range.lowerbound() == 0 && range.upperbound() == 0;
+        COREMLRT_CHECK(range.lowerbound() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "feature '", feature.name(),
+                       "': sequence length lower bound ", range.lowerbound(), " is out of range");
+        if (!unset) {
+          COREMLRT_CHECK(range.upperbound() < 0 || static_cast<uint64_t>(range.upperbound()) >= range.lowerbound(),
+                         "feature '", feature.name(), "': sequence length range ", range.lowerbound(), "..",
+                         range.upperbound(), " is empty");
+          out.shape_range = {{static_cast<int64_t>(range.lowerbound()), range.upperbound() < 0 ? -1 : range.upperbound()}};
+        }
+      }
+      break;
+    }
     default: fail("feature '", feature.name(), "' has no type");
   }
   return out;
@@ -445,11 +474,13 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
                             const std::string& type, bool stage, ValueReader* values, const std::string& location) {
   if (is_pipeline(model)) return translate_pipeline(model, description, type, 0, values, location);
   const FunctionDescription& d = description;
-  // dictVectorizer, categoricalMapping and oneHotEncoder check their own inputs: a string or
-  // dictionary reaches them as numbers over their vocabulary (format/classic/text_feature_readers.cc).
+  // dictVectorizer, categoricalMapping, oneHotEncoder and itemSimilarityRecommender check their
+  // own inputs: a string, dictionary or sequence reaches them as numbers over their vocabulary
+  // (format/classic/text_feature_readers.cc, recommender_reader.cc).
   const bool reads_text = model.Type_case() == spec::Model::kDictVectorizer ||
                           model.Type_case() == spec::Model::kCategoricalMapping ||
-                          model.Type_case() == spec::Model::kOneHotEncoder;
+                          model.Type_case() == spec::Model::kOneHotEncoder ||
+                          model.Type_case() == spec::Model::kItemSimilarityRecommender;
   if (!stage && !reads_text && model.Type_case() != spec::Model::kNeuralNetwork) {
     for (const FeatureDescription& f : d.inputs)
       COREMLRT_CHECK(f.kind != FeatureKind::String && f.kind != FeatureKind::Dictionary &&
@@ -510,6 +541,9 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     case spec::Model::kClassConfidenceThresholding:
       out = classic::read_class_confidence_thresholding(model.classconfidencethresholding(), d);
       break;
+    case spec::Model::kItemSimilarityRecommender:
+      out = classic::read_item_similarity_recommender(model.itemsimilarityrecommender(), d);
+      break;
     case spec::Model::kBayesianProbitRegressor:
       // The format defines the probability as Φ(<w, x> / β) but gives β nowhere in the message,
       // and its sampled probability is drawn by a generator it does not name.
@@ -518,8 +552,10 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     default: fail("model type '", type, "' is not supported by this build");
   }
   if (!stage) {
+    // A recommender's item scores leave as numbers over its output vocabulary (recommender_reader.cc).
     for (const FeatureDescription& f : d.outputs)
-      COREMLRT_CHECK(f.kind != FeatureKind::Dictionary, type, ": output '", f.name, "' is a dictionary; this build "
+      COREMLRT_CHECK(f.kind != FeatureKind::Dictionary || model.Type_case() == spec::Model::kItemSimilarityRecommender,
+                     type, ": output '", f.name, "' is a dictionary; this build "
                      "returns dictionaries only as a classifier's class probabilities (inside a pipeline such a "
                      "stage may feed a featureVectorizer)");
     const ir::Function& f = out.functions.begin()->second;

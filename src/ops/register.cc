@@ -28,6 +28,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_classify_kernels(registry);
   register_glm_kernels(registry);
   register_feature_engineering_kernels(registry);
+  register_recommender_kernels(registry);
   register_svm_kernels(registry);
   register_tree_ensemble_kernels(registry);
   register_nearest_neighbors_kernels(registry);

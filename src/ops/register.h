@@ -31,6 +31,7 @@ void register_dynamic_quantization_kernels(KernelRegistry& registry);
 void register_classify_kernels(KernelRegistry& registry);
 void register_glm_kernels(KernelRegistry& registry);
 void register_feature_engineering_kernels(KernelRegistry& registry);
+void register_recommender_kernels(KernelRegistry& registry);
 void register_svm_kernels(KernelRegistry& registry);
 void register_tree_ensemble_kernels(KernelRegistry& registry);
 void register_nearest_neighbors_kernels(KernelRegistry& registry);

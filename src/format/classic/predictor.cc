@@ -46,6 +46,10 @@ ir::ValueType input_type(const FeatureDescription& feature, const std::string& m
       // dictVectorizer's input laid out over its keys (ops/feature_engineering.cc).
       // format/spec_reader.cc lets no other model take a dictionary input.
       return tensor_type(DType::Float64, {-1});
+    case FeatureKind::Sequence:
+      // Carried as int64 codes [m] into the vocabulary of the op that reads it
+      // (ops/recommender.cc); format/spec_reader.cc lets only itemSimilarityRecommender take one.
+      return tensor_type(DType::Int64, {-1});
     case FeatureKind::String:
       // Carried as its int64 code in the vocabulary of the op that reads it
       // (ops/feature_engineering.cc); format/spec_reader.cc lets only the models with such an
@@ -267,6 +271,21 @@ void PredictorProgram::pass_through(const std::string& name) {
     return;
   }
   fail(model_type_, ": output '", name, "' is not one of the inputs");
+}
+
+void PredictorProgram::add_named_op(const std::string& op_type,
+                                    const std::vector<std::pair<std::string, std::string>>& inputs,
+                                    const std::vector<std::pair<std::string, Const>>& constants,
+                                    const std::vector<ir::NamedValue>& outputs,
+                                    const std::vector<std::string>& returned) {
+  ir::Operation op;
+  op.type = op_type;
+  op.name = op_type;
+  for (const auto& [param, feature] : inputs) op.inputs[param] = {ir::Binding{feature, nullptr}};
+  for (const auto& [param, value] : constants) op.inputs[param] = {ir::Binding{"", value}};
+  op.outputs = outputs;
+  function_.block.operations.push_back(std::move(op));
+  for (const std::string& name : returned) function_.block.outputs.push_back(name);
 }
 
 ir::Program PredictorProgram::take() {

@@ -90,6 +90,15 @@ class PredictorProgram {
   // The input feature of this name (fails naming the model when there is none).
   const FeatureDescription& input(const std::string& name) const;
 
+  // An op whose inputs are named parameters, each bound to one input feature (`inputs`:
+  // parameter -> feature name), with several outputs; the outputs become the function's
+  // outputs in the order `returned` lists them (itemSimilarityRecommender).
+  void add_named_op(const std::string& op_type, const std::vector<std::pair<std::string, std::string>>& inputs,
+                    const std::vector<std::pair<std::string, Const>>& constants,
+                    const std::vector<ir::NamedValue>& outputs, const std::vector<std::string>& returned);
+  // A name no feature of the description has, for an op output that leaves no feature.
+  std::string unused_name(const std::string& stem) { return fresh(stem); }
+
   ir::Program take();
 
  private:
@@ -135,6 +144,7 @@ ir::Program read_dict_vectorizer(const std::string& serialized, const FunctionDe
 ir::Program read_categorical_mapping(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_non_maximum_suppression(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_class_confidence_thresholding(const std::string& serialized, const FunctionDescription& description);
+ir::Program read_item_similarity_recommender(const std::string& serialized, const FunctionDescription& description);
 // The threshold inputs a nonMaximumSuppression message names, each with the message's own
 // threshold: the value an absent optional input of that name stands for.
 std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized);

@@ -30,7 +30,7 @@ TEST(ModelKinds, NamesFamiliesAndWhatRuns) {
   EXPECT_STREQ(model_family_name("dictVectorizer"), "featureEngineering");
   EXPECT_STREQ(model_family_name("nonsense"), "other");
   for (const char* runs : {"mlProgram", "neuralNetwork", "glmClassifier", "scaler", "pipeline", "identity",
-                           "nonMaximumSuppression", "classConfidenceThresholding"})
+                           "nonMaximumSuppression", "classConfidenceThresholding", "itemSimilarityRecommender"})
     EXPECT_TRUE(runs_model_type(runs)) << runs;
   // Read and refused with its reason; only a pipeline's stage; not read at all; unknown.
   for (const char* refused : {"bayesianProbitRegressor", "linkedModel", "customModel", "other"})
