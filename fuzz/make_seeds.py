@@ -58,7 +58,8 @@ def detection_and_classic_specs():
     """Serialized specs of the detection readers: a nonMaximumSuppression model (float32,
     thresholds as inputs; double with a fixed row count and int64 labels), a pipeline of a
     neuralNetwork detector and such a model, and a neuralNetwork NonMaximumSuppression layer;
-    a pipeline with a linkedModel stage; a classConfidenceThresholding model."""
+    a pipeline with a linkedModel stage; a classConfidenceThresholding model; two
+    itemSimilarityRecommender models."""
     import numpy as np
     import coremltools as ct
     import torch
@@ -98,7 +99,54 @@ def detection_and_classic_specs():
                        curve.recallConfidenceThresholds):
             values.vector.extend([0.25, 0.5])
     specs.append(thresholding)
+    specs += recommender_specs()
     return [spec.SerializeToString() for spec in specs]
+
+
+def recommender_specs():
+    """itemSimilarityRecommender: int64 ids with a dictionary input, the number of
+    recommendations and both outputs; string ids with sequence inputs (items, restriction,
+    exclusion) and the item list only."""
+    from coremltools.proto import Model_pb2
+
+    out = []
+    for ids in ([11, 22, 33, 44], ["a", "b", "c", "d"]):
+        spec = Model_pb2.Model()
+        spec.specificationVersion = 3
+        strings = isinstance(ids[0], str)
+        r = spec.itemSimilarityRecommender
+        for i, links in enumerate([[(1, 0.5), (2, 0.25)], [(0, 0.5)], [(3, 1.0)]]):
+            entry = r.itemItemSimilarities.add(itemId=i, itemScoreAdjustment=0.25 * i)
+            for k, s in links:
+                entry.similarItemList.add(itemId=k, similarityScore=s)
+        (r.itemStringIds if strings else r.itemInt64Ids).vector.extend(ids)
+
+        def feature(features, name, kind):
+            t = features.add(name=name).type
+            if kind == "dictionary":
+                (t.dictionaryType.stringKeyType if strings else t.dictionaryType.int64KeyType).SetInParent()
+            elif kind == "sequence":
+                (t.sequenceType.stringType if strings else t.sequenceType.int64Type).SetInParent()
+                t.sequenceType.sizeRange.upperBound = -1
+            else:
+                t.int64Type.SetInParent()
+
+        r.itemInputFeatureName = "items"
+        r.recommendedItemListOutputFeatureName = "recommendations"
+        feature(spec.description.output, "recommendations", "sequence")
+        if strings:
+            feature(spec.description.input, "items", "sequence")
+            for field, name in (("itemRestrictionInputFeatureName", "only"), ("itemExclusionInputFeatureName", "not")):
+                setattr(r, field, name)
+                feature(spec.description.input, name, "sequence")
+        else:
+            feature(spec.description.input, "items", "dictionary")
+            feature(spec.description.input, "k", "int64")
+            r.numRecommendationsInputFeatureName = "k"
+            r.recommendedItemScoreOutputFeatureName = "scores"
+            feature(spec.description.output, "scores", "dictionary")
+        out.append(spec)
+    return out
 
 
 def write(folder, data):
