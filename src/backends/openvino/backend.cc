@@ -40,12 +40,14 @@ namespace {
 constexpr double kMinRegionMacs = 1 << 16;
 constexpr double kMinRegionElements = 1 << 22;
 
-// Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of static,
-// non-empty shape with an element type we map.
-Verdict crossable(const ir::ValueType& type) {
+// Whether a value of `type` can cross into or out of an OpenVINO region: a tensor of known rank,
+// non-empty, with an element type we map, and of static shape unless `any_dims` (the lowerings
+// of lowering.h that read ranks only: OpenVINO then infers the dims at each prediction).
+Verdict crossable(const ir::ValueType& type, bool any_dims) {
   if (type.kind != ir::TypeKind::Tensor)
     return Verdict::refuse("a value of type " + type.str() + " (not a tensor)");
-  if (!type.is_static()) return Verdict::refuse("a value of dynamic shape " + type.str());
+  if (static_cast<int64_t>(type.dims.size()) != type.rank) return Verdict::refuse("a value of unknown rank " + type.str());
+  if (!any_dims && !type.is_static()) return Verdict::refuse("a value of dynamic shape " + type.str());
   for (int64_t d : type.dims)
     if (d == 0) return Verdict::refuse("an empty tensor " + type.str());
   if (!element_type(type.dtype)) return Verdict::refuse("dtype " + std::string(dtype_name(type.dtype)));
@@ -55,8 +57,9 @@ Verdict crossable(const ir::ValueType& type) {
 Verdict support(const ir::Operation& op, const ValueInfo& values) {
   auto it = lowerings().find(op.type);
   if (it == lowerings().end()) return Verdict::refuse("no lowering for op type '" + op.type + "'");
+  const bool any_dims = it->second.any_dims;
   for (const ir::NamedValue& out : op.outputs) {
-    Verdict why = crossable(out.type);
+    Verdict why = crossable(out.type, any_dims);
     if (!why.claimed) return Verdict::refuse("output '" + out.name + "' is " + why.reason);
   }
   for (const auto& [param, bindings] : op.inputs)
@@ -67,7 +70,7 @@ Verdict support(const ir::Operation& op, const ValueInfo& values) {
         if (!why.claimed) return Verdict::refuse("input '" + param + "' " + why.reason);
         continue;
       }
-      Verdict why = crossable(values.type(binding));
+      Verdict why = crossable(values.type(binding), any_dims);
       if (!why.claimed) return Verdict::refuse("input '" + param + "' is " + why.reason);
     }
   if (!it->second.check) return Verdict::claim();
@@ -78,11 +81,18 @@ Verdict support(const ir::Operation& op, const ValueInfo& values) {
   }
 }
 
+// The cost rule's stand-in for a dim known only at prediction (a flexible input's height, say):
+// regions are planned at load, before any size is seen.
+constexpr double kAssumedDynamicExtent = 16;
+
+// Elements of a value of `type`, each unknown dim counted as kAssumedDynamicExtent.
 double numel(const ir::ValueType& type) {
   double n = 1;
-  for (int64_t d : type.dims) n *= static_cast<double>(d);
+  for (int64_t d : type.dims) n *= d < 0 ? kAssumedDynamicExtent : static_cast<double>(d);
   return n;
 }
+
+double extent(int64_t dim) { return dim < 0 ? kAssumedDynamicExtent : static_cast<double>(dim); }
 
 // Multiply-adds of the matrix, convolution and recurrent ops; 0 for every other op.
 double macs(const ir::Operation& op, const ValueInfo& values) {
@@ -96,17 +106,17 @@ double macs(const ir::Operation& op, const ValueInfo& values) {
     const ir::ValueType* w = input("weight_ih");
     const ir::ValueType* x = input("x");
     if (w && x && w->rank == 2 && x->rank == 3)
-      return static_cast<double>(x->dims[0] * x->dims[1]) * static_cast<double>(w->dims[0]) *
+      return extent(x->dims[0]) * extent(x->dims[1]) * static_cast<double>(w->dims[0]) *
              static_cast<double>(w->dims[1] + w->dims[0] / 4);
   }
   if (op.type == "linear" || op.type == "matmul" || op.type == "conv") {
     // Each output element is a dot product over the reduced extent.
     if (op.type == "linear") {
-      if (const ir::ValueType* w = input("weight"); w && w->rank == 2) return out * static_cast<double>(w->dims[1]);
+      if (const ir::ValueType* w = input("weight"); w && w->rank == 2) return out * extent(w->dims[1]);
     } else if (op.type == "conv") {
-      if (const ir::ValueType* w = input("weight"); w && w->rank >= 3) return out * numel(*w) / static_cast<double>(w->dims[0]);
+      if (const ir::ValueType* w = input("weight"); w && w->rank >= 3) return out * numel(*w) / extent(w->dims[0]);
     } else if (const ir::ValueType* x = input("x"); x && x->rank >= 1) {
-      return out * static_cast<double>(x->dims.back());  // the reduced extent, or the other dim when transposed
+      return out * extent(x->dims.back());  // the reduced extent, or the other dim when transposed
     }
   }
   return 0;
@@ -119,14 +129,14 @@ int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
   if (it == op.inputs.end() || it->second.empty()) return -1;
   const ir::ValueType& x = values.type(it->second[0]);
   if (x.dims.empty()) return 1;
-  if (op.type == "linear") return static_cast<int64_t>(numel(x) / static_cast<double>(x.dims.back()));
+  if (op.type == "linear") return static_cast<int64_t>(numel(x) / extent(x.dims.back()));
   if (op.type != "matmul") return -1;
   if (x.dims.size() == 1) return 1;
   bool transpose_x = false;
   if (auto t = op.inputs.find("transpose_x"); t != op.inputs.end() && !t->second.empty())
     if (const ir::ConstValue* v = values.constant(t->second[0]); v && v->tensor.defined() && v->tensor.numel() == 1)
       transpose_x = *static_cast<const uint8_t*>(v->tensor.data) != 0;
-  return transpose_x ? x.dims.back() : x.dims[x.dims.size() - 2];
+  return static_cast<int64_t>(extent(transpose_x ? x.dims.back() : x.dims[x.dims.size() - 2]));
 }
 
 // The cost rule's exception for fp16 programs computed in fp32 (backend.cc, RegionBuilder): a
@@ -375,10 +385,13 @@ class RegionBuilder {
       const ov::PartialShape& shape = outputs[i].get_partial_shape();
       const ov::element::Type type = outputs[i].get_element_type();
       // The lowering must give exactly what the program declares; otherwise its semantics
-      // differ from our kernel's and the region stays ours.
-      bool same = shape.is_static() && type == compute_type(declared.dtype) &&
+      // differ from our kernel's and the region stays ours. A dim the program knows only at
+      // prediction may be anything here; one OpenVINO knows only then is checked by the region
+      // kernel at each prediction (region_kernel.cc).
+      bool same = shape.rank().is_static() && type == compute_type(declared.dtype) &&
                   shape.rank().get_length() == static_cast<int64_t>(declared.dims.size());
-      for (size_t d = 0; same && d < declared.dims.size(); ++d) same = shape[d].get_length() == declared.dims[d];
+      for (size_t d = 0; same && d < declared.dims.size(); ++d)
+        same = declared.dims[d] < 0 || shape[d].is_dynamic() || shape[d].get_length() == declared.dims[d];
       COREMLRT_CHECK(same, op.describe(), ": lowered to ", type.get_type_name(), " ", shape.to_string(),
                      " but the program declares ", declared.str());
       graph_[op.outputs[i].name] = outputs[i];

@@ -1,5 +1,5 @@
 // Matrix ops (linear, matmul), convolution and pooling (our kernels: src/ops/linear.cc,
-// conv.cc, pool.cc). Padding is resolved here from the static input dims with the rules of our
+// conv.cc, pool.cc). Padding is resolved here from the input's spatial dims with the rules of our
 // kernels (same: the odd pixel after; same_lower: before), so OpenVINO gets explicit pads.
 #include <openvino/op/ops.hpp>
 
@@ -30,7 +30,8 @@ struct Window {
   std::vector<int64_t> pad_begin, pad_end;  // resolved explicit pads
 };
 
-// pad_type / pad of conv and the pools, resolved for x's static spatial dims `in`.
+// pad_type / pad of conv and the pools, resolved for x's spatial dims `in` (-1 for a dim known
+// only at prediction, which "same" padding cannot be resolved for here).
 Verdict resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window& w) {
   const size_t n = in.size();
   const std::string pad_type = op.const_string("pad_type", "valid");
@@ -45,6 +46,7 @@ Verdict resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window&
     }
   } else if (pad_type == "same" || pad_type == "same_lower") {
     for (size_t i = 0; i < n; ++i) {
+      if (in[i] < 0) return Verdict::refuse("pad_type " + pad_type + " over spatial dims known only at prediction");
       const int64_t k_eff = (w.kernel[i] - 1) * w.dilations[i] + 1, s = w.strides[i];
       const int64_t out = (in[i] + s - 1) / s;
       const int64_t total = std::max<int64_t>(0, (out - 1) * s + k_eff - in[i]);

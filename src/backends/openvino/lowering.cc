@@ -70,12 +70,16 @@ Value Lowerer::scalar_like(const Value& like, double value) {
 
 const LoweringTable& lowerings() {
   static const LoweringTable table = [] {
+    // Elementwise ops, reductions over constant axes and the matrix, convolution and pooling
+    // ops read ranks only (a window's "same" padding, which needs the spatial dims, is refused
+    // for dims known only at prediction: linear_conv.cc, resolve_pads).
     LoweringTable t;
     add_elementwise_lowerings(t);
     add_linear_conv_lowerings(t);
+    add_reduction_lowerings(t);
+    for (auto& [type, lowering] : t) lowering.any_dims = true;
     add_normalization_lowerings(t);
     add_shape_lowerings(t);
-    add_reduction_lowerings(t);
     add_recurrent_lowerings(t);
     return t;
   }();

@@ -83,6 +83,10 @@ class Lowerer : public OpReader {
 struct OpLowering {
   std::function<Verdict(const OpReader&)> check;  // may be empty: every parameter set is fine
   std::function<std::vector<Value>(Lowerer&)> lower;
+  // The lowering reads its values' ranks and dtypes, never their dims, so it also lowers values
+  // whose dims are known only at prediction (a flexible input's): OpenVINO infers the shapes.
+  // Set for whole families by lowerings() (lowering.cc).
+  bool any_dims = false;
 };
 using LoweringTable = std::map<std::string, OpLowering>;
 

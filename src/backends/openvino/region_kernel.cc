@@ -21,8 +21,16 @@ struct InferState final : ops::KernelState {
 
 struct Port {
   DType dtype;
-  Shape shape;
+  Shape shape;  // as the program declares it: -1 for a dim known only at prediction
   ov::element::Type type;
+
+  // Whether a tensor of `dims` has the port's shape (any extent where a dim is -1).
+  bool fits(const std::vector<int64_t>& dims) const {
+    if (dims.size() != shape.size()) return false;
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (shape[d] >= 0 && dims[d] != shape[d]) return false;
+    return true;
+  }
 };
 
 std::vector<Port> ports(const std::vector<ir::NamedValue>& values) {
@@ -44,7 +52,7 @@ class RegionKernel final : public ops::Kernel {
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Tensor& t = ctx.input(static_cast<int>(i));
         // Not the shapes the program declared (and the region was compiled for): our kernels.
-        if (t.dtype != inputs_[i].dtype || t.shape != inputs_[i].shape) return run_ours(ctx);
+        if (t.dtype != inputs_[i].dtype || !inputs_[i].fits(t.shape)) return run_ours(ctx);
       }
       if (!state) state = std::make_unique<InferState>(const_cast<ov::CompiledModel&>(compiled_).create_infer_request());
       ov::InferRequest& request = static_cast<InferState&>(*state).request;
@@ -70,8 +78,16 @@ class RegionKernel final : public ops::Kernel {
       for (size_t i = 0; i < outputs_.size(); ++i) {
         const Port& port = outputs_[i];
         const ov::Tensor result = request.get_output_tensor(i);
-        Tensor& out = ctx.allocate_output(static_cast<int>(i), port.dtype, port.shape);
-        if (result.get_byte_size() != out.nbytes() || result.get_element_type() != port.type)
+        // A region over dims known only at prediction has its output dims from OpenVINO's shape
+        // inference, which must agree with every dim the program declares.
+        const ov::Shape& got = result.get_shape();
+        const Shape dims(got.begin(), got.end());
+        if (!port.fits(dims) || result.get_element_type() != port.type)
+          ctx.fail("OpenVINO returned output #", i, " as ", result.get_element_type().get_type_name(), " ",
+                   result.get_shape().to_string(), "; the region declares ", dtype_name(port.dtype), " ",
+                   shape_str(port.shape));
+        Tensor& out = ctx.allocate_output(static_cast<int>(i), port.dtype, dims);
+        if (result.get_byte_size() != out.nbytes())
           ctx.fail("OpenVINO returned output #", i, " as ", result.get_element_type().get_type_name(), " ",
                    result.get_shape().to_string(), "; the region declares ", dtype_name(port.dtype), " ",
                    shape_str(port.shape));

@@ -411,3 +411,57 @@ def cpu_count(mask):
         first, _, last = part.partition("-")
         count += int(last or first) - int(first) + 1
     return count
+
+
+def flexible_conv_net(directory, padding=1, name="flexible"):
+    """conv -> relu -> max_pool -> conv (groups 2) -> relu over x [1, 4, H, W], H and W flexible
+    (8 to 64), converted from torch; `padding` of the first conv (1, or "same")."""
+    import warnings
+
+    import coremltools as ct
+    torch = pytest.importorskip("torch")
+
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=padding), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(8, 8, 3, groups=2), torch.nn.ReLU()).eval()
+    size = ct.RangeDim(8, 64, default=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = ct.convert(torch.jit.trace(net, torch.zeros(1, 4, 32, 32)),
+                           inputs=[ct.TensorType(name="x", shape=(1, 4, size, size))], outputs=[ct.TensorType(name="y")],
+                           compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS16)
+    path = str(directory / (name + ".mlpackage"))
+    model.save(path)
+    return path
+
+
+@needs_openvino
+def test_regions_over_dims_known_only_at_prediction_run_on_openvino(tmp_path):
+    """Convolutions, pools and activations lower without their dims (lowering.h, any_dims):
+    a flexible-size network's regions go to OpenVINO as its static twin's do, and every size
+    gives our kernels' results."""
+    path = flexible_conv_net(tmp_path)
+    auto = coremlrt.MLModel(path, cache_dir=None)
+    reference = coremlrt.MLModel(path, backend="reference")
+    placed = {p["op_type"]: p["backend"] for p in auto.placements() if p["op_type"] in ("conv", "relu", "max_pool")}
+    assert placed == {"conv": "openvino", "relu": "openvino", "max_pool": "openvino"}
+    rng = np.random.default_rng(4)
+    for height, width in [(32, 32), (20, 28), (9, 41), (64, 8), (32, 32)]:
+        x = rng.standard_normal((1, 4, height, width)).astype(np.float32)
+        got, want = auto.predict({"x": x})["y"], reference.predict({"x": x})["y"]
+        assert got.shape == want.shape == (1, 8, (height // 2) - 2, (width // 2) - 2)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_openvino
+def test_same_padding_over_dims_known_only_at_prediction_stays_ours(tmp_path):
+    """"same" padding depends on the input's size, which the region lowering resolves at load:
+    with a flexible size the conv stays on our kernels and the plan says why."""
+    model = coremlrt.MLModel(flexible_conv_net(tmp_path, padding="same", name="same"), backend="openvino",
+                             cache_dir=None)
+    first_conv = next(p for p in model.placements() if p["op_type"] == "conv")
+    assert first_conv["backend"] == "reference"
+    assert "pad_type same over spatial dims known only at prediction" in first_conv["reason"]
+    x = np.random.default_rng(5).standard_normal((1, 4, 13, 17)).astype(np.float32)
+    want = coremlrt.MLModel(model.package_path, backend="reference").predict({"x": x})["y"]
+    np.testing.assert_allclose(model.predict({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
