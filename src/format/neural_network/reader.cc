@@ -26,6 +26,9 @@ namespace {
 // The layer kind (its oneof member's field number, 100 and up) and the member's bytes.
 // NeuralNetworkLayer leaves the member unparsed (proto/NeuralNetwork.proto), so it is read
 // from the unknown fields the parse kept.
+// The field number of NeuralNetworkLayer's `copy` (proto/NeuralNetwork.proto).
+constexpr int kCopyLayer = 600;
+
 struct LayerKind {
   int field = 0;
   std::string params;
@@ -359,8 +362,21 @@ class Translator final : public LayerContext {
         inputs_.push_back(blob->second ? *blob->second : Value{});
       }
       for (const auto& output : layer.output())
-        for (const auto& model_input : function_.inputs)
-          if (model_input.name == output) refuse("overwrites the model input '", output, "'");
+        for (const auto& model_input : function_.inputs) {
+          if (model_input.name != output) continue;
+          // A torch model that returns its input, converted to a neuralNetwork, copies the input
+          // blob aside and back (copy x -> x_tmp, copy x_tmp -> x): the blob keeps the value it
+          // holds, and the model's output of that name is its input.
+          if (kind.field == kCopyLayer && depth_ == 0 && inputs_.size() == 1 && inputs_known &&
+              copies_of_input(inputs_[0].name, output)) {
+            --definitions_left_[output];
+            return true;
+          }
+          // The program's values have one name each: the input and a different value written
+          // over it cannot both be called so.
+          refuse("overwrites the model input '", output, "' with a value other than the input itself (a computed, "
+                 "cast or reshaped value), which the program cannot call by the input's name");
+        }
       if (!inputs_known) {
         for (const auto& blob : written_by(layer)) define_unknown(blob);
         return false;
@@ -381,6 +397,19 @@ class Translator final : public LayerContext {
     return true;
   }
 
+
+  // Whether the value `name` is the model input `input`, or a chain of copies (identity ops
+  // of this function's block) of it.
+  bool copies_of_input(std::string name, const std::string& input) const {
+    const auto& ops = function_.block.operations;
+    for (auto op = ops.rbegin(); op != ops.rend() && name != input; ++op) {
+      if (op->outputs.size() != 1 || op->outputs[0].name != name) continue;
+      auto x = op->inputs.find("x");
+      if (op->type != "identity" || x == op->inputs.end() || x->second.size() != 1 || x->second[0].value) return false;
+      name = x->second[0].name;
+    }
+    return name == input;
+  }
 
   // LayerContext
   const nn::NeuralNetworkLayer& layer() const override { return *layer_; }

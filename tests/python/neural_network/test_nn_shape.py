@@ -478,3 +478,32 @@ def test_converted_torch_data_movement(tmp_path):
     assert len(names) == len(expected)
     for name, value in zip(names, expected):
         check(got[name], value.numpy())
+
+
+def test_copies_of_an_input_back_onto_it_give_the_input_as_an_output(tmp_path):
+    """A torch model returning its input, converted to a neuralNetwork, ends in copy x -> x_tmp,
+    copy x_tmp -> x: the model's output 'x' is its input 'x' (a copy the caller owns)."""
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    b = NeuralNetworkBuilder([("x", datatypes.Array(2, 3))], [("x", None), ("doubled", None)],
+                             disable_rank5_shape_mapping=True)
+    b.add_elementwise("double", input_names=["x", "x"], output_name="doubled", mode="ADD")
+    b.add_copy("x_aside", input_name="x", output_name="x_tmp")
+    b.add_copy("x_back", input_name="x_tmp", output_name="x")
+    for feature in list(b.spec.description.input) + list(b.spec.description.output):
+        feature.type.multiArrayType.dataType = ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT32  # as torch's converter writes
+    feeds = {"x": x.copy()}
+    out = predict(tmp_path, b, feeds)
+    check(out["x"], x)
+    check(out["doubled"], 2 * x)
+    feeds["x"][:] = 0  # the output is no view of the caller's array
+    check(out["x"], x)
+
+
+def test_a_different_value_written_over_an_input_is_refused(tmp_path):
+    """The program's values have one name each: an input and another value written over its blob
+    cannot both be called so (the double input here is first cast to the network's fp32)."""
+    b = NeuralNetworkBuilder([("x", datatypes.Array(2, 3))], [("x", None)], disable_rank5_shape_mapping=True)
+    b.add_activation("relu", "RELU", input_name="x", output_name="x_tmp")
+    b.add_copy("x_back", input_name="x_tmp", output_name="x")
+    with pytest.raises(coremlrt.Error, match="overwrites the model input 'x' with a value other than the input"):
+        predict(tmp_path, b, {"x": np.ones((2, 3), np.float32)})
