@@ -94,7 +94,8 @@ std::map<std::string, std::vector<std::string>> output_vocabularies_of(const ir:
         for (const auto& [param, bindings] : reader.inputs)
           for (const ir::Binding& b : bindings)
             COREMLRT_CHECK(b.name != name, where, ": '", name, "' is an output of ", op.describe(),
-                           " carried as codes into its vocabulary, read by ", reader.describe(),
+                           " carried as numbers over its own vocabulary (a string output, or a recommender's "
+                           "items or scores), read by ", reader.describe(),
                            "; this build passes strings from one model to another only as inputs");
       const auto& outputs = function.block.outputs;
       if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) out[name] = it->second[0].value->strings;

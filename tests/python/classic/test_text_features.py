@@ -199,7 +199,7 @@ def test_engine_checks_the_code_it_is_given(tmp_path):
     # A C++ caller encodes strings itself (Model::input_vocabulary); a code outside the
     # vocabulary fails rather than reading past the model's keys.
     model = _string_to_int64(tmp_path, {"a": 1, "b": 2}, 0)
-    assert model._model.input_vocabulary("s") == (["a", "b"], False)
+    assert model._model.input_vocabulary("s") == (["a", "b"], False, 0.0)  # entries, integer keys, absent value
     assert int(model._model.predict({"s": np.array(1, dtype=np.int64)}, None)["k"]) == 2
     with pytest.raises(coremlrt.Error, match="outside"):
         model._model.predict({"s": np.array(2, dtype=np.int64)}, None)
