@@ -258,3 +258,196 @@ def feature_vectorizer(v):
                 value = b.node("Pad", [value, b.const_int64([0, 0, 0, place - width], "pads")])
         parts.append(value)
     _declared(v, parts[0] if len(parts) == 1 else b.node("Concat", parts, axis=1))
+
+
+# Support vector machines (src/ops/svm.cc, LibSVM's prediction), in fp64 ONNX ops rather than
+# ai.onnx.ml's SVMClassifier / SVMRegressor: those output fp32 (Core ML's regression is fp64),
+# their classifier scores without probabilities are the pairwise decision values (Core ML's are
+# each class's share of the votes), and their two-class probabilities go through the coupling
+# iteration (Core ML takes the pair's estimate directly). Every step below is the kernel's, in its
+# order where the order changes results.
+
+def _svm_kernel(v, b, x, vectors):
+    """[1, count] kernel values K(sv_i, x)."""
+    name = v.scalar("kernel")
+    gamma = float(v.scalar("gamma", 0.0))
+    c = float(v.scalar("c", 0.0))
+    sv = b.initializer(np.ascontiguousarray(vectors.T), "svm_vectors_t")  # [width, count]
+    if name == "rbf":
+        # |x - v|^2 summed over the features, as the kernel does (not x.x - 2 x.v + v.v).
+        diff = b.node("Sub", [b.node("Reshape", [x, b.const_int64([-1, 1], "column")]), sv])
+        squared = b.node("ReduceSum", [b.node("Mul", [diff, diff]), b.const_int64([0], "axes")], keepdims=1)
+        return b.node("Exp", [b.node("Mul", [squared, b.initializer(np.asarray(-gamma), "neg_gamma")])])
+    dot = b.node("MatMul", [x, sv])
+    if name == "linear":
+        return dot
+    affine = b.node("Add", [b.node("Mul", [dot, b.initializer(np.asarray(gamma), "gamma")]),
+                            b.initializer(np.asarray(c), "coef0")])
+    if name == "poly":
+        return b.node("Pow", [affine, b.initializer(np.asarray(float(v.scalar("degree", 0))), "degree")])
+    if name == "sigmoid":
+        return b.node("Tanh", [affine])
+    raise Unsupported("kernel '%s'" % name)
+
+
+def _svm_couple(b, pairwise, k):
+    """LibSVM's multiclass_probability over r ([k, k] fp64, r[i][j] = P(i | i or j)) -> [1, k]:
+    Q from r, then up to max(100, k) sweeps, each stopping when max |Qp - p'Qp| < 0.005 / k, and
+    otherwise updating p one class at a time (unrolled over the k classes)."""
+    rt = b.node("Transpose", [pairwise], perm=[1, 0])                     # rt[t][j] = r[j][t]
+    off = b.initializer((1 - np.eye(k)), "off_diagonal")
+    eye = b.initializer(np.eye(k), "eye")
+    diagonal = b.node("ReduceSum", [b.node("Mul", [b.node("Mul", [rt, rt]), off]), b.const_int64([1], "axes")],
+                      keepdims=1)                                          # [k, 1]: sum_j!=t r[j][t]^2
+    # Q[t][j] = -r[j][t] * r[t][j] off the diagonal (symmetric).
+    q = b.node("Add", [b.node("Mul", [b.node("Neg", [b.node("Mul", [rt, pairwise])]), off]),
+                       b.node("Mul", [diagonal, eye])])
+    eps = b.initializer(np.asarray(0.005 / k), "couple_eps")
+    one = b.initializer(np.asarray(1.0), "one")
+    two = b.initializer(np.asarray(2.0), "two")
+    axes0 = b.const_int64([0], "axes")
+    p_in, cond_in, iteration = b.fresh("couple_p"), b.fresh("couple_cond"), b.fresh("couple_iter")
+
+    def body():
+        qp = b.node("MatMul", [q, p_in])                                   # [k, 1]
+        pqp = b.node("ReduceSum", [b.node("Mul", [p_in, qp]), axes0], keepdims=1)  # [1, 1]
+        error = b.node("ReduceMax", [b.node("Abs", [b.node("Sub", [qp, pqp])]), axes0], keepdims=1)
+        go = b.node("Reshape", [b.node("Not", [b.node("Less", [error, eps])]), b.const_int64([], "scalar")])
+        p = p_in
+        for t in range(k):
+            qtt = b.node("Slice", [b.node("Slice", [q, b.const_int64([t], "s"), b.const_int64([t + 1], "e"),
+                                                    b.const_int64([0], "a")]),
+                                   b.const_int64([t], "s"), b.const_int64([t + 1], "e"), b.const_int64([1], "a")])
+            qpt = b.node("Slice", [qp, b.const_int64([t], "s"), b.const_int64([t + 1], "e"), b.const_int64([0], "a")])
+            diff = b.node("Div", [b.node("Add", [b.node("Neg", [qpt]), pqp]), qtt])
+            unit = b.initializer(np.eye(k)[:, t:t + 1].copy(), "unit")
+            p = b.node("Add", [p, b.node("Mul", [diff, unit])])
+            scale = b.node("Add", [one, diff])
+            pqp = b.node("Div", [b.node("Div", [
+                b.node("Add", [pqp, b.node("Mul", [diff, b.node("Add", [b.node("Mul", [diff, qtt]),
+                                                                         b.node("Mul", [two, qpt])])])]),
+                scale]), scale])
+            column = b.node("Slice", [q, b.const_int64([t], "s"), b.const_int64([t + 1], "e"), b.const_int64([1], "a")])
+            qp = b.node("Div", [b.node("Add", [qp, b.node("Mul", [diff, column])]), scale])
+            p = b.node("Div", [p, scale])
+        return [(go, TensorProto.BOOL), (b.node("Where", [go, p, p_in]), TensorProto.DOUBLE)]
+
+    graph = b.subgraph("couple", [(iteration, TensorProto.INT64, []), (cond_in, TensorProto.BOOL, []),
+                                  (p_in, TensorProto.DOUBLE, [k, 1])], body)
+    start = b.initializer(np.full([k, 1], 1.0 / k), "couple_start")
+    p = b.node("Loop", [b.initializer(np.asarray(max(100, k), np.int64), "couple_iterations"),
+                        b.initializer(np.asarray(True), "true"), start], body=graph)
+    return b.node("Reshape", [p, b.const_int64([1, k], "row")])
+
+
+@translates("svm")
+def svm(v):
+    b = v.builder
+    vectors = v.constant("support_vectors", required=True).array.astype(np.float64)
+    coefficients = v.constant("coefficients", required=True).array.astype(np.float64)
+    rho = v.constant("rho", required=True).array.astype(np.float64).reshape(-1)
+    per_class = [int(n) for n in v.constant("vectors_per_class", required=True).array.reshape(-1)]
+    count, width = vectors.shape
+    x = feature_row(v)
+    features = sum(int(np.prod(v.type_of("x", i)["dims"])) if v.type_of("x", i)["rank"] >= 0 and
+                   all(d >= 0 for d in v.type_of("x", i)["dims"]) else -1 for i in range(len(v.bindings("x"))))
+    if features < 0:
+        raise Unsupported("input features of unknown size")
+    if features > width:
+        raise Unsupported("%d input features for support vectors of %d" % (features, width))
+    if features < width:  # sparse support vectors past the inputs' end: the kernel pads x with zeros
+        x = b.node("Pad", [x, b.const_int64([0, 0, 0, width - features], "pads")])
+    kernel = _svm_kernel(v, b, x, vectors)
+    mode = v.scalar("mode")
+    if mode == "regression":
+        # sum_i coef_i K_i - rho: the kernel starts the sum at -rho and adds in order; a MatMul
+        # sums the products first (results agree to fp64 rounding).
+        total = b.node("MatMul", [kernel, b.initializer(coefficients.reshape(-1, 1), "svm_coef")])
+        _declared(v, b.node("Sub", [total, b.initializer(rho.reshape(1, 1), "svm_rho")]))
+        return
+    classes = len(per_class)
+    start = np.concatenate([[0], np.cumsum(per_class)]).astype(int)
+    pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+    # decision[p] = sum_{s in class i} coef[j-1][s] K_s + sum_{s in class j} coef[i][s] K_s - rho[p]
+    weights = np.zeros([count, len(pairs)])
+    for p, (i, j) in enumerate(pairs):
+        weights[start[i]:start[i + 1], p] = coefficients[j - 1, start[i]:start[i + 1]]
+        weights[start[j]:start[j + 1], p] = coefficients[i, start[j]:start[j + 1]]
+    decision = b.node("Sub", [b.node("MatMul", [kernel, b.initializer(weights, "svm_pair_weights")]),
+                              b.initializer(rho.reshape(1, -1), "svm_rho")])      # [1, pairs]
+    if mode == "votes":
+        # The pair (i, j) votes i when its decision value is > 0, else j.
+        to_i, to_j = np.zeros([len(pairs), classes]), np.zeros([len(pairs), classes])
+        for p, (i, j) in enumerate(pairs):
+            to_i[p, i] = to_j[p, j] = 1
+        positive = b.node("Cast", [b.node("Greater", [decision, b.initializer(np.asarray(0.0), "zero")])],
+                          to=TensorProto.DOUBLE)
+        negative = b.node("Sub", [b.initializer(np.asarray(1.0), "one"), positive])
+        votes = b.node("Add", [b.node("MatMul", [positive, b.initializer(to_i, "svm_votes_i")]),
+                               b.node("MatMul", [negative, b.initializer(to_j, "svm_votes_j")])])
+        _declared(v, b.node("Div", [votes, b.initializer(np.asarray(float(len(pairs))), "svm_pairs")]))
+        return
+    if mode != "probabilities":
+        raise Unsupported("mode '%s'" % mode)
+    prob_a = v.constant("prob_a", required=True).array.astype(np.float64).reshape(1, -1)
+    prob_b = v.constant("prob_b", required=True).array.astype(np.float64).reshape(1, -1)
+    f = b.node("Add", [b.node("Mul", [decision, b.initializer(prob_a, "svm_prob_a")]),
+                       b.initializer(prob_b, "svm_prob_b")])
+    estimate = b.node("Sigmoid", [b.node("Neg", [f])])                    # Platt: 1 / (1 + exp(f))
+    # LibSVM's min(max(r, 1e-7), 1 - 1e-7) by its comparisons: a NaN estimate becomes 1e-7.
+    low = b.initializer(np.asarray(1e-7), "svm_low")
+    high = b.initializer(np.asarray(1 - 1e-7), "svm_high")
+    raised = b.node("Where", [b.node("Greater", [estimate, low]), estimate, low])
+    r = b.node("Where", [b.node("Less", [raised, high]), raised, high])   # [1, pairs]
+    if classes == 2:
+        _declared(v, b.node("Concat", [r, b.node("Sub", [b.initializer(np.ones([1, 1]), "one"), r])], axis=1))
+        return
+    # The [k, k] pairwise matrix: r at (i, j), 1 - r at (j, i), 0 on the diagonal.
+    upper, lower = np.zeros([len(pairs), classes * classes]), np.zeros([len(pairs), classes * classes])
+    for p, (i, j) in enumerate(pairs):
+        upper[p, i * classes + j] = 1
+        lower[p, j * classes + i] = 1
+    complement = b.node("Sub", [b.initializer(np.ones([1, len(pairs)]), "ones"), r])
+    matrix = b.node("Add", [b.node("MatMul", [r, b.initializer(upper, "svm_upper")]),
+                            b.node("MatMul", [complement, b.initializer(lower, "svm_lower")])])
+    _declared(v, _svm_couple(b, b.node("Reshape", [matrix, b.const_int64([classes, classes], "square")]), classes))
+
+
+@translates("array_feature_extractor")
+def array_feature_extractor(v):
+    """The elements at `indices` of the input features (flattened and joined): ai.onnx.ml's
+    ArrayFeatureExtractor over the fp64 row, which picks along its last axis."""
+    b = v.builder
+    indices = v.constant("indices", required=True).ints()
+    _declared(v, b.node("ArrayFeatureExtractor", [feature_row(v), b.const_int64(indices, "indices")],
+                        domain="ai.onnx.ml"))
+
+
+@translates("one_hot_encoder")
+def one_hot_encoder(v):
+    """ai.onnx.ml's OneHotEncoder over int64 categories: 1 at the value's category, 0 elsewhere;
+    `zeros` = ignore_unknown (0: an unknown value fails, as the kernel fails the prediction). The
+    kernel compares the value as a double, where OneHotEncoder casts a double input to int64: a
+    double input that is not a whole number (or NaN) is replaced by an int64 outside the
+    categories, so it is unknown on both sides."""
+    b = v.builder
+    categories = v.constant("categories", required=True).ints()
+    if len(set(categories)) != len(categories):
+        raise Unsupported("a category listed twice (OneHotEncoder gives each category one place)")
+    ignore = int(bool(v.scalar("ignore_unknown", 0)))
+    dtype = v.type_of("x")["dtype"]
+    value = b.node("Reshape", [v.input("x"), b.const_int64([1], "one_value")])
+    if dtype in ("int64", "int32"):
+        code = value if dtype == "int64" else b.node("Cast", [value], to=TensorProto.INT64)
+    else:
+        if dtype != "float64":
+            value = b.node("Cast", [value], to=TensorProto.DOUBLE)
+        outside = min(categories) - 1 if min(categories) > np.iinfo(np.int64).min else max(categories) + 1
+        # Whole and within int64's range (|x| < 2^63): the cast is exact there.
+        whole = b.node("And", [b.node("Equal", [b.node("Floor", [value]), value]),
+                               b.node("Less", [b.node("Abs", [value]), b.initializer(np.asarray(2.0 ** 63), "int64_limit")])])
+        safe = b.node("Where", [whole, value, b.initializer(np.asarray(0.0), "zero")])
+        code = b.node("Where", [whole, b.node("Cast", [safe], to=TensorProto.INT64),
+                                b.const_int64(outside, "unknown_category")])
+    encoded = b.node("OneHotEncoder", [code], domain="ai.onnx.ml", cats_int64s=categories, zeros=ignore)
+    _declared(v, b.node("Cast", [b.node("Reshape", [encoded, b.const_int64([1, -1], "row")])], to=TensorProto.DOUBLE))

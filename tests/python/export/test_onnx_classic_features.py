@@ -1,0 +1,133 @@
+"""Support vector machines, oneHotEncoder and arrayFeatureExtractor through the ONNX export
+(ops_classic.py): ONNX Runtime on the export against coremlrt's prediction of the model.
+
+The SVMs are exported as fp64 ONNX ops following src/ops/svm.cc step by step, so the numbers
+agree to fp64 rounding (regressions) or exactly after the cast to fp32 (class scores); the
+tolerances below are far tighter than what a sign error in rho, a wrong coefficient layout or
+Platt's sigmoid the wrong way round would give (all three change the probabilities by 1e-2 or
+more on these data).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+ct = pytest.importorskip("coremltools")
+pytest.importorskip("sklearn")
+
+import coremlrt  # noqa: E402
+from coremlrt.onnx_export import export_onnx  # noqa: E402
+from coremlrt.onnx_export.runner import ExportedModel  # noqa: E402
+from sklearn.svm import SVC, SVR, NuSVC  # noqa: E402
+
+RNG = np.random.default_rng(11)
+X = RNG.random((50, 4))
+Y = X @ np.array([1.0, 2.0, 3.0, -1.0]) + 0.5
+TWO = (Y > 2.5).astype(int)
+THREE = np.digitize(Y, [1.5, 2.5])
+FOUR = np.digitize(Y, [1.2, 2.0, 2.8])
+
+SVMS = {
+    "svr_rbf": lambda: SVR(kernel="rbf", gamma=0.7).fit(X, Y),
+    "svr_poly": lambda: SVR(kernel="poly", degree=3, coef0=0.5).fit(X, Y),
+    "svr_linear": lambda: SVR(kernel="linear").fit(X, Y),
+    "svr_sigmoid": lambda: SVR(kernel="sigmoid", gamma=0.3, coef0=0.1).fit(X, Y),
+    "svc2_sigmoid_probability": lambda: SVC(kernel="sigmoid", gamma=1.0, coef0=-0.5, probability=True, random_state=0).fit(X, TWO),
+    "svc3_linear_probability": lambda: SVC(kernel="linear", probability=True, random_state=0).fit(X, THREE),
+    "svc4_poly_probability": lambda: SVC(kernel="poly", probability=True, random_state=0).fit(X, FOUR),
+    "svc3_rbf_votes": lambda: SVC(kernel="rbf").fit(X, THREE),
+    "nusvc4_rbf_votes": lambda: NuSVC(kernel="rbf", nu=0.1).fit(X, FOUR),
+}
+
+
+def _convert(model, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ct.converters.sklearn.convert(model, [("input", ct.models.datatypes.Array(4))], "target").save(path)
+
+
+@pytest.mark.parametrize("name", list(SVMS))
+def test_svm_through_onnx(name, tmp_path):
+    path, onnx_path = str(tmp_path / "m.mlmodel"), tmp_path / "m.onnx"
+    _convert(SVMS[name](), path)
+    export_onnx(path, onnx_path)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, onnx_path)
+    labels = set()
+    for row in X:
+        want, got = model.predict({"input": row}), runner.predict({"input": row})
+        assert set(got) == set(want)
+        for output, value in want.items():
+            if isinstance(value, dict):  # Platt + coupling: the same fp64 steps, then fp32
+                assert set(got[output]) == set(value)
+                for label, p in value.items():
+                    assert abs(got[output][label] - p) <= 1e-6, (output, label, got[output][label], p)
+            elif output == "target" and name.startswith("svc") or name.startswith("nusvc"):
+                assert got[output] == value  # the label (votes: the first class with most votes)
+                labels.add(value)
+            else:
+                np.testing.assert_allclose(np.float64(got[output]), np.float64(value), rtol=1e-10, atol=1e-12)
+    if not name.startswith("svr"):
+        assert len(labels) > 1  # the rows reach more than one class: the label test means something
+
+
+def _spec(input_type, output_width):
+    from coremltools.proto import FeatureTypes_pb2, Model_pb2
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 1
+    x = spec.description.input.add()
+    x.name = "x"
+    if input_type == "int64":
+        x.type.int64Type.SetInParent()
+    elif input_type == "double":
+        x.type.doubleType.SetInParent()
+    else:
+        x.type.multiArrayType.shape.append(input_type)
+        x.type.multiArrayType.dataType = FeatureTypes_pb2.ArrayFeatureType.DOUBLE
+    y = spec.description.output.add()
+    y.name = "y"
+    y.type.multiArrayType.shape.append(output_width)
+    y.type.multiArrayType.dataType = FeatureTypes_pb2.ArrayFeatureType.DOUBLE
+    return spec
+
+
+def _export(spec, tmp_path):
+    path, onnx_path = str(tmp_path / "m.mlmodel"), tmp_path / "m.onnx"
+    ct.utils.save_spec(spec, path)
+    export_onnx(path, onnx_path)
+    model = coremlrt.MLModel(path)
+    return model, ExportedModel(model, onnx_path)
+
+
+def test_array_feature_extractor_through_onnx(tmp_path):
+    spec = _spec(6, 3)
+    spec.arrayFeatureExtractor.extractIndex.extend([4, 0, 4])
+    model, runner = _export(spec, tmp_path)
+    x = RNG.random(6)
+    want, got = model.predict({"x": x})["y"], runner.predict({"x": x})["y"]
+    np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1))
+    np.testing.assert_array_equal(got.reshape(-1), x[[4, 0, 4]])
+
+
+@pytest.mark.parametrize("input_type", ["int64", "double"])
+@pytest.mark.parametrize("ignore", [True, False])
+def test_one_hot_encoder_through_onnx(input_type, ignore, tmp_path):
+    spec = _spec(input_type, 3)
+    spec.oneHotEncoder.int64Categories.vector.extend([4, -2, 9])
+    spec.oneHotEncoder.handleUnknown = 1 if ignore else 0
+    model, runner = _export(spec, tmp_path)
+    values = [4, -2, 9, 3] + ([2.5, -2.0001, float("nan")] if input_type == "double" else [])
+    for value in values:
+        try:
+            want = model.predict({"x": value})["y"]
+        except Exception:  # an unknown value without IgnoreUnknown fails the prediction
+            assert not ignore
+            with pytest.raises(Exception):
+                runner.predict({"x": value})
+            continue
+        got = runner.predict({"x": value})["y"]
+        np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1), err_msg=str(value))
+        assert got.sum() == (1 if value in (4, -2, 9) else 0)
