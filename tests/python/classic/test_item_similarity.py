@@ -237,3 +237,13 @@ def test_damaged_models_are_refused(tmp_path):
     _damaged(tmp_path, make_spec("string", items="array"), "multi-array")
     spec = make_spec(sims={0: (0.0, [(1 << 30, 1.0)])}, id_kind="index")
     _damaged(tmp_path, spec, "more than")
+
+
+def test_recommender_as_a_pipeline_stage(tmp_path):
+    stage = make_spec("string", items="seq", count=True)
+    pipeline = Model_pb2.Model()
+    pipeline.specificationVersion = 3
+    pipeline.description.CopyFrom(stage.description)
+    pipeline.pipeline.models.add().CopyFrom(stage)
+    model = load(tmp_path, pipeline, "pipeline")
+    check(model, STRING_IDS, {"items": ["fig", "plum"], "k": 4}, {2: 1.0, 4: 1.0}, count=4)
