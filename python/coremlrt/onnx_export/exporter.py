@@ -87,6 +87,7 @@ class FunctionExport:
     def run(self):
         b = self.builder
         flexible = _flexible_input_dims(self.description["inputs"]) if self.description else {}
+        kinds = {f["name"]: f["kind"] for f in (self.description or {}).get("inputs", [])}
         for value in self.function["inputs"]:
             type_dict = value["type"]
             if type_dict["kind"] == "state":
@@ -99,12 +100,47 @@ class FunctionExport:
                     len(flexible[value["name"]]) == len(type_dict["dims"]):
                 type_dict = dict(type_dict, dims=[d if f != -1 else -1
                                                   for d, f in zip(type_dict["dims"], flexible[value["name"]])])
+            if kinds.get(value["name"]) == "dictionary":
+                self._dictionary_input(value)
+                continue
             name = b.define(value["name"], type_dict, value["name"])
             self.graph_inputs.append(_value_info(b, name, type_dict, value["name"]))
         known = self.function.get("known") or {}
         for op in self.function["block"]["operations"]:
             self._op(op, known)
         return self
+
+    def _dictionary_input(self, value):
+        """A dictionary feature reaches the program as fp64 values laid out over the vocabulary
+        of the dictVectorizer that reads it (src/ops/feature_engineering.cc; keys it does not
+        list dropped, an absent key 0). Exported as a graph input of ONNX's map type (int64 keys
+        where the vocabulary's are, as the engine takes them, else strings) and ai.onnx.ml's
+        DictVectorizer over that vocabulary, which lays the map out the same way; the
+        dict_vectorizer op then passes it on. The map's values are float: ONNX Runtime's Python
+        API makes no other maps, so a value fp32 does not hold is rounded to fp32 where Core ML
+        keeps the double."""
+        b = self.builder
+        b.define(value["name"], value["type"], b.fresh(value["name"] + "_vector"))
+        b.used_names.add(value["name"])
+        readers = [op for op in self.function["block"]["operations"] if
+                   any(binding["name"] == value["name"] for bindings in op["inputs"].values() for binding in bindings)]
+        integer = False
+        try:
+            if len(readers) != 1 or readers[0]["type"] != "dict_vectorizer":
+                raise Unsupported("a dictionary input read by ops other than one dict_vectorizer (%s)"
+                                  % ", ".join(op["type"] for op in readers))
+            view = OpView(b, readers[0])
+            keys = list(view.constant("vocabulary", required=True).strings)
+            integer = bool(view.scalar("integer_keys", 0))
+            vocabulary = {"int64_vocabulary": [int(k) for k in keys]} if integer else {"string_vocabulary": keys}
+            vector = b.node("DictVectorizer", [value["name"]], domain="ai.onnx.ml", **vocabulary)
+            vector = b.node("Cast", [vector], to=onnx.TensorProto.DOUBLE)
+            b.node("Reshape", [vector, b.const_int64([-1], "flat")], [b.onnx_names[value["name"]]])
+        except Unsupported as exc:
+            self.problems.append(Problem("dictionary input", value["name"], str(exc)))
+        key_type = onnx.TensorProto.INT64 if integer else onnx.TensorProto.STRING
+        self.graph_inputs.append(helper.make_value_info(value["name"], helper.make_map_type_proto(
+            key_type, helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None))))
 
     def _op(self, op, known):
         b = self.builder

@@ -451,3 +451,11 @@ def one_hot_encoder(v):
                                 b.const_int64(outside, "unknown_category")])
     encoded = b.node("OneHotEncoder", [code], domain="ai.onnx.ml", cats_int64s=categories, zeros=ignore)
     _declared(v, b.node("Cast", [b.node("Reshape", [encoded, b.const_int64([1, -1], "row")])], to=TensorProto.DOUBLE))
+
+
+@translates("dict_vectorizer")
+def dict_vectorizer(v):
+    """Its input is already the dictionary laid out over the vocabulary (exporter.py makes it
+    from the map input with DictVectorizer): written in the output's declared shape and dtype."""
+    b = v.builder
+    _declared(v, b.node("Reshape", [v.input("x"), b.const_int64([1, -1], "row")]))

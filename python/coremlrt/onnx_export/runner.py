@@ -67,6 +67,9 @@ class ExportedModel:
                 array = _convert(name, value, feature)[0]
             elif feature["kind"] in ("double", "int64"):
                 array = _convert_number(name, value, feature["kind"])
+            elif feature["kind"] == "dictionary":  # a map input (DictVectorizer) of float values
+                feed[name] = {k: float(x) for k, x in value.items()}
+                continue
             else:
                 raise ValueError("input '%s' is a %s feature, which the export runner does not take" % (name, feature["kind"]))
             info = self.inputs.get(name)

@@ -131,3 +131,44 @@ def test_one_hot_encoder_through_onnx(input_type, ignore, tmp_path):
         got = runner.predict({"x": value})["y"]
         np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1), err_msg=str(value))
         assert got.sum() == (1 if value in (4, -2, 9) else 0)
+
+
+@pytest.mark.parametrize("keys", [["a", "b", "c"], [3, 7, 11]])
+def test_dict_vectorizer_through_onnx(keys, tmp_path):
+    """The dictionary input becomes an ONNX map (string or int64 keys, float values) read by
+    DictVectorizer: keys the model does not list are dropped, absent keys give 0, the places
+    follow the vocabulary's order."""
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.linear_model import LinearRegression
+    from sklearn.pipeline import Pipeline
+    rows = [{keys[0]: 1.0, keys[1]: 2.0}, {keys[2]: 3.0}, {keys[0]: -1.0, keys[2]: 0.5}]
+    path, onnx_path = str(tmp_path / "m.mlmodel"), tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ct.converters.sklearn.convert(DictVectorizer(sparse=False).fit(rows), "x", "y").save(path)
+    export_onnx(path, onnx_path)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, onnx_path)
+    stranger = "zz" if isinstance(keys[0], str) else 99
+    # (ONNX Runtime refuses an empty map: a dictionary with only unknown keys stands for one.)
+    for x in rows + [{keys[2]: 1.5, stranger: 4.0, keys[0]: 5.0}, {stranger: 1.0}]:
+        want, got = model.predict({"x": x})["y"], runner.predict({"x": x})["y"]
+        np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1), err_msg=str(x))
+    assert list(got.reshape(-1)) == [0, 0, 0]
+    # Values cross as fp32 (ONNX Runtime's Python API makes float maps only).
+    x = {keys[1]: 0.1}
+    np.testing.assert_allclose(runner.predict({"x": x})["y"].reshape(-1), model.predict({"x": x})["y"].reshape(-1),
+                               rtol=1e-7)
+    # Through a pipeline: dictVectorizer, then a linear regression over its places.
+    X = [{keys[0]: float(i), keys[1]: float(i % 3), keys[2]: float(i * i % 5)} for i in range(12)]
+    target = [2 * r[keys[0]] - r[keys[1]] + 0.5 * r[keys[2]] for r in X]
+    pipeline = Pipeline([("dv", DictVectorizer(sparse=False)), ("lr", LinearRegression())]).fit(X, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ct.converters.sklearn.convert(pipeline, "x", "y").save(path)
+    export_onnx(path, onnx_path)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, onnx_path)
+    for x in X:
+        np.testing.assert_allclose(np.float64(runner.predict({"x": x})["y"]), np.float64(model.predict({"x": x})["y"]),
+                                   rtol=1e-12, atol=1e-12)
