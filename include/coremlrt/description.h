@@ -52,6 +52,10 @@ struct FunctionDescription {
 
 // The entries a string, dictionary or sequence input is taken over as numbers
 // (Model::input_vocabulary): integer keys in decimal, `integer_keys` set.
+// The code an optional sequence input left out of a prediction arrives as: an int64 vector
+// holding this one value (Model::input_vocabulary).
+constexpr int64_t kAbsentSequenceCode = -2;
+
 struct InputVocabulary {
   std::vector<std::string> entries;
   bool integer_keys = false;

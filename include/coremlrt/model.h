@@ -106,7 +106,10 @@ class Model {
   //   a dictionary: a float64 vector of entries.size() values, the value of entries[i] at
   //                 place i, `absent_value` (0, or NaN for a recommender) where the dictionary
   //                 lacks the key (keys not in entries dropped);
-  //   a sequence:   an int64 vector [m], each element's index in `entries`, -1 for one absent.
+  //   a sequence:   an int64 vector [m], each element's index in `entries`, -1 for one absent;
+  //                 an optional sequence left out of predict() reaches its reader as the single
+  //                 code kAbsentSequenceCode (a recommender's restriction or exclusion list not
+  //                 given, which differs from an empty list).
   // Throws Error when `input` is not such a feature.
   using InputVocabulary = coremlrt::InputVocabulary;
   const InputVocabulary& input_vocabulary(const std::string& input) const;

@@ -17,6 +17,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "coremlrt/description.h"
 #include "ops/feature_vector.h"
 #include "ops/register.h"
 #include "ops/util.h"
@@ -35,6 +36,13 @@ class ItemList {
            std::string role)
       : input_(input), form_(form), n_(n), ids_(std::move(ids)), role_(std::move(role)) {
     b.check(form == kCodes || form == kIds, role_, ": unknown form ", form);
+  }
+
+  // False for an optional sequence left out of the prediction: it arrives as the one code
+  // kAbsentSequenceCode (src/runtime/default_input.h), which differs from an empty list.
+  bool given(const KernelContext& ctx) const {
+    const Tensor& t = ctx.input(input_);
+    return !(form_ == kCodes && t.dtype == DType::Int64 && t.numel() == 1 && t.ptr<int64_t>()[0] == kAbsentSequenceCode);
   }
 
   std::vector<int64_t> read(const KernelContext& ctx, std::vector<char>& seen) const {
@@ -142,7 +150,8 @@ std::unique_ptr<Kernel> make_item_similarity_recommender(KernelBuilder& b) {
         if (!std::isnan(t.ptr<double>()[j])) observed.push_back({j, t.ptr<double>()[j]});
     } else {
       std::vector<char> seen(size, 0);
-      for (int64_t j : item_list->read(ctx, seen)) observed.push_back({j, 1.0});
+      if (item_list->given(ctx))
+        for (int64_t j : item_list->read(ctx, seen)) observed.push_back({j, 1.0});
     }
     std::vector<double> score(size, 0.0);
     for (const auto& [i, r] : observed) {
@@ -152,13 +161,14 @@ std::unique_ptr<Kernel> make_item_similarity_recommender(KernelBuilder& b) {
     }
     // Candidates: not excluded (the exclusion input, else the user's items), and restricted.
     std::vector<char> excluded(size, 0);
-    if (exclusion) {
+    if (exclusion && exclusion->given(ctx)) {
       exclusion->read(ctx, excluded);
     } else {
       for (const auto& [i, r] : observed) excluded[static_cast<size_t>(i)] = 1;
     }
-    std::vector<char> allowed(size, restriction ? 0 : 1);
-    if (restriction) restriction->read(ctx, allowed);
+    const bool restricted = restriction && restriction->given(ctx);
+    std::vector<char> allowed(size, restricted ? 0 : 1);
+    if (restricted) restriction->read(ctx, allowed);
     std::vector<int64_t> candidates;
     for (int64_t j = 0; j < n; ++j)
       if (allowed[static_cast<size_t>(j)] && !excluded[static_cast<size_t>(j)]) candidates.push_back(j);

@@ -17,6 +17,11 @@ void fill(Tensor& tensor, double value) {
 }  // namespace
 
 Tensor default_input(const FeatureDescription& feature, const std::string& where) {
+  if (feature.kind == FeatureKind::Sequence && feature.optional) {
+    Tensor absent = Tensor::empty(DType::Int64, {1});
+    absent.ptr<int64_t>()[0] = kAbsentSequenceCode;
+    return absent;
+  }
   COREMLRT_CHECK(feature.default_value.has_value(), where, ": missing input '", feature.name,
                  "' is optional but has no default value");
   for (int64_t dim : feature.shape)

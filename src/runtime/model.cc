@@ -298,7 +298,7 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
       if (f.name == input.name) feature = &f;
     COREMLRT_CHECK(feature, m.where(), ": program input '", input.name, "' is not in the model description");
     auto it = inputs.find(input.name);
-    if (it == inputs.end() && feature->optional && feature->default_value) {
+    if (it == inputs.end() && feature->optional && (feature->default_value || feature->kind == FeatureKind::Sequence)) {
       bound.push_back(runtime::default_input(*feature, m.where()));  // as Core ML does
       continue;
     }

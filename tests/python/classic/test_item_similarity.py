@@ -132,6 +132,28 @@ def test_dictionary_input(tmp_path, id_kind):
 
 
 @pytest.mark.parametrize("id_kind", ["int64", "string"])
+def test_optional_restriction_and_exclusion_may_be_left_out(tmp_path, id_kind):
+    """As recommender exporters declare them: the restriction and exclusion sequences optional.
+    Left out, every item is a candidate and the user's items are excluded; an empty exclusion
+    list given excludes nothing."""
+    ids = ids_of(id_kind)
+    spec = make_spec(id_kind, items="dict", count=True, restriction="seq", exclusion="seq")
+    for feature in spec.description.input:
+        if feature.name in ("only", "not"):
+            feature.type.isOptional = True
+    model = load(tmp_path, spec)
+    observed = {0: 2.0, 4: 1.0}
+    data = {"items": {ids[i]: v for i, v in observed.items()}, "k": 5}
+    check(model, ids, data, observed, count=5)
+    check(model, ids, dict(data, only=[ids[3], ids[0], ids[6]]), observed, count=5, restriction={0, 3, 6})
+    check(model, ids, dict(data, **{"not": []}), observed, count=5, exclusion=set())
+    check(model, ids, dict(data, **{"not": [ids[3]]}), observed, count=5, exclusion={3})
+    # k is required as declared: leaving it out names it
+    with pytest.raises(coremlrt.Error, match="missing input 'k'"):
+        model.predict({"items": data["items"]})
+
+
+@pytest.mark.parametrize("id_kind", ["int64", "string"])
 def test_sequence_input_with_count_restriction_exclusion(tmp_path, id_kind):
     ids = ids_of(id_kind)
     model = load(tmp_path, make_spec(id_kind, items="seq", count=True, restriction="seq", exclusion="seq"))
