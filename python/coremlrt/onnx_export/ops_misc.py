@@ -189,3 +189,80 @@ def _scatter_elements(v, data, indices, updates, axis):
 @translates("random_bernoulli", "random_categorical", "random_normal", "random_uniform")
 def random(v):
     raise Unsupported("random values: an ONNX runtime's generator cannot reproduce Core ML's draws")
+
+
+def _spatial_dims(v):
+    """(C, H, W) of a rank-4 x, known at export (the batch may vary)."""
+    t = v.type_of("x")
+    if t["rank"] != 4:
+        raise Unsupported("x of rank %d (needs 4)" % t["rank"])
+    if any(d < 0 for d in t["dims"][1:]):
+        raise Unsupported("channels or spatial dims known only at run time")
+    return t["dims"][1:]
+
+
+@translates("pixel_unshuffle")
+def pixel_unshuffle(v):
+    """PyTorch's order (channel c * f * f + i * f + j), which ONNX's SpaceToDepth (DCR only) does
+    not write: a reshape to [n, C, H/f, f, W/f, f], a transpose and a reshape (src/ops/space.cc)."""
+    b = v.builder
+    c, h, w = _spatial_dims(v)
+    f = int(v.scalar("downscale_factor"))
+    if h % f or w % f:
+        raise Unsupported("spatial size %dx%d not divisible by %d" % (h, w, f))
+    view = b.node("Reshape", [v.input("x"), b.const_int64([-1, c, h // f, f, w // f, f], "view")])
+    moved = b.node("Transpose", [view], perm=[0, 1, 3, 5, 2, 4])
+    b.node("Reshape", [moved, b.const_int64([-1, c * f * f, h // f, w // f], "shape")], [v.output()])
+
+
+def _two_by_two(v, param):
+    values = v.ints(param)
+    if values is None or len(values) != 4 or any(p < 0 for p in values):
+        raise Unsupported("%s is not a constant [2, 2] of non-negative values" % param)
+    return values
+
+
+@translates("space_to_batch")
+def space_to_batch(v):
+    """TensorFlow's SpaceToBatchND on [n, C, H, W] (src/ops/space.cc): zero padding, then output
+    batch (i * b1 + j) * n + b holds padded[b, :, h * b0 + i, w * b1 + j]."""
+    b = v.builder
+    c, h, w = _spatial_dims(v)
+    block = v.ints("block_shape")
+    if block is None or len(block) != 2 or min(block) < 1:
+        raise Unsupported("block_shape is not two positive constants")
+    b0, b1 = block
+    pads = _two_by_two(v, "paddings")
+    hp, wp = h + pads[0] + pads[1], w + pads[2] + pads[3]
+    if hp % b0 or wp % b1:
+        raise Unsupported("padded size %dx%d not divisible by the block shape" % (hp, wp))
+    x = v.input("x")
+    if any(pads):
+        x = b.node("Pad", [x, b.const_int64([0, 0, pads[0], pads[2], 0, 0, pads[1], pads[3]], "pads")])
+    view = b.node("Reshape", [x, b.const_int64([-1, c, hp // b0, b0, wp // b1, b1], "view")])
+    moved = b.node("Transpose", [view], perm=[3, 5, 0, 1, 2, 4])
+    b.node("Reshape", [moved, b.const_int64([-1, c, hp // b0, wp // b1], "shape")], [v.output()])
+
+
+@translates("batch_to_space")
+def batch_to_space(v):
+    """The inverse (src/ops/space.cc): batch [b0, b1, n] interleaved back into space, then the
+    crops taken off."""
+    b = v.builder
+    c, h, w = _spatial_dims(v)
+    block = v.ints("block_shape")
+    if block is None or len(block) != 2 or min(block) < 1:
+        raise Unsupported("block_shape is not two positive constants")
+    b0, b1 = block
+    crops = _two_by_two(v, "crops")
+    if crops[0] + crops[1] > h * b0 or crops[2] + crops[3] > w * b1:
+        raise Unsupported("crops exceed the spatial size")
+    batch = v.type_of("x")["dims"][0]
+    if batch >= 0 and batch % (b0 * b1):
+        raise Unsupported("batch %d not divisible by the block size %d" % (batch, b0 * b1))
+    view = b.node("Reshape", [v.input("x"), b.const_int64([b0, b1, -1, c, h, w], "view")])
+    moved = b.node("Transpose", [view], perm=[2, 3, 4, 0, 5, 1])
+    full = b.node("Reshape", [moved, b.const_int64([-1, c, h * b0, w * b1], "shape")])
+    b.node("Slice", [full, b.const_int64([crops[0], crops[2]], "starts"),
+                     b.const_int64([h * b0 - crops[1], w * b1 - crops[3]], "ends"), b.const_int64([2, 3], "axes")],
+           [v.output()])

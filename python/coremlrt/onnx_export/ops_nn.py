@@ -301,3 +301,23 @@ def upsample_bilinear(v):
 def resize_bilinear(v):
     _resize(v, True, v.scalar("sampling_mode", "DEFAULT"))
 
+
+
+@translates("l2_pool")
+def l2_pool(v):
+    """sqrt of the sum of squares over each window, padding counting as zeros (src/ops/pool.cc):
+    ONNX LpPool with p = 2, computed in fp32 (fp16 inputs are cast there and back, as the
+    kernel computes fp16 in float)."""
+    b = v.builder
+    spatial = v.rank("x") - 2
+    attributes = _spatial_attributes(v, spatial)
+    attributes["kernel_shape"] = v.ints("kernel_sizes")
+    if v.scalar("ceil_mode", False):
+        attributes["ceil_mode"] = 1
+    x = v.input("x")
+    half = b.float_dtype(v.dtype("x")) == "float16"
+    if half:
+        x = b.node("Cast", [x], to=1)  # TensorProto.FLOAT
+    pooled = b.node("LpPool", [x], None if half else [v.output()], p=2, **attributes)
+    if half:
+        b.node("Cast", [pooled], [v.output()], to=10)  # TensorProto.FLOAT16

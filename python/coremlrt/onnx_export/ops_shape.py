@@ -503,3 +503,26 @@ def pixel_unshuffle(v):
     split = b.node("Reshape", [v.input("x"), b.const_int64([n, c, h // f, f, w // f, f], "split")])
     moved = b.node("Transpose", [split], perm=[0, 1, 3, 5, 2, 4])
     b.node("Reshape", [moved, b.const_int64([n, c * f * f, h // f, w // f], "merged")], [v.output()])
+
+
+@translates("reverse_sequence")
+def reverse_sequence(v):
+    """For each batch b, the first lengths[b] entries along seq_axis reversed, the rest kept
+    (src/ops/shape.cc): ONNX ReverseSequence, whose batch and time axes are 0 and 1, so other
+    axes are transposed there and back."""
+    b = v.builder
+    rank = v.rank("x")
+    if rank < 2:
+        raise Unsupported("x of rank %s" % rank)
+    seq = int(v.scalar("seq_axis", 0)) % rank
+    batch = int(v.scalar("batch_axis", 0)) % rank
+    if seq == batch:
+        raise Unsupported("seq_axis and batch_axis are the same axis")
+    lengths = int64_input(v, "lengths")
+    if (batch, seq) in ((0, 1), (1, 0)):
+        b.node("ReverseSequence", [v.input("x"), lengths], [v.output()], batch_axis=batch, time_axis=seq)
+        return
+    perm = [batch, seq] + [d for d in range(rank) if d not in (batch, seq)]
+    moved = b.node("Transpose", [v.input("x")], perm=perm)
+    reversed_ = b.node("ReverseSequence", [moved, lengths], batch_axis=0, time_axis=1)
+    b.node("Transpose", [reversed_], [v.output()], perm=[perm.index(d) for d in range(rank)])

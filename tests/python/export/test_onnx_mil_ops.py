@@ -1,0 +1,108 @@
+"""MIL ops through the ONNX export, each from a program built with coremltools' MIL builder:
+ONNX Runtime on the export against coremlrt's prediction of the same model.
+
+The data-movement ops (reverse_sequence, space_to_batch, batch_to_space, pixel_unshuffle) must
+agree exactly; l2_pool to fp32 rounding (LpPool's power and root against the kernel's square and
+sqrt). Inputs are random, so a wrong order of the block's dims or a reversal of the wrong
+entries moves values and fails the comparison.
+"""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+ct = pytest.importorskip("coremltools")
+
+import coremlrt  # noqa: E402
+from coremlrt.onnx_export import export_onnx  # noqa: E402
+from coremlrt.onnx_export.runner import ExportedModel  # noqa: E402
+
+RNG = np.random.default_rng(5)
+
+
+def _compare(tmp_path, prog, inputs, rtol=0.0, atol=0.0, target=None, ops=None, precision="fp32"):
+    kwargs = {"minimum_deployment_target": target} if target is not None else {}
+    path = str(tmp_path / "m.mlpackage")
+    ct.convert(prog, convert_to="mlprogram", skip_model_load=True,
+               compute_precision=ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16, **kwargs).save(path)
+    out = tmp_path / "m.onnx"
+    export_onnx(path, out)
+    onnx.checker.check_model(str(out), full_check=True)
+    if ops is not None:
+        assert set(ops) <= {n.op_type for n in onnx.load(str(out)).graph.node}
+    model = coremlrt.MLModel(path)
+    want = model.predict(inputs)
+    got = ExportedModel(model, out).predict(inputs)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
+    return want
+
+
+@pytest.mark.parametrize("seq_axis,batch_axis", [(1, 0), (0, 1), (2, 0), (-1, 1), (0, 2)])
+def test_reverse_sequence(seq_axis, batch_axis, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    shape = (3, 4, 5)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape), mb.TensorSpec(shape=(shape[batch_axis],), dtype=ct.converters.mil.mil.types.int32)])
+    def prog(x, lengths):
+        return mb.reverse_sequence(x=x, lengths=lengths, seq_axis=seq_axis, batch_axis=batch_axis)
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    length = shape[seq_axis]
+    lengths = np.array([length, 1, length - 1, 2, 0][:shape[batch_axis]], np.int32)
+    want = _compare(tmp_path, prog, {"x": x, "lengths": lengths}, ops=["ReverseSequence"])
+    assert not np.array_equal(list(want.values())[0], x)  # something moved
+
+
+@pytest.mark.parametrize("pad_type,ceil_mode", [("valid", False), ("same", False), ("custom", False), ("valid", True)])
+def test_l2_pool(pad_type, ceil_mode, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 7, 8))])
+    def prog(x):
+        return mb.l2_pool(x=x, kernel_sizes=[3, 2], strides=[2, 2], pad_type=pad_type,
+                          pad=[1, 0, 0, 1] if pad_type == "custom" else None, ceil_mode=ceil_mode)
+
+    x = RNG.standard_normal((1, 3, 7, 8)).astype(np.float32)
+    _compare(tmp_path, prog, {"x": x}, rtol=1e-6, atol=1e-6, ops=["LpPool"])
+
+
+def test_l2_pool_fp16(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 2, 6, 6))])
+    def prog(x):
+        return mb.l2_pool(x=x, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
+
+    x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    # The kernel squares and sums fp16 values in float and rounds the root to fp16: the export
+    # casts to fp32 around LpPool, so the results agree to within one fp16 step.
+    _compare(tmp_path, prog, {"x": x}, rtol=1e-3, atol=1e-3, precision="fp16")
+
+
+@pytest.mark.parametrize("paddings", [[[0, 0], [0, 0]], [[0, 0], [2, 1]]])
+def test_space_to_batch_and_back(paddings, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, 5, 5))])
+    def prog(x):
+        s2b = mb.space_to_batch(x=x, block_shape=[2, 3], paddings=np.array(paddings, np.int32) + [[1, 0], [1, 0]])
+        b2s = mb.batch_to_space(x=mb.add(x=s2b, y=1.0), block_shape=[2, 3], crops=[[1, 1], [0, 2]])
+        return s2b, b2s
+
+    x = RNG.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    _compare(tmp_path, prog, {"x": x})
+
+
+def test_pixel_unshuffle(tmp_path):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, 4, 6))], opset_version=ct.target.iOS16)
+    def prog(x):
+        return mb.pixel_unshuffle(x=x, downscale_factor=np.uint32(2))
+
+    x = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    _compare(tmp_path, prog, {"x": x}, target=ct.target.iOS16)
