@@ -321,3 +321,45 @@ def l2_pool(v):
     pooled = b.node("LpPool", [x], None if half else [v.output()], p=2, **attributes)
     if half:
         b.node("Cast", [pooled], [v.output()], to=10)  # TensorProto.FLOAT16
+
+
+def _einsum_rank(equation):
+    """The rank (3 or 4) of the two patterns the kernel accepts (src/ops/linear.cc):
+    "nchw,nwhu->nchu" and "chw,whr->chr" under any lettering; None for any other equation."""
+    eq = equation.replace(" ", "")
+    if "," not in eq or "->" not in eq or eq.index(",") > eq.index("->"):
+        return None
+    ea, rest = eq.split(",", 1)
+    eb, eo = rest.split("->", 1)
+    rank = len(ea)
+    if rank not in (3, 4) or len(eb) != rank or len(eo) != rank:
+        return None
+    o = rank - 3
+    c, h, w, u = ea[o], ea[o + 1], ea[o + 2], eb[o + 2]
+    ok = ea[:o] == eb[:o] == eo[:o] and eb[o] == w and eb[o + 1] == h and eo[o:] == c + h + u
+    return rank if ok and len(set(ea + u)) == rank + 1 else None
+
+
+@translates("einsum")
+def einsum(v):
+    """out[n, c, h, u] = sum_w a[n, c, h, w] * b[n, w, h, u], n and h broadcast where one side
+    has 1 (the kernel's rule; ONNX Einsum broadcasts only over an ellipsis): a MatMul over
+    [n, h] batches, a as [n, h, c, w] and b as [n, h, w, u], then back to [n, c, h, u]. fp16
+    inputs are multiplied in fp32 and the result rounded to fp16, as the kernel does."""
+    b = v.builder
+    if len(v.bindings("values")) != 2:
+        raise Unsupported("%d inputs (needs 2)" % len(v.bindings("values")))
+    rank = _einsum_rank(str(v.scalar("equation")))
+    if rank is None:
+        raise Unsupported("equation '%s': only \"nchw,nwhu->nchu\" and \"chw,whr->chr\" are defined"
+                          % v.scalar("equation"))
+    a, w = v.input("values", 0), v.input("values", 1)
+    half = b.float_dtype(v.type_of("values", 0)["dtype"]) == "float16"
+    if half:
+        a, w = b.node("Cast", [a], to=1), b.node("Cast", [w], to=1)  # TensorProto.FLOAT
+    swap = [0, 2, 1, 3] if rank == 4 else [1, 0, 2]  # c or w <-> h; its own inverse
+    product = b.node("MatMul", [b.node("Transpose", [a], perm=swap), b.node("Transpose", [w], perm=swap)])
+    if half:
+        b.node("Cast", [b.node("Transpose", [product], perm=swap)], [v.output()], to=10)  # TensorProto.FLOAT16
+    else:
+        b.node("Transpose", [product], [v.output()], perm=swap)

@@ -106,3 +106,29 @@ def test_pixel_unshuffle(tmp_path):
 
     x = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
     _compare(tmp_path, prog, {"x": x}, target=ct.target.iOS16)
+
+
+@pytest.mark.parametrize("equation,shape_a,shape_b", [
+    ("nchw,nwhu->nchu", (2, 3, 4, 5), (2, 5, 4, 6)),
+    ("abcd,adce->abce", (1, 3, 4, 5), (2, 5, 1, 6)),   # n and h broadcast, other letters
+    ("chw,whr->chr", (3, 4, 5), (5, 4, 2)),
+    ("xyz,zyq->xyq", (3, 1, 5), (5, 4, 2)),
+])
+def test_einsum(equation, shape_a, shape_b, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape_a), mb.TensorSpec(shape=shape_b)])
+    def prog(a, b):
+        return mb.einsum(values=(a, b), equation=equation)
+
+    a = RNG.standard_normal(shape_a).astype(np.float32)
+    b = RNG.standard_normal(shape_b).astype(np.float32)
+    want = _compare(tmp_path, prog, {"a": a, "b": b}, rtol=1e-5, atol=1e-5)
+    # The reference: numpy's einsum over the broadcast operands.
+    n = 1 if len(shape_a) == 3 else max(shape_a[0], shape_b[0])
+    a4, b4 = (a, b) if len(shape_a) == 4 else (a[None], b[None])
+    h = max(a4.shape[2], b4.shape[2])
+    a4 = np.broadcast_to(a4, (n, a4.shape[1], h, a4.shape[3]))
+    b4 = np.broadcast_to(b4, (n, b4.shape[1], h, b4.shape[3]))
+    reference = np.einsum("nchw,nwhu->nchu", a4, b4).reshape(list(want.values())[0].shape)
+    np.testing.assert_allclose(list(want.values())[0], reference, rtol=1e-4, atol=1e-4)
