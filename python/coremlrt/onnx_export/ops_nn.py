@@ -363,3 +363,73 @@ def einsum(v):
         b.node("Cast", [b.node("Transpose", [product], perm=swap)], [v.output()], to=10)  # TensorProto.FLOAT16
     else:
         b.node("Transpose", [product], [v.output()], perm=swap)
+
+
+@translates("resample")
+def resample(v):
+    """PyTorch's grid_sample as the kernel computes it (src/ops/sampling.cc): ONNX GridSample,
+    whose grid is (x, y) in [-1, 1] with the same align_corners rule. Core ML's other coordinate
+    modes are mapped into [-1, 1] first (in fp32, where the kernel maps them in fp64: positions
+    agree to fp32 rounding). Padding: constant 0 is GridSample's zeros; constant c samples x - c
+    with zeros and adds c back (the taps' weights sum to 1, so the padded taps give c); border is
+    border. GridSample's reflection mirrors about pixel centres with align_corners and about the
+    image edges without: Core ML's reflection (always about the centres) and symmetric (always
+    about the edges) are exported only where they coincide with it, and refused elsewhere."""
+    b = v.builder
+    mode = str(v.scalar("sampling_mode")).lower()
+    padding = str(v.scalar("padding_mode")).lower()
+    coordinates = str(v.scalar("coordinates_mode")).lower()
+    align = bool(v.scalar("align_corners"))
+    value = float(v.scalar("padding_value", 0.0))
+    if mode not in ("bilinear", "nearest"):
+        raise Unsupported("sampling_mode '%s'" % mode)
+    onnx_padding = {"constant": "zeros", "border": "border"}.get(padding)
+    if padding == "reflection":
+        if not align:
+            raise Unsupported("reflection padding without align_corners: GridSample then reflects about the "
+                              "image edges, Core ML about the pixel centres")
+        onnx_padding = "reflection"
+    elif padding == "symmetric":
+        if align:
+            raise Unsupported("symmetric padding with align_corners: GridSample then reflects about the pixel "
+                              "centres, Core ML about the image edges")
+        onnx_padding = "reflection"
+    elif onnx_padding is None:
+        raise Unsupported("padding_mode '%s'" % padding)
+    x = v.input("x")
+    if v.dtype("x") != "float32":
+        x = b.node("Cast", [x], to=1)  # TensorProto.FLOAT: the kernel samples in float
+    grid = v.input("coordinates")
+    if v.dtype("coordinates") != "float32":
+        grid = b.node("Cast", [grid], to=1)
+    if coordinates == "normalized_zero_to_one":
+        grid = b.node("Sub", [b.node("Mul", [grid, b.initializer(np.asarray(2.0, np.float32), "two")]),
+                              b.initializer(np.asarray(1.0, np.float32), "one")])
+    elif coordinates == "unnormalized":
+        dims = v.type_of("x")["dims"]
+        if v.rank("x") != 4 or dims[2] < 0 or dims[3] < 0:
+            raise Unsupported("unnormalized coordinates over an image whose size is known only at run time")
+        w, h = dims[3], dims[2]
+        if align and min(w, h) < 2:
+            raise Unsupported("unnormalized coordinates with align_corners over an image one pixel wide")
+        # pixel p -> align_corners: 2p / (n - 1) - 1; otherwise (2p + 1) / n - 1.
+        if align:
+            scale, shift = [2.0 / (w - 1), 2.0 / (h - 1)], [-1.0, -1.0]
+        else:
+            scale, shift = [2.0 / w, 2.0 / h], [1.0 / w - 1.0, 1.0 / h - 1.0]
+        grid = b.node("Add", [b.node("Mul", [grid, b.initializer(np.asarray(scale, np.float32), "grid_scale")]),
+                              b.initializer(np.asarray(shift, np.float32), "grid_shift")])
+    elif coordinates != "normalized_minus_one_to_one":
+        raise Unsupported("coordinates_mode '%s'" % coordinates)
+    shifted = padding == "constant" and value != 0.0
+    c = b.initializer(np.asarray(value, np.float32), "padding_value")
+    if shifted:
+        x = b.node("Sub", [x, c])
+    onnx_mode = ("linear" if mode == "bilinear" else "nearest") if b.opset >= 20 else mode
+    sampled = b.node("GridSample", [x, grid], align_corners=int(align), mode=onnx_mode, padding_mode=onnx_padding)
+    if shifted:
+        sampled = b.node("Add", [sampled, c])
+    if v.output_dtype() != "float32" and not (b.fp32 and v.output_dtype() == "float16"):
+        b.node("Cast", [sampled], [v.output()], to=b.onnx_type(v.output_dtype()))
+    else:
+        b.node("Identity", [sampled], [v.output()])

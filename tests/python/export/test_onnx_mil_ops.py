@@ -132,3 +132,48 @@ def test_einsum(equation, shape_a, shape_b, tmp_path):
     b4 = np.broadcast_to(b4, (n, b4.shape[1], h, b4.shape[3]))
     reference = np.einsum("nchw,nwhu->nchu", a4, b4).reshape(list(want.values())[0].shape)
     np.testing.assert_allclose(list(want.values())[0], reference, rtol=1e-4, atol=1e-4)
+
+
+RESAMPLE_CASES = [(mode, padding, coordinates, align)
+                  for mode in ("bilinear", "nearest")
+                  for padding, align in (("constant", False), ("constant", True), ("border", False), ("border", True),
+                                         ("reflection", True), ("symmetric", False))
+                  for coordinates in ("normalized_minus_one_to_one", "normalized_zero_to_one", "unnormalized")]
+
+
+@pytest.mark.parametrize("mode,padding,coordinates,align", RESAMPLE_CASES)
+def test_resample(mode, padding, coordinates, align, tmp_path):
+    """Coordinates reach well past the image on every side, so each padding mode decides values;
+    constant padding uses a non-zero padding value."""
+    from coremltools.converters.mil import Builder as mb
+    h, w = 5, 7
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, h, w)), mb.TensorSpec(shape=(2, 4, 6, 2))])
+    def prog(x, grid):
+        return mb.resample(x=x, coordinates=grid, sampling_mode=mode, padding_mode=padding, padding_value=0.75,
+                           coordinates_mode=coordinates, align_corners=align)
+
+    x = RNG.standard_normal((2, 3, h, w)).astype(np.float32)
+    grid = RNG.uniform(-1.6, 1.6, (2, 4, 6, 2)).astype(np.float32)
+    if coordinates == "normalized_zero_to_one":
+        grid = (grid + 1) / 2
+    elif coordinates == "unnormalized":
+        grid = (grid + 1) / 2 * np.array([w - 1, h - 1], np.float32)
+    _compare(tmp_path, prog, {"x": x, "grid": grid}, rtol=1e-5, atol=1e-5, ops=["GridSample"])
+
+
+@pytest.mark.parametrize("padding,align", [("reflection", False), ("symmetric", True)])
+def test_resample_reflections_grid_sample_does_not_write_are_refused(padding, align, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    from coremlrt.onnx_export import unsupported_ops
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, 4, 4)), mb.TensorSpec(shape=(1, 2, 2, 2))])
+    def prog(x, grid):
+        return mb.resample(x=x, coordinates=grid, sampling_mode="bilinear", padding_mode=padding, padding_value=0.0,
+                           coordinates_mode="normalized_minus_one_to_one", align_corners=align)
+
+    path = str(tmp_path / "m.mlpackage")
+    ct.convert(prog, convert_to="mlprogram", skip_model_load=True, compute_precision=ct.precision.FLOAT32).save(path)
+    problems = unsupported_ops(path)
+    assert [p[0] for p in problems] == ["resample"]
+    assert "reflects about" in problems[0][2]
