@@ -266,3 +266,39 @@ def batch_to_space(v):
     b.node("Slice", [full, b.const_int64([crops[0], crops[2]], "starts"),
                      b.const_int64([h * b0 - crops[1], w * b1 - crops[3]], "ends"), b.const_int64([2, 3], "axes")],
            [v.output()])
+
+
+@translates("int8_dynamic_linear")
+def int8_dynamic_linear(v):
+    """The kernel's rule (src/ops/dynamic_quantization.cc), step by step: scale_x = max|x| / 127
+    over the whole tensor (fp32), q = clamp(round half to even(x / scale_x), -127, 127) as int8,
+    the int32 product with the int8 weights (MatMulInteger), then
+    fp32(double(acc) * double(scale_x) * double(weight_scale)) + bias. An all-zero x gives the
+    bias; an x holding NaN or an infinity gives NaN everywhere. The same arithmetic in the same
+    precisions, so results agree exactly."""
+    b = v.builder
+    weight = v.constant("weight", required=True).array
+    if weight.dtype != np.int8 or weight.ndim != 2:
+        raise Unsupported("weight is not an int8 constant [D_out, D_in]")
+    weight_scale = float(v.constant("weight_scale", required=True).array.reshape(-1)[0])
+    d_out = weight.shape[0]
+    bias = v.constant("bias").array.astype(np.float32).reshape(-1) if v.has("bias") else np.zeros(d_out, np.float32)
+    x = v.input("x")
+    max_abs = b.node("ReduceMax", [b.node("Abs", [x])], keepdims=0)
+    scale_x = b.node("Div", [max_abs, b.initializer(np.asarray(127.0, np.float32), "q_range")])
+    rounded = b.node("Round", [b.node("Div", [x, scale_x])])
+    clipped = b.node("Clip", [rounded, b.initializer(np.asarray(-127.0, np.float32), "q_min"),
+                              b.initializer(np.asarray(127.0, np.float32), "q_max")])
+    # NaN quotients (0 / 0 for an all-zero x, or a non-finite x) become 0 before the cast: an
+    # all-zero x then gives 0 + bias, the kernel's result; a non-finite one is replaced below.
+    clipped = b.node("Where", [b.node("IsNaN", [clipped]), b.initializer(np.asarray(0.0, np.float32), "zero"), clipped])
+    q = b.node("Cast", [clipped], to=3)  # TensorProto.INT8
+    acc = b.node("MatMulInteger", [q, b.initializer(np.ascontiguousarray(weight.T), "weight_t")])
+    wide = b.node("Mul", [b.node("Mul", [b.node("Cast", [acc], to=11), b.node("Cast", [scale_x], to=11)]),
+                          b.initializer(np.asarray(weight_scale, np.float64), "weight_scale")])  # TensorProto.DOUBLE
+    bias_name = b.initializer(bias, "bias")
+    y = b.node("Add", [b.node("Cast", [wide], to=1), bias_name])  # TensorProto.FLOAT
+    # x - x is NaN exactly where x is NaN or infinite.
+    nonfinite = b.node("ReduceMax", [b.node("Cast", [b.node("IsNaN", [b.node("Sub", [x, x])])], to=1)], keepdims=0)
+    finite = b.node("Equal", [nonfinite, b.initializer(np.asarray(0.0, np.float32), "zero")])
+    b.node("Where", [finite, y, b.initializer(np.asarray(np.nan, np.float32), "nan")], [v.output()])

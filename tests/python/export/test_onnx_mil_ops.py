@@ -177,3 +177,57 @@ def test_resample_reflections_grid_sample_does_not_write_are_refused(padding, al
     problems = unsupported_ops(path)
     assert [p[0] for p in problems] == ["resample"]
     assert "reflects about" in problems[0][2]
+
+
+def _int8_dynamic_model(tmp_path, shape, layer, bias):
+    """A neuralNetwork innerProduct or batchedMatmul with int8DynamicQuantize (coremltools'
+    activate_int8_int8_matrix_multiplications), read as the int8_dynamic_linear op."""
+    import contextlib
+    import io
+    import warnings
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+    from coremltools.models.neural_network.quantization_utils import activate_int8_int8_matrix_multiplications
+    c_out, c_in = 16, shape[-1]
+    W = np.random.default_rng(1988).uniform(-10, 10, (c_out, c_in))
+    b = np.linspace(-2, 2, c_out) if bias else None
+    builder = NeuralNetworkBuilder([("data", datatypes.Array(*shape))], [("out", None)],
+                                   disable_rank5_shape_mapping=True)
+    if layer == "inner_product":
+        builder.add_inner_product("ip", W=W, b=b, input_channels=c_in, output_channels=c_out, has_bias=bias,
+                                  input_name="data", output_name="out")
+    else:
+        builder.add_batched_mat_mul("bmm", ["data"], "out", weight_matrix_rows=c_in, weight_matrix_columns=c_out,
+                                    W=W.T, bias=b)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activate_int8_int8_matrix_multiplications(builder.spec)
+    layer_spec = builder.spec.neuralNetwork.layers[0]
+    assert getattr(layer_spec, layer_spec.WhichOneof("layer")).int8DynamicQuantize
+    path = str(tmp_path / "m.mlmodel")
+    ct.models.MLModel(builder.spec, skip_model_load=True).save(path)
+    return path
+
+
+@pytest.mark.parametrize("layer,shape,bias", [("inner_product", (5, 32), False), ("inner_product", (32,), True),
+                                              ("batched_matmul", (2, 3, 32), False), ("batched_matmul", (4, 32), True)])
+def test_int8_dynamic_linear(layer, shape, bias, tmp_path):
+    """The same quantization and int32 product as the kernel: results agree exactly, including
+    ties of the rounding (max|x| = 127 makes x / scale_x = x), an all-zero input (the bias) and a
+    non-finite one (NaN everywhere)."""
+    path = _int8_dynamic_model(tmp_path, shape, layer, bias)
+    out = tmp_path / "m.onnx"
+    export_onnx(path, out)
+    onnx.checker.check_model(str(out), full_check=True)
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(str(out)).graph.node}
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, out)
+    ties = np.zeros(shape, np.float32)
+    ties.reshape(-1)[:6] = [127.0, 0.5, 1.5, 2.5, -2.5, -3.5]
+    nonfinite = RNG.normal(0, 3, shape).astype(np.float32)
+    nonfinite.reshape(-1)[3] = np.inf
+    for x in (RNG.random(shape).astype(np.float32), RNG.normal(0, 3, shape).astype(np.float32), ties,
+              np.zeros(shape, np.float32), nonfinite):
+        want, got = model.predict({"data": x})["out"], runner.predict({"data": x})["out"]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
