@@ -231,3 +231,49 @@ def test_int8_dynamic_linear(layer, shape, bias, tmp_path):
         want, got = model.predict({"data": x})["out"], runner.predict({"data": x})["out"]
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+CROP_MODES = ["DEFAULT", "STRICT_ALIGN_CORNERS", "ALIGN_CORNERS", "OFFSET_CORNERS", "UNALIGN_CORNERS"]
+
+
+@pytest.mark.parametrize("sampling_mode", CROP_MODES)
+@pytest.mark.parametrize("box_mode,normalized", [("CORNERS_HEIGHT_FIRST", True), ("CORNERS_WIDTH_FIRST", False),
+                                                 ("CENTER_SIZE_HEIGHT_FIRST", True), ("CENTER_SIZE_WIDTH_FIRST", False)])
+def test_crop_resize_ios17(sampling_mode, box_mode, normalized, tmp_path):
+    """Boxes reach outside the image (pad_value there), one is given backwards (read flipped),
+    one is a single row; box_indices pick the images."""
+    from coremltools.converters.mil import Builder as mb
+    h, w = 6, 7
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, h, w)), mb.TensorSpec(shape=(4, 4))],
+                opset_version=ct.target.iOS17)
+    def prog(x, boxes):
+        return mb.crop_resize(x=x, boxes=boxes, box_indices=np.array([1, 0, 1, 0], np.int32), target_height=4,
+                              target_width=5, normalized_coordinates=normalized, spatial_scale=1.0 if normalized else 0.9,
+                              box_coordinate_mode=box_mode, sampling_mode=sampling_mode, pad_value=-3.0)
+
+    x = RNG.standard_normal((2, 3, h, w)).astype(np.float32)
+    scale = 1.0 if normalized else float(min(h, w))
+    boxes = np.array([[0.1, 0.2, 0.8, 0.9], [-0.3, 0.0, 1.2, 0.5], [0.9, 0.7, 0.2, 0.1], [0.5, 0.1, 0.5, 0.6]],
+                     np.float32) * scale
+    want = _compare(tmp_path, prog, {"x": x, "boxes": boxes}, rtol=1e-6, atol=1e-6, target=ct.target.iOS17)
+    assert (list(want.values())[0] == -3.0).any()  # some samples fell outside the image
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+def test_crop_resize_ios15_roi(with_index, tmp_path):
+    from coremltools.converters.mil import Builder as mb
+    per_box = 5 if with_index else 4
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, 6, 6)), mb.TensorSpec(shape=(3, 1, per_box, 1, 1))],
+                opset_version=ct.target.iOS15)
+    def prog(x, roi):
+        return mb.crop_resize(x=x, roi=roi, target_height=3, target_width=4, normalized_coordinates=True,
+                              box_coordinate_mode="CORNERS_HEIGHT_FIRST", sampling_mode="ALIGN_CORNERS")
+
+    x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    boxes = np.array([[0.1, 0.2, 0.8, 0.9], [0.0, 0.0, 1.0, 1.0], [0.9, 0.7, 0.2, -0.1]], np.float32)
+    if with_index:
+        boxes = np.concatenate([np.array([[1], [0], [1]], np.float32), boxes], axis=1)
+    _compare(tmp_path, prog, {"x": x, "roi": boxes.reshape(3, 1, per_box, 1, 1)}, rtol=1e-6, atol=1e-6,
+             target=ct.target.iOS15)
