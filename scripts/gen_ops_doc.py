@@ -2,8 +2,8 @@
 """Writes docs/reports/ops.md: the ops this build has kernels for (from the kernel registry, through
 coremlrt._core.supported_ops()), and the MIL ops of docs/design/coreml-format.md that have none.
 
-    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
-    PYTHONPATH=build/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
+    PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
+    PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
 
 The MIL op list is read from the op tables of docs/design/coreml-format.md (the tables whose
 first column is `op`: one op per row).
@@ -17,7 +17,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC_PATH = os.path.join(REPO, "docs", "reports", "ops.md")
 FORMAT_DOC = os.path.join(REPO, "docs", "design", "coreml-format.md")
-REGENERATE = "PYTHONPATH=build/python python3 scripts/gen_ops_doc.py"
+REGENERATE = "PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py"
 
 # Ops of the op tables that no ML program file needs a kernel for, and why. Any other
 # op without a kernel is listed as not supported yet.
