@@ -10,7 +10,7 @@ read into one program, constants folded and compressed weights kept packed as th
 and writes each op as ONNX operators (docs/design/onnx-export.md lists the forms and what is
 not exported). Inputs and outputs keep their names, dtypes and shapes; a dim the model lets vary
 (a range or enumerated shapes) becomes a symbolic dim named ``<input>_d<i>``, which admits any
-size (narrower than the model's enumeration says). States become a graph input ``<state>`` and
+size; the graph input's doc_string says the sizes Core ML allows. States become a graph input ``<state>`` and
 a graph output ``<state>_out``: feed each call's ``<state>_out`` back as the next call's
 ``<state>``. fp16 programs keep fp16 types unless ``fp32=True``.
 """

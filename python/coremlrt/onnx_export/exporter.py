@@ -56,6 +56,18 @@ def _all_program_names(block, out):
     return out
 
 
+def _allowed_sizes(feature):
+    """The sizes a flexible input takes in Core ML, in words, for its graph input's doc_string:
+    ONNX's symbolic dims admit any size, so the ranges and enumerations are said there."""
+    if feature.get("shape_range"):
+        return "Core ML sizes: " + " x ".join(
+            str(lo) if lo == hi else "%d..%s" % (lo, "inf" if hi < 0 else hi) for lo, hi in feature["shape_range"])
+    if feature.get("enumerated_shapes"):
+        return "Core ML sizes: one of " + ", ".join(
+            "[" + ", ".join(str(d) for d in shape) + "]" for shape in feature["enumerated_shapes"])
+    return ""
+
+
 def _flexible_input_dims(description_inputs):
     """Input name -> dims with -1 where the description lets a dim vary (ranges, enumerations)."""
     flexible = {}
@@ -87,7 +99,8 @@ class FunctionExport:
     def run(self):
         b = self.builder
         flexible = _flexible_input_dims(self.description["inputs"]) if self.description else {}
-        kinds = {f["name"]: f["kind"] for f in (self.description or {}).get("inputs", [])}
+        features = {f["name"]: f for f in (self.description or {}).get("inputs", [])}
+        kinds = {name: f["kind"] for name, f in features.items()}
         for value in self.function["inputs"]:
             type_dict = value["type"]
             if type_dict["kind"] == "state":
@@ -104,7 +117,9 @@ class FunctionExport:
                 self._dictionary_input(value)
                 continue
             name = b.define(value["name"], type_dict, value["name"])
-            self.graph_inputs.append(_value_info(b, name, type_dict, value["name"]))
+            info = _value_info(b, name, type_dict, value["name"])
+            info.doc_string = _allowed_sizes(features.get(value["name"], {}))
+            self.graph_inputs.append(info)
         known = self.function.get("known") or {}
         for op in self.function["block"]["operations"]:
             self._op(op, known)

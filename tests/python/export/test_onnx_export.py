@@ -276,3 +276,34 @@ def test_a_quantized_weight_read_in_both_branches_of_a_cond(tmp_path):
         want, got = model.predict({"x": x}), runner.predict({"x": x})
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+def test_flexible_inputs_become_symbolic_dims_that_say_the_allowed_sizes(tmp_path):
+    """ONNX has no ranges or enumerations: a dim the model lets vary is symbolic, and the graph
+    input's doc_string says what Core ML allows; ONNX Runtime runs the export at those sizes."""
+    import warnings
+
+    ct = pytest.importorskip("coremltools")
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    traced = torch.jit.trace(net, torch.zeros(2, 8))
+    shapes = {"range": ct.Shape(shape=(ct.RangeDim(1, 16, default=2), 8)),
+              "enumerated": ct.EnumeratedShapes(shapes=[(1, 8), (3, 8)], default=(1, 8))}
+    want_doc = {"range": "Core ML sizes: 1..16 x 8", "enumerated": "Core ML sizes: one of [1, 8], [3, 8]"}
+    for kind, shape in shapes.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=shape)], outputs=[ct.TensorType(name="y")],
+                               compute_precision=ct.precision.FLOAT32, minimum_deployment_target=ct.target.iOS16)
+        path = str(tmp_path / f"{kind}.mlpackage")
+        model.save(path)
+        out = str(tmp_path / f"{kind}.onnx")
+        export_onnx(path, out)
+        graph_input = onnx.load(out).graph.input[0]
+        dims = [d.dim_param or d.dim_value for d in graph_input.type.tensor_type.shape.dim]
+        assert dims == ["x_d0", 8]
+        assert graph_input.doc_string == want_doc[kind]
+        x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+        model = coremlrt.MLModel(path)
+        got = ExportedModel(model, out).predict({"x": x})["y"]
+        np.testing.assert_allclose(got, model.predict({"x": x})["y"], rtol=1e-5, atol=1e-6)
