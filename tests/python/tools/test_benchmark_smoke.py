@@ -1,7 +1,8 @@
-"""Smoke run of benchmarks/bench_compressed.py (the compressed-models benchmark, README): tiny
+"""Smoke runs of benchmarks/bench_compressed.py (the compressed-models benchmark, README): tiny
 models through every code path of it (build, fresh-process load and memory, packed against
 folded, interleaved latency, the report), so the benchmark keeps working; the numbers are not
-checked, only that every contender ran and every table was written."""
+checked, only that every contender ran and every table was written. And of
+benchmarks/bench_flexible_shapes.py at a small size."""
 
 import os
 import subprocess
@@ -29,3 +30,14 @@ def test_bench_compressed_tiny(tmp_path):
     assert "could not run" not in written, written[written.find("could not run"):][:2000]
     for form, contender in [("fp16", "coremlrt auto"), ("int8", "openvino"), ("sparse_palettized", "coremlrt reference")]:
         assert f"| {form} | {contender} |" in written
+
+
+def test_bench_flexible_shapes_small(tmp_path):
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_flexible_shapes.py"), "--size", "64",
+                           "--rounds", "2"], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TQDM_DISABLE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "ratio" in line]
+    assert [line.split()[0] for line in lines] == ["fp32", "fp16"], proc.stdout
+    assert all("flexible convs on openvino" in line for line in lines), proc.stdout
