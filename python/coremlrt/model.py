@@ -334,6 +334,9 @@ class MLModel:
         if function_name is not None and not isinstance(function_name, str):
             raise TypeError('"function_name" must be a string or None')
         path = os.fspath(model)
+        if path.rstrip("/" + os.sep).endswith(".aimodel"):  # Core AI: translated to MIL (coremlrt.coreai)
+            from .coreai import compile_aimodel
+            path = compile_aimodel(path, None if cache_dir is _DEFAULT_CACHE_DIR else cache_dir)
         # "coremlrt-memory:N" names a model given as bytes (coremlrt._core.MemoryModel), not a file.
         self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
         self.compute_unit = compute_units

@@ -1,0 +1,158 @@
+"""Core AI models (``.aimodel`` folders) on coremlrt.
+
+``coremlrt.MLModel("m.aimodel")`` (or :func:`load`) reads ``main.mlirb`` with coreai-core's
+MLIR bindings, translates the program to MIL and writes a compiled-model folder
+(``model.mil``, ``metadata.json``, ``weights/weight.bin``) into a cache keyed by ``main.hash``;
+that folder is what loads. coreai-core is needed only for the translation
+(``pip install coremlrt[coreai]``). docs/design/coreai.md describes the format, the op mapping
+and what is refused.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+from .._core import Error
+from ._bytecode import dialect_versions
+
+# The Core AI dialect as coreai-core 1.0.0b3 writes it: MLIR bytecode 6, dialect "aicode" at
+# dialect version 20260409, which the bytecode records as the version bytes b"\x05".
+DIALECT = "aicode"
+DIALECT_VERSION = 20260409
+_DIALECT_VERSION_BYTES = b"\x05"
+_BYTECODE_VERSION = 6
+# Bumped whenever the translation changes, so cached folders from an older one are rewritten.
+TRANSLATOR_VERSION = 1
+
+__all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
+
+
+def _read_asset(path):
+    if not os.path.isdir(path):
+        raise Error(f"'{path}' is not a folder; a Core AI model (.aimodel) is a folder holding main.mlirb")
+    files = {}
+    for name in ("main.mlirb", "main.hash", "metadata.json"):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full):
+            raise Error(f"'{path}' has no {name}; a Core AI model holds main.mlirb, main.hash and metadata.json")
+        with open(full, "rb") as f:
+            files[name] = f.read()
+    digest = hashlib.sha256(files["main.mlirb"]).digest()
+    if files["main.hash"] != digest:
+        raise Error(f"'{path}': main.hash does not match the SHA-256 of main.mlirb (the model is damaged "
+                    f"or was edited)")
+    try:
+        metadata = json.loads(files["metadata.json"])
+    except ValueError as exc:
+        raise Error(f"'{path}': metadata.json is not JSON: {exc}") from exc
+    return files["main.mlirb"], digest, metadata
+
+
+def _check_version(bytecode, where):
+    version, producer, dialects = dialect_versions(bytecode, where)
+    if version != _BYTECODE_VERSION:
+        raise Error(f"{where}: MLIR bytecode version {version}; coremlrt reads version {_BYTECODE_VERSION}")
+    if DIALECT not in dialects:
+        raise Error(f"{where}: no '{DIALECT}' dialect in the program (dialects: {', '.join(sorted(dialects))})")
+    blob = dialects[DIALECT]
+    if blob != _DIALECT_VERSION_BYTES:
+        raise Error(f"{where}: '{DIALECT}' dialect version bytes {blob!r}; coremlrt reads only dialect version "
+                    f"{DIALECT_VERSION} (bytes {_DIALECT_VERSION_BYTES!r}), as coreai-core 1.0.0b3 writes it")
+    return producer
+
+
+def _import_coreai():
+    try:
+        import coreai.authoring  # noqa: F401 - loads the dialect modules in an order that imports cleanly
+        from coreai._compiler.context import Context
+        from coreai._compiler._mlir_libs._coreaiIR._bindings.compiler import (
+            copy_constant_value_to_array, load_module_from_bytecode)
+    except ImportError as exc:
+        raise Error("reading a Core AI model (.aimodel) needs coreai-core: pip install coremlrt[coreai] "
+                    f"({exc})") from exc
+    return Context, load_module_from_bytecode, copy_constant_value_to_array
+
+
+def _names(attributes, key, count, prefix):
+    names = []
+    if key in attributes:
+        for i, entry in enumerate(attributes[key]):
+            text = str(entry)
+            marker = 'coreai.name = "'
+            at = text.find(marker)
+            names.append(text[at + len(marker):text.index('"', at + len(marker))] if at >= 0 else f"{prefix}{i}")
+    names += [f"{prefix}{i}" for i in range(len(names), count)]
+    return names
+
+
+def _write_compiled(path, bytecode_path, folder):
+    from ._translate import Translator
+
+    Context, load_module_from_bytecode, copy_constant = _import_coreai()
+    where = bytecode_path
+    context = Context()
+    with context._mlir_context:  # noqa: SLF001 - the bindings' MLIR context
+        module = load_module_from_bytecode(context=context._mlir_context, path=bytecode_path)  # noqa: SLF001
+        graphs = [op.operation for op in module.body.operations]
+        others = sorted({g.name for g in graphs if g.name != "coreai.graph"})
+        if others:
+            raise Error(f"{where}: top-level ops other than coreai.graph are not supported yet: {', '.join(others)}")
+        if len(graphs) != 1:
+            names = [str(g.attributes["sym_name"]) for g in graphs]
+            raise Error(f"{where}: {len(graphs)} graphs ({', '.join(names)}); multifunction models are not "
+                        f"supported yet")
+        graph = graphs[0]
+        attributes = {a.name: a.attr for a in graph.attributes}
+        if "param_decls" in attributes and str(attributes["param_decls"]) != "#param.decl.array<[]>":
+            raise Error(f"{where}: graph parameters (param_decls) are not supported yet")
+        block = graph.regions[0].blocks[0]
+        terminator = list(block.operations)[-1].operation
+        input_names = _names(attributes, "arg_attrs", len(block.arguments), "input_")
+        output_names = _names(attributes, "res_attrs", len(terminator.operands), "output_")
+        translator = Translator(graph, copy_constant, where)
+        translator.translate(input_names, output_names)
+        translator.write(folder)
+
+
+def _cache_root(cache_dir):
+    if cache_dir is None:
+        cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
+    return os.path.join(os.fspath(cache_dir), "coreai")
+
+
+def compile_aimodel(path, cache_dir=None):
+    """Translates the ``.aimodel`` folder at ``path`` and returns the compiled-model folder.
+
+    The folder lies under ``<cache_dir>/coreai/`` (``cache_dir`` defaults as
+    :class:`coremlrt.MLModel`'s does), named by ``main.hash``; a folder already there from the
+    same translator version is reused without importing coreai-core.
+    """
+    path = os.path.abspath(os.path.expanduser(os.fspath(path))).rstrip(os.sep)
+    bytecode, digest, _ = _read_asset(path)
+    _check_version(bytecode, os.path.join(path, "main.mlirb"))
+    root = _cache_root(cache_dir)
+    folder = os.path.join(root, f"{digest.hex()}-t{TRANSLATOR_VERSION}.mlmodelc")
+    if os.path.isfile(os.path.join(folder, "model.mil")):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
+    try:
+        target = os.path.join(staging, "model.mlmodelc")
+        _write_compiled(path, os.path.join(path, "main.mlirb"), target)
+        try:
+            os.rename(target, folder)
+        except OSError:
+            if not os.path.isfile(os.path.join(folder, "model.mil")):  # not another process's copy
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def load(path, **options):
+    """Loads a ``.aimodel`` folder as a :class:`coremlrt.MLModel` (options as MLModel takes them)."""
+    from ..model import MLModel
+
+    return MLModel(os.fspath(path), **options)

@@ -1,0 +1,156 @@
+"""Core AI models (.aimodel) converted from torch with coreai-torch, predicted by coremlrt and
+compared with torch. Skipped when coreai-core / coreai-torch are not installed
+(pip install coremlrt[coreai] coreai-torch)."""
+
+import hashlib
+import os
+import pathlib
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("coreai")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # coreai-torch warns about torch versions newer than it was tested with
+    coreai_torch = pytest.importorskip("coreai_torch")
+
+import coremlrt  # noqa: E402
+import coremlrt.coreai  # noqa: E402
+
+# float32 on both sides; the differences are summation order only.
+ATOL = 1e-5
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(8, 16)
+        self.l2 = torch.nn.Linear(16, 4)
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x, y):
+        h = torch.relu(self.l1(x))
+        h = self.l2(h) + y
+        return torch.softmax(h @ self.w, -1)
+
+
+class _CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 16, 3, stride=2)
+        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.c1(x)))
+        h = torch.nn.functional.max_pool2d(h, 2)
+        h = torch.relu(self.c2(h))
+        h = torch.nn.functional.adaptive_avg_pool2d(h, (3, 3))
+        h = torch.nn.functional.pad(h, (0, 1, 0, 1))
+        return self.fc(torch.flatten(torch.sigmoid(h) * h, 1))
+
+
+def _convert(module, args, names, outputs, path):
+    export = lambda m: torch.export.export(m, args=args).run_decompositions(coreai_torch.get_decomp_table())  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
+        converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs)
+        converter.to_coreai().save_asset(pathlib.Path(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("aimodels")
+    mlp = _MLP().eval()
+    cnn = _CNN().eval()
+    with torch.no_grad():
+        cnn.bn.running_mean.uniform_(-0.5, 0.5)
+        cnn.bn.running_var.uniform_(0.5, 2.0)
+        cnn.bn.weight.uniform_(0.5, 1.5)
+        cnn.bn.bias.uniform_(-0.5, 0.5)
+    mlp_args = (torch.randn(2, 8), torch.randn(2, 4))
+    cnn_args = (torch.randn(1, 3, 16, 16),)
+    return {
+        "mlp": (mlp, _convert(mlp, mlp_args, ["x", "y"], ["probs"], root / "mlp.aimodel"), ["x", "y"], mlp_args),
+        "cnn": (cnn, _convert(cnn, cnn_args, ["image"], ["logits"], root / "cnn.aimodel"), ["image"], cnn_args),
+    }
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_predicts_as_torch(models, name, tmp_path):
+    module, path, names, args = models[name]
+    model = coremlrt.MLModel(path, cache_dir=tmp_path)
+    assert [f for f in model.input_description] == names
+    for seed in range(3):
+        generator = torch.Generator().manual_seed(seed)
+        inputs = [torch.randn(a.shape, generator=generator) for a in args]
+        with torch.no_grad():
+            expected = module(*inputs).numpy()
+        (output_name,) = list(model.output_description)
+        got = model.predict({n: t.numpy() for n, t in zip(names, inputs)})[output_name]
+        assert got.shape == expected.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
+
+
+def test_cache_is_keyed_by_main_hash(models, tmp_path):
+    _, path, _, _ = models["mlp"]
+    folder = coremlrt.coreai.compile_aimodel(path, tmp_path)
+    digest = open(os.path.join(path, "main.hash"), "rb").read()
+    assert digest == hashlib.sha256(open(os.path.join(path, "main.mlirb"), "rb").read()).digest()
+    assert os.path.basename(folder).startswith(digest.hex())
+    assert coremlrt.coreai.compile_aimodel(path, tmp_path) == folder
+    model = coremlrt.coreai.load(path, cache_dir=tmp_path)
+    assert model.package_path == folder
+
+
+def test_damaged_hash_is_refused(models, tmp_path):
+    _, path, _, _ = models["mlp"]
+    copy = tmp_path / "copy.aimodel"
+    copy.mkdir()
+    for name in ("main.mlirb", "metadata.json"):
+        (copy / name).write_bytes(open(os.path.join(path, name), "rb").read())
+    (copy / "main.hash").write_bytes(bytes(32))
+    with pytest.raises(coremlrt.Error, match="main.hash does not match"):
+        coremlrt.MLModel(str(copy), cache_dir=tmp_path)
+
+
+def test_other_dialect_version_is_refused(models, tmp_path):
+    _, path, _, _ = models["mlp"]
+    data = bytearray(open(os.path.join(path, "main.mlirb"), "rb").read())
+    # The dialect section (id 1) of this file: 1 dialect, name 0 with a version section (id 7)
+    # of 1 byte, 0x05. Write 0x07 instead (version varint 3).
+    at = data.index(bytes([0x03, 0x03, 0x07, 0x03, 0x05]))
+    data[at + 4] = 0x07
+    copy = tmp_path / "other.aimodel"
+    copy.mkdir()
+    (copy / "main.mlirb").write_bytes(bytes(data))
+    (copy / "main.hash").write_bytes(hashlib.sha256(bytes(data)).digest())
+    (copy / "metadata.json").write_bytes(open(os.path.join(path, "metadata.json"), "rb").read())
+    with pytest.raises(coremlrt.Error, match="dialect version"):
+        coremlrt.MLModel(str(copy), cache_dir=tmp_path)
+
+
+def test_untranslatable_op_is_named(tmp_path):
+    class Select(torch.nn.Module):
+        def forward(self, x):
+            return torch.where(x > 0, x, 2 * x)
+
+    path = _convert(Select().eval(), (torch.randn(2, 5),), ["x"], ["y"], tmp_path / "select.aimodel")
+    with pytest.raises(coremlrt.Error, match=r"cannot translate these Core AI ops yet: .*coreai\.\w"):
+        coremlrt.MLModel(path, cache_dir=tmp_path)
+
+
+def test_without_coreai_core_says_what_to_install(models, tmp_path, monkeypatch):
+    _, path, _, _ = models["mlp"]
+    for name in [m for m in sys.modules if m == "coreai" or m.startswith("coreai.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "coreai", None)
+    with pytest.raises(coremlrt.Error, match=r"pip install coremlrt\[coreai\]"):
+        coremlrt.MLModel(path, cache_dir=tmp_path / "empty-cache")
