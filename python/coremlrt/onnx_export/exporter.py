@@ -116,6 +116,9 @@ class FunctionExport:
             if kinds.get(value["name"]) == "dictionary":
                 self._dictionary_input(value)
                 continue
+            if kinds.get(value["name"]) == "string":
+                self._string_input(value)
+                continue
             name = b.define(value["name"], type_dict, value["name"])
             info = _value_info(b, name, type_dict, value["name"])
             info.doc_string = _allowed_sizes(features.get(value["name"], {}))
@@ -156,6 +159,35 @@ class FunctionExport:
         key_type = onnx.TensorProto.INT64 if integer else onnx.TensorProto.STRING
         self.graph_inputs.append(helper.make_value_info(value["name"], helper.make_map_type_proto(
             key_type, helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None))))
+
+    def _readers(self, name):
+        return [op for op in self.function["block"]["operations"] if
+                any(binding["name"] == name for bindings in op["inputs"].values() for binding in bindings)]
+
+    def _string_input(self, value):
+        """A string feature reaches the program as its code: its index in the vocabulary of the
+        one op that reads it (categoricalMapping from strings, oneHotEncoder over strings), -1
+        for a string the model does not list (Model::input_vocabulary). Exported as a graph input
+        of ONNX strings and ai.onnx.ml's CategoryMapper onto those same codes (default -1); the
+        op's translator then reads the code as the kernel does."""
+        b = self.builder
+        b.define(value["name"], value["type"], b.fresh(value["name"] + "_code"))
+        b.used_names.add(value["name"])
+        readers = self._readers(value["name"])
+        try:
+            if len(readers) != 1 or readers[0]["type"] not in ("string_to_int64", "string_one_hot_encoder"):
+                raise Unsupported("a string input read by ops other than one categorical mapping or one-hot "
+                                  "encoder (%s)" % ", ".join(op["type"] for op in readers))
+            view = OpView(b, readers[0])
+            keys = list(view.constant("vocabulary", required=True).strings)
+            code = b.node("CategoryMapper", [value["name"]], domain="ai.onnx.ml", cats_strings=keys,
+                          cats_int64s=list(range(len(keys))), default_int64=-1)
+            b.node("Reshape", [code, b.const_int64(list(value["type"]["dims"]), "code_shape")],
+                   [b.onnx_names[value["name"]]])
+        except Unsupported as exc:
+            self.problems.append(Problem("string input", value["name"], str(exc)))
+        dims = value["type"]["dims"] if value["type"]["rank"] >= 0 else None
+        self.graph_inputs.append(helper.make_tensor_value_info(value["name"], onnx.TensorProto.STRING, dims))
 
     def _op(self, op, known):
         b = self.builder

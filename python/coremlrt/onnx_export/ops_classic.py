@@ -459,3 +459,59 @@ def dict_vectorizer(v):
     from the map input with DictVectorizer): written in the output's declared shape and dtype."""
     b = v.builder
     _declared(v, b.node("Reshape", [v.input("x"), b.const_int64([1, -1], "row")]))
+
+
+# String features (src/ops/feature_engineering.cc). A string input reaches these ops as its code
+# in the op's vocabulary, -1 for a string it does not list (exporter.py makes the code from the
+# ONNX string input with CategoryMapper).
+
+@translates("string_to_int64")
+def string_to_int64(v):
+    """categoricalMapping from strings: values[code], the default for code -1 (Gather reads index
+    -1 as the last entry, where the default is put)."""
+    b = v.builder
+    values = v.constant("values", required=True).ints()
+    default = v.constant("default", required=True).ints()
+    if len(default) != 1:
+        raise Unsupported("a default of %d values" % len(default))
+    table = b.initializer(np.asarray(values + default, np.int64), "mapped_values")
+    code = b.node("Reshape", [v.input("x"), b.const_int64([], "scalar")])
+    b.node("Gather", [table, code], [v.output()], axis=0)
+
+
+@translates("int64_to_string")
+def int64_to_string(v):
+    """categoricalMapping from int64: the program carries the string as its code in
+    `output_vocabulary` (the mapped strings in key order, then the default), and such a value may
+    only leave the function (src/format/feature_codes.cc), so the export gives the string itself:
+    ai.onnx.ml's CategoryMapper over the keys, the default string for any other key. The output
+    becomes an ONNX string tensor of the declared shape."""
+    b = v.builder
+    keys = v.constant("keys", required=True).ints()
+    strings = list(v.constant("output_vocabulary", required=True).strings)
+    if len(strings) != len(keys) + 1 or len(set(keys)) != len(keys):
+        raise Unsupported("keys and output vocabulary that do not pair up")
+    x = v.input("x")
+    if v.dtype("x") != "int64":
+        x = b.node("Cast", [x], to=TensorProto.INT64)
+    out = v.outputs[0]
+    shape = b.const_int64(list(out["type"]["dims"]), "declared")
+    mapped = b.node("CategoryMapper", [b.node("Reshape", [x, b.const_int64([1], "one_value")])], domain="ai.onnx.ml",
+                    cats_int64s=keys, cats_strings=strings[:-1], default_string=strings[-1])
+    b.node("Reshape", [mapped, shape], [v.output()])
+    b.types[out["name"]] = dict(out["type"], dtype="string")
+
+
+@translates("string_one_hot_encoder")
+def string_one_hot_encoder(v):
+    """oneHotEncoder over string categories: 1 at the code's place; an unknown string (code -1)
+    gives zeros under IgnoreUnknown and fails otherwise, as OneHotEncoder over the codes does
+    (zeros = ignore_unknown)."""
+    b = v.builder
+    n = len(v.constant("vocabulary", required=True).strings)
+    ignore = int(bool(v.scalar("ignore_unknown", 0)))
+    code = b.node("Reshape", [v.input("x"), b.const_int64([1], "one_value")])
+    if v.dtype("x") != "int64":
+        code = b.node("Cast", [code], to=TensorProto.INT64)
+    encoded = b.node("OneHotEncoder", [code], domain="ai.onnx.ml", cats_int64s=list(range(n)), zeros=ignore)
+    _declared(v, b.node("Cast", [b.node("Reshape", [encoded, b.const_int64([1, -1], "row")])], to=TensorProto.DOUBLE))

@@ -70,6 +70,12 @@ class ExportedModel:
             elif feature["kind"] == "dictionary":  # a map input (DictVectorizer) of float values
                 feed[name] = {k: float(x) for k, x in value.items()}
                 continue
+            elif feature["kind"] == "string":  # a string tensor (CategoryMapper makes the code)
+                if not isinstance(value, str):
+                    raise TypeError("input '%s' takes a str, got %s" % (name, type(value).__name__))
+                info = self.inputs[name]
+                feed[name] = np.asarray(value, dtype=object).reshape([d if isinstance(d, int) else 1 for d in info.shape])
+                continue
             else:
                 raise ValueError("input '%s' is a %s feature, which the export runner does not take" % (name, feature["kind"]))
             info = self.inputs.get(name)
@@ -89,6 +95,9 @@ class ExportedModel:
                 outputs[name] = {k: float(p) for k, p in value[0].items()}
             elif isinstance(value, np.ndarray) and value.dtype == np.float16:
                 outputs[name] = value.astype(np.float32)
+            elif isinstance(value, np.ndarray) and value.dtype == object and value.size == 1 and \
+                    self.mlmodel._string_outputs.get(name, ("",))[0] == "string":
+                outputs[name] = str(value.reshape(-1)[0])  # a string feature, as MLModel.predict gives it
             else:
                 outputs[name] = value
         classifier = self.mlmodel._classifier

@@ -172,3 +172,75 @@ def test_dict_vectorizer_through_onnx(keys, tmp_path):
     for x in X:
         np.testing.assert_allclose(np.float64(runner.predict({"x": x})["y"]), np.float64(model.predict({"x": x})["y"]),
                                    rtol=1e-12, atol=1e-12)
+
+
+def _string_spec(input_kind, output_kind):
+    from coremltools.proto import Model_pb2
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 1
+    x = spec.description.input.add()
+    x.name = "x"
+    getattr(x.type, input_kind + "Type").SetInParent()
+    y = spec.description.output.add()
+    y.name = "y"
+    if output_kind == "array":
+        from coremltools.proto import FeatureTypes_pb2
+        y.type.multiArrayType.shape.append(3)
+        y.type.multiArrayType.dataType = FeatureTypes_pb2.ArrayFeatureType.DOUBLE
+    else:
+        getattr(y.type, output_kind + "Type").SetInParent()
+    return spec
+
+
+def test_categorical_mapping_string_to_int64_through_onnx(tmp_path):
+    """The string input becomes an ONNX string tensor (CategoryMapper onto the vocabulary's
+    codes); a string the map lacks gives the default. Keys whose sorted order differs from the
+    map's values catch a table laid out in the wrong order."""
+    spec = _string_spec("string", "int64")
+    for key, value in {"b": 5, "a": -3, "zz": 7, "B": 2 ** 62}.items():
+        spec.categoricalMapping.stringToInt64Map.map[key] = value
+    spec.categoricalMapping.int64Value = 42
+    model, runner = _export(spec, tmp_path)
+    import onnx
+    graph_input = onnx.load(str(tmp_path / "m.onnx")).graph.input[0]
+    assert graph_input.type.tensor_type.elem_type == onnx.TensorProto.STRING
+    for value in ["a", "b", "zz", "B", "q", "", "A"]:
+        want, got = model.predict({"x": value})["y"], runner.predict({"x": value})["y"]
+        assert int(got) == int(want), value
+    assert int(runner.predict({"x": "B"})["y"]) == 2 ** 62  # int64 all the way (a double would round)
+    assert int(runner.predict({"x": "nope"})["y"]) == 42
+
+
+def test_categorical_mapping_int64_to_string_through_onnx(tmp_path):
+    """The output, a code over the output vocabulary inside coremlrt, is an ONNX string tensor."""
+    spec = _string_spec("int64", "string")
+    for key, value in {5: "five", -3: "minus", 7: "seven", 2 ** 62: "big"}.items():
+        spec.categoricalMapping.int64ToStringMap.map[key] = value
+    spec.categoricalMapping.strValue = "other"
+    model, runner = _export(spec, tmp_path)
+    import onnx
+    graph_output = onnx.load(str(tmp_path / "m.onnx")).graph.output[0]
+    assert graph_output.type.tensor_type.elem_type == onnx.TensorProto.STRING
+    for value in [5, -3, 7, 2 ** 62, 2 ** 62 + 1, 0, -1]:
+        want, got = model.predict({"x": value})["y"], runner.predict({"x": value})["y"]
+        assert isinstance(got, str) and got == want, value
+    assert runner.predict({"x": 2 ** 62 + 1})["y"] == "other"
+
+
+@pytest.mark.parametrize("ignore", [True, False])
+def test_string_one_hot_encoder_through_onnx(ignore, tmp_path):
+    spec = _string_spec("string", "array")
+    spec.oneHotEncoder.stringCategories.vector.extend(["red", "green", "blue"])
+    spec.oneHotEncoder.handleUnknown = 1 if ignore else 0
+    model, runner = _export(spec, tmp_path)
+    for value in ["red", "green", "blue", "Red", ""]:
+        try:
+            want = model.predict({"x": value})["y"]
+        except Exception:  # an unknown string without IgnoreUnknown fails the prediction
+            assert not ignore
+            with pytest.raises(Exception):
+                runner.predict({"x": value})
+            continue
+        got = runner.predict({"x": value})["y"]
+        np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1), err_msg=value)
+        assert got.sum() == (1 if value in ("red", "green", "blue") else 0)
