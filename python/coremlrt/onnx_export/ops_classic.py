@@ -515,3 +515,69 @@ def string_one_hot_encoder(v):
         code = b.node("Cast", [code], to=TensorProto.INT64)
     encoded = b.node("OneHotEncoder", [code], domain="ai.onnx.ml", cats_int64s=list(range(n)), zeros=ignore)
     _declared(v, b.node("Cast", [b.node("Reshape", [encoded, b.const_int64([1, -1], "row")])], to=TensorProto.DOUBLE))
+
+
+def _sequential_sum(b, x, axis, count, hint):
+    """The sum of `x` along `axis` (kept, size `count`) added in index order, as the kernels add:
+    a ReduceSum may add in another order and round differently, which would break exact ties."""
+    if count > 256:
+        return b.node("ReduceSum", [x, b.const_int64([axis], "axes")], keepdims=1)
+    total = None
+    for i in range(count):
+        part = b.node("Slice", [x, b.const_int64([i], "s"), b.const_int64([i + 1], "e"), b.const_int64([axis], "a")],
+                      hint=hint)
+        total = part if total is None else b.node("Add", [total, part], hint=hint)
+    return total
+
+
+@translates("nearest_neighbors")
+def nearest_neighbors(v):
+    """kNearestNeighborsClassifier (src/ops/nearest_neighbors.cc), step by step in fp64: the
+    Euclidean distance to every sample (squares added over the dimensions in order), TopK of the
+    k smallest (ONNX's TopK puts the lower index first among equal values, as the kernel's sort
+    does), each neighbour's weight (1, or 1 / distance; when a neighbour is at distance 0 those
+    share all the weight), the weights added per class in neighbour order, each class's share as
+    fp32. classify then takes the first maximum, as the kernel's caller does."""
+    b = v.builder
+    samples = v.constant("samples", required=True).array.astype(np.float64)
+    sample_class = v.constant("sample_class", required=True).ints()
+    k = int(v.scalar("k"))
+    weighting = v.scalar("weighting")
+    if weighting not in ("uniform", "inverse_distance"):
+        raise Unsupported("weighting '%s'" % weighting)
+    default_class = int(v.scalar("default_class", -1))
+    classes = _output_size(v)
+    count, dims = samples.shape
+    shape = b.const_int64(list(v.outputs[0]["type"]["dims"]), "declared")
+    if count == 0:  # no samples: the default class gets everything
+        scores = np.zeros([classes], np.float32)
+        scores[default_class] = 1
+        b.node("Reshape", [b.initializer(scores, "knn_default"), shape], [v.output()])
+        return
+    x = feature_row(v)                                                      # [1, dims]
+    diff = b.node("Sub", [x, b.initializer(samples, "knn_samples")])        # [count, dims]
+    distance = b.node("Sqrt", [_sequential_sum(b, b.node("Mul", [diff, diff]), 1, dims, "knn_sq")])  # [count, 1]
+    distance = b.node("Reshape", [distance, b.const_int64([1, count], "row")])
+    n = min(k, count)
+    nearest, index = b.node("TopK", [distance, b.const_int64([n], "k")], outputs=[b.fresh("knn_d"), b.fresh("knn_i")],
+                            axis=1, largest=0, sorted=1)                   # [1, n] each
+    if weighting == "uniform":
+        weight = b.initializer(np.ones([1, n]), "knn_uniform")
+    else:
+        zero = b.initializer(np.asarray(0.0), "zero")
+        at_zero = b.node("Equal", [nearest, zero])
+        exact = b.node("ReduceMax", [b.node("Cast", [at_zero], to=TensorProto.INT64), b.const_int64([1], "axes")],
+                       keepdims=1)
+        safe = b.node("Where", [at_zero, b.initializer(np.asarray(1.0), "one"), nearest])
+        inverse = b.node("Div", [b.initializer(np.asarray(1.0), "one"), safe])
+        weight = b.node("Where", [b.node("Cast", [exact], to=TensorProto.BOOL),
+                                  b.node("Cast", [at_zero], to=TensorProto.DOUBLE), inverse])
+    neighbour_class = b.node("Gather", [b.initializer(np.asarray(sample_class, np.int64), "knn_class"), index], axis=0)
+    one_hot = b.node("Cast", [b.node("Equal", [b.node("Reshape", [neighbour_class, b.const_int64([n, 1], "column")]),
+                                               b.initializer(np.arange(classes, dtype=np.int64)[None, :], "knn_classes")])],
+                     to=TensorProto.DOUBLE)                                # [n, classes]
+    votes = b.node("Mul", [one_hot, b.node("Reshape", [weight, b.const_int64([n, 1], "column")])])
+    per_class = _sequential_sum(b, votes, 0, n, "knn_vote")                # [1, classes]
+    total = _sequential_sum(b, per_class, 1, classes, "knn_total")         # [1, 1]
+    share = b.node("Cast", [b.node("Div", [per_class, total])], to=TensorProto.FLOAT)
+    b.node("Reshape", [share, shape], [v.output()])

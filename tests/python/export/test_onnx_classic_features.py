@@ -244,3 +244,51 @@ def test_string_one_hot_encoder_through_onnx(ignore, tmp_path):
         got = runner.predict({"x": value})["y"]
         np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1), err_msg=value)
         assert got.sum() == (1 if value in ("red", "green", "blue") else 0)
+
+
+# Samples on an integer grid, two of them repeated: many queries are equally far from several
+# samples (the lower sample index must win the last place), k = 4 splits votes 2 : 2 (the first
+# class in sorted order must win), and queries at a sample make inverse weighting give that
+# sample (and its duplicates) all the weight.
+KNN_SAMPLES = np.array([[0, 0], [2, 0], [0, 2], [2, 2], [1, 1], [1, 1], [3, 1], [1, 3], [3, 3], [0, 0]], float)
+KNN_QUERIES = np.array([[1, 0], [0, 1], [1, 2], [2, 1], [1, 1], [0, 0], [2, 2], [3, 2], [0.5, 0.25], [5, 5],
+                        [1.5, 1.5], [2, 3]], float)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+@pytest.mark.parametrize("labels", ["int", "str"])
+def test_nearest_neighbors_through_onnx(weights, k, labels, tmp_path):
+    from sklearn.neighbors import KNeighborsClassifier
+    y = np.array([2, 0, 1, 2, 0, 1, 2, 0, 1, 1])
+    if labels == "str":
+        y = np.array(["b", "c", "a"])[y]
+    knn = KNeighborsClassifier(n_neighbors=k, algorithm="brute").fit(KNN_SAMPLES, y)
+    path, onnx_path = str(tmp_path / "m.mlmodel"), tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = ct.converters.sklearn.convert(knn, "input", "target").get_spec()
+    if weights == "distance":  # coremltools converts uniform weights only; the spec has both
+        spec.kNearestNeighborsClassifier.inverseDistanceWeighting.SetInParent()
+    # coremltools writes the label only: the probabilities are declared too, as a classifier's.
+    probabilities = spec.description.output.add()
+    probabilities.name = "classProbability"
+    if labels == "str":
+        probabilities.type.dictionaryType.stringKeyType.SetInParent()
+    else:
+        probabilities.type.dictionaryType.int64KeyType.SetInParent()
+    spec.description.predictedProbabilitiesName = "classProbability"
+    ct.utils.save_spec(spec, path)
+    export_onnx(path, onnx_path)
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, onnx_path)
+    seen = set()
+    for row in KNN_QUERIES:
+        want, got = model.predict({"input": row}), runner.predict({"input": row})
+        assert set(got) == set(want)
+        assert got["target"] == want["target"], row
+        seen.add(want["target"])
+        assert set(got["classProbability"]) == set(want["classProbability"])
+        for label, p in want["classProbability"].items():  # fp64 steps, then fp32: the same float
+            assert got["classProbability"][label] == p, (row, label, got["classProbability"][label], p)
+    assert len(seen) > 1
