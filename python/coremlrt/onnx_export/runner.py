@@ -45,7 +45,9 @@ class ExportedModel:
                                                     providers=["CPUExecutionProvider"])
         meta = self.session.get_modelmeta().custom_metadata_map
         self.states = json.loads(meta.get("coremlrt.states", "{}"))  # state input -> output
-        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        # An input with a default (an optional Core ML input: ops_detection.py) is listed by ORT
+        # among the overridable initializers, not the inputs.
+        self.inputs = {i.name: i for i in self.session.get_inputs() + self.session.get_overridable_initializers()}
 
     def make_state(self):
         """Zeros of each state's shape and type (as MLModel.make_state's start)."""
