@@ -118,3 +118,42 @@ def test_nms_op_through_onnx(ios17, per_class, max_boxes, tmp_path):
         indices = next(v for v in want.values() if v.dtype == np.int32 and v.ndim == 2)
         kept.add(int((indices >= 0).sum()))
     assert len(kept) > 1 or max_boxes < 40  # below max_boxes, the selection decides the count
+
+
+@pytest.mark.parametrize("form", ["mlprogram", "neuralnetwork"])
+@pytest.mark.parametrize("per_class", [False, True])
+def test_detector_pipeline_through_onnx(form, per_class, tmp_path, monkeypatch):
+    """A torch detector (an ML program or a neural network) then a nonMaximumSuppression model,
+    joined by coremltools' make_pipeline, as exported detectors are built (docs/design/detection.md)."""
+    import tempfile
+    torch = pytest.importorskip("torch")
+    from detection_helpers import IMAGE, Detector
+    traced = torch.jit.trace(Detector(), torch.zeros(IMAGE))
+    options = dict(inputs=[ct.TensorType(name="image", shape=IMAGE)],
+                   outputs=[ct.TensorType(name="raw_confidence"), ct.TensorType(name="raw_coordinates")])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # make_pipeline's temporary packages
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if form == "neuralnetwork":
+            detector = ct.convert(traced, convert_to="neuralnetwork", **options)
+        else:
+            detector = ct.convert(traced, convert_to="mlprogram", compute_precision=ct.precision.FLOAT32,
+                                  minimum_deployment_target=ct.target.iOS16, **options)
+        pipeline = ct.utils.make_pipeline(detector, ct.models.MLModel(nms_spec(per_class=per_class)))
+    path = str(tmp_path / ("d.mlpackage" if form == "mlprogram" else "d.mlmodel"))
+    pipeline.save(path)
+    export_onnx(path, tmp_path / "d.onnx")
+    model = coremlrt.MLModel(path)
+    runner = ExportedModel(model, tmp_path / "d.onnx")
+    rows = set()
+    for seed, scale in [(1, 20), (2, 40), (3, 0)]:
+        image = np.random.default_rng(seed).standard_normal(IMAGE).astype(np.float32) * scale
+        for thresholds in ({}, {"iouThreshold": 0.2, "confidenceThreshold": 0.4}):
+            want, got = model.predict({"image": image, **thresholds}), runner.predict({"image": image, **thresholds})
+            for name in ("confidence", "coordinates"):
+                # The detector's arithmetic may differ in the last bits between the two runtimes;
+                # the selection (which rows, in which order) must be the same.
+                assert got[name].shape == want[name].shape, (name, seed, thresholds)
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+            rows.add(want["coordinates"].shape[0])
+    assert len(rows) > 1
