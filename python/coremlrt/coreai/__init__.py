@@ -24,7 +24,7 @@ DIALECT_VERSION = 20260409
 _DIALECT_VERSION_BYTES = b"\x05"
 _BYTECODE_VERSION = 6
 # Bumped whenever the translation changes, so cached folders from an older one are rewritten.
-TRANSLATOR_VERSION = 1
+TRANSLATOR_VERSION = 2
 
 __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 
@@ -87,6 +87,15 @@ def _names(attributes, key, count, prefix):
     return names
 
 
+def _symbol(graph):
+    return str(graph.attributes["sym_name"]).strip('"')
+
+
+def _visibility(graph):
+    # The bindings hold `coreai.graph private` as the unit attribute `priv`.
+    return "private" if "priv" in {a.name for a in graph.attributes} else "public"
+
+
 def _write_compiled(path, bytecode_path, folder):
     from ._translate import Translator
 
@@ -99,11 +108,15 @@ def _write_compiled(path, bytecode_path, folder):
         others = sorted({g.name for g in graphs if g.name != "coreai.graph"})
         if others:
             raise Error(f"{where}: top-level ops other than coreai.graph are not supported yet: {', '.join(others)}")
-        if len(graphs) != 1:
-            names = [str(g.attributes["sym_name"]) for g in graphs]
-            raise Error(f"{where}: {len(graphs)} graphs ({', '.join(names)}); multifunction models are not "
+        # Private graphs are composites (layer_norm, avg_pool2d, ...) that coreai.invoke calls; they
+        # are inlined. More than one public graph is a multifunction model.
+        public = [g for g in graphs if _visibility(g) != "private"]
+        if len(public) != 1:
+            names = [_symbol(g) for g in public]
+            raise Error(f"{where}: {len(public)} public graphs ({', '.join(names)}); multifunction models are not "
                         f"supported yet")
-        graph = graphs[0]
+        graph = public[0]
+        callees = {_symbol(g): g for g in graphs if g is not graph}
         attributes = {a.name: a.attr for a in graph.attributes}
         if "param_decls" in attributes and str(attributes["param_decls"]) != "#param.decl.array<[]>":
             raise Error(f"{where}: graph parameters (param_decls) are not supported yet")
@@ -111,7 +124,11 @@ def _write_compiled(path, bytecode_path, folder):
         terminator = list(block.operations)[-1].operation
         input_names = _names(attributes, "arg_attrs", len(block.arguments), "input_")
         output_names = _names(attributes, "res_attrs", len(terminator.operands), "output_")
-        translator = Translator(graph, copy_constant, where)
+        for name, callee in callees.items():
+            callee_attributes = {a.name: a.attr for a in callee.attributes}
+            if str(callee_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
+                raise Error(f"{where}: graph '{name}' has parameters (param_decls), which are not supported yet")
+        translator = Translator(graph, copy_constant, where, callees)
         translator.translate(input_names, output_names)
         translator.write(folder)
 

@@ -10,6 +10,7 @@ docs/design/coreai.md lists the mapping.
 import json
 import math
 import os
+import re
 import struct
 
 import numpy as np
@@ -96,8 +97,10 @@ class _Var:
 
 
 class Translator:
-    def __init__(self, graph, copy_constant, where):
+    def __init__(self, graph, copy_constant, where, callees=None):
         self._graph = graph
+        self._callees = dict(callees or {})  # sym_name -> coreai.graph that invoke may call
+        self._inlining = []
         self._copy_constant = copy_constant
         self._where = where
         self._values = {}      # MLIR Value -> _Var or np.ndarray (a constant)
@@ -106,6 +109,7 @@ class Translator:
         self._blobs = bytearray(64)
         self._blob_count = 0
         self._emitted_consts = {}  # id of array -> MIL name
+        self._kept = []            # the arrays named in _emitted_consts
         self.histogram = {}
 
     # -- names and text ------------------------------------------------------------------
@@ -162,17 +166,27 @@ class Translator:
                 held = held.astype(np.int32)
                 dtype = "int32"
             self._emitted_consts[key] = self._const(held, dtype)
+            self._kept.append(self._values[value])  # its id must stay this array's
         return self._emitted_consts[key]
 
-    def _emit(self, op, mil_op, arguments, result_name=None):
-        result = op.results[0]
-        numpy_dtype, dtype, _ = _element_type(result.type, self._where)
-        shape = _shape(result.type, self._where)
-        name = result_name or self._output_names.get(result) or self._fresh(mil_op)
+    def _emit(self, op, mil_op, arguments, result_name=None, shape=None):
+        """Writes one MIL op computing all of ``op``'s results (in order). ``shape``: the first
+        result's shape where its type leaves dimensions dynamic but the translation knows them."""
+        bindings = []
+        for index, result in enumerate(op.results):
+            numpy_dtype, dtype, _ = _element_type(result.type, self._where)
+            if index == 0 and shape is not None:
+                shape = list(shape)
+            else:
+                shape = _shape(result.type, self._where)
+            name = ((result_name if index == 0 else None) or self._output_names.get(result)
+                    or self._fresh(mil_op))
+            type_text = dtype if not shape else _mil_type(dtype, shape)
+            bindings.append(f"{type_text} {name}")
+            self._values[result] = _Var(name, dtype, shape)
         args = ", ".join(f"{k} = {v}" for k, v in sorted(arguments.items()))
-        type_text = dtype if not shape else _mil_type(dtype, shape)
-        self._lines.append(f"{type_text} {name} = {mil_op}({args})[name = string(\"{name}\")];")
-        self._values[result] = _Var(name, dtype, shape)
+        first = self._values[op.results[0]].name
+        self._lines.append(f"{', '.join(bindings)} = {mil_op}({args})[name = string(\"{first}\")];")
         key = f"Ios18.{mil_op}"
         self.histogram[key] = self.histogram.get(key, 0) + 1
 
@@ -185,6 +199,8 @@ class Translator:
     # -- ops -----------------------------------------------------------------------------
     def _op_constant(self, op):
         result = op.results[0]
+        if isinstance(self._values.get(result), np.ndarray):  # a graph inlined again: same array
+            return
         numpy_dtype, _, _ = _element_type(result.type, self._where)
         shape = _shape(result.type, self._where)
         count = int(np.prod(shape)) if shape else 1
@@ -231,12 +247,22 @@ class Translator:
             raise Error(f"{self._where}: coreai.pad: padding mode '{mode}' has no MIL counterpart")
         padding = [int(p) for p in self._constant_of(op.operands[1], "padding", op).reshape(-1)]
         value = float(self._constant_of(op.operands[2], "padding value", op).reshape(()))
+        if not any(padding):  # nothing to pad (a composite's pad with padding 0)
+            self._values[op.results[0]] = self._values[op.operands[0]]
+            return
+        # The padded shape (a composite's pad may leave it dynamic in the result type); pairs
+        # (before, after) apply to the last len(padding) / 2 dimensions.
+        padded = list(self._values[op.operands[0]].shape if isinstance(self._values[op.operands[0]], _Var)
+                      else self._values[op.operands[0]].shape)
+        first = len(padded) - len(padding) // 2
+        for d in range(len(padding) // 2):
+            padded[first + d] += padding[2 * d] + padding[2 * d + 1]
         # MIL pads the last len(pad)/2 dimensions; drop leading all-zero pairs it need not see.
         while len(padding) > 2 and padding[0] == 0 and padding[1] == 0 and mil_mode != "constant":
             padding = padding[2:]
         self._emit(op, "pad", {"x": self._operand(op.operands[0]), "pad": self._param(padding, "int32"),
                                "mode": self._param(mil_mode, "string"),
-                               "constant_val": self._param(value, "fp32")})
+                               "constant_val": self._param(value, "fp32")}, shape=padded)
 
     def _ints(self, op, index, what):
         return [int(v) for v in self._constant_of(op.operands[index], what, op).reshape(-1)]
@@ -279,6 +305,137 @@ class Translator:
         size = self._param(float(kernel[0] * kernel[1]), "fp32")
         self._emit(op, "mul", {"x": average, "y": size}, result_name=final_name)
 
+    def _op_reduce_mean(self, op):
+        axes = self._ints(op, 1, "axes")
+        self._emit(op, "reduce_mean", {"x": self._operand(op.operands[0]), "axes": self._param(axes, "int32"),
+                                       "keep_dims": self._param(True, "bool")})
+
+    def _op_rsqrt(self, op):
+        # MIL's rsqrt is 1 / sqrt(x + epsilon); Core AI's has no epsilon.
+        self._emit(op, "rsqrt", {"x": self._operand(op.operands[0]), "epsilon": self._param(0.0, "fp32")})
+
+    def _op_gelu(self, op):
+        mode = "none"
+        if "approximate" in op.attributes:
+            text = str(op.attributes["approximate"])
+            mode = text[text.find("<") + 1:text.rfind(">")] if "<" in text else text.strip('"')
+        mil_mode = {"none": "EXACT", "tanh": "TANH_APPROXIMATION", "sigmoid": "SIGMOID_APPROXIMATION"}.get(mode)
+        if mil_mode is None:
+            raise Error(f"{self._where}: coreai.gelu: approximation '{mode}' has no MIL counterpart")
+        self._emit(op, "gelu", {"x": self._operand(op.operands[0]), "mode": self._param(mil_mode, "string")})
+
+    def _axis(self, op, index, rank, what="dim"):
+        axis = int(self._constant_of(op.operands[index], what, op).reshape(()))
+        if not -rank <= axis < rank:
+            raise Error(f"{self._where}: {op.name}: {what} {axis} is out of range for rank {rank}")
+        return axis % rank
+
+    def _op_split(self, op):
+        shape = _shape(op.operands[0].type, self._where)
+        axis = self._axis(op, 2, len(shape))
+        sizes = self._constant_of(op.operands[1], "split_size_or_sections", op)
+        if sizes.ndim == 0:  # chunks of that size, the last one the remainder
+            size = int(sizes)
+            sizes = [min(size, shape[axis] - start) for start in range(0, shape[axis], size)]
+        else:
+            sizes = [int(v) for v in sizes.reshape(-1)]
+        got = [_shape(r.type, self._where)[axis] for r in op.results]
+        if sizes != got or sum(sizes) != shape[axis]:
+            raise Error(f"{self._where}: coreai.split: sections {sizes} do not give the result sizes {got}")
+        if len(sizes) == 1:
+            self._emit(op, "identity", {"x": self._operand(op.operands[0])})
+            return
+        self._emit(op, "split", {"x": self._operand(op.operands[0]), "split_sizes": self._param(sizes, "int32"),
+                                 "axis": self._param(axis, "int32")})
+
+    def _op_slice(self, op):
+        shape = _shape(op.operands[0].type, self._where)
+        starts, ends, strides = (self._ints(op, i, w) for i, w in ((1, "start_indices"), (2, "end_indices"),
+                                                                  (3, "strides")))
+        begin, end, end_mask, sizes = [], [], [], []
+        for n, start, stop, step in zip(shape, starts, ends, strides):
+            if step == 0:
+                raise Error(f"{self._where}: coreai.slice: stride 0")
+            low = 0 if step > 0 else -1  # the lower bound of the valid range, per direction
+            start = start + n if start < 0 else start
+            stop = stop + n if stop < low else stop
+            if step > 0:
+                start, stop = min(max(start, 0), n), min(max(stop, 0), n)
+            else:
+                start, stop = min(max(start, 0), n - 1), min(max(stop, -1), n - 1)
+            sizes.append(max(0, -(-(stop - start) // step)))
+            begin.append(start)
+            end.append(max(stop, 0))
+            end_mask.append(stop == -1)  # a reverse slice down to index 0 inclusive
+        if sizes != _shape(op.results[0].type, self._where):
+            raise Error(f"{self._where}: coreai.slice: resolved sizes {sizes} differ from the result type "
+                        f"{op.results[0].type}")
+        source = self._values[op.operands[0]]
+        if isinstance(source, np.ndarray):
+            index = tuple(slice(b, None if m else e, st) for b, e, m, st in zip(begin, end, end_mask, strides))
+            self._values[op.results[0]] = np.ascontiguousarray(source[index])
+            return
+        self._emit(op, "slice_by_index", {"x": source.name, "begin": self._param(begin, "int32"),
+                                          "end": self._param(end, "int32"),
+                                          "stride": self._param(strides, "int32"),
+                                          "end_mask": self._param(end_mask, "bool")})
+
+    def _op_cast(self, op):
+        numpy_dtype, dtype, _ = _element_type(op.results[0].type, self._where)
+        source = self._values[op.operands[0]]
+        if isinstance(source, np.ndarray):
+            if numpy_dtype == np.bool_:
+                folded = source != 0
+            elif np.issubdtype(source.dtype, np.floating) and not np.issubdtype(numpy_dtype, np.floating):
+                folded = np.trunc(source).astype(numpy_dtype)  # toward zero
+            else:
+                folded = source.astype(numpy_dtype)
+            self._values[op.results[0]] = folded
+            return
+        from_float = source.dtype in ("fp32", "fp16")
+        if dtype not in ("fp32", "fp16", "int32", "bool") or (from_float and dtype == "int32"):
+            raise Error(f"{self._where}: coreai.cast from {source.dtype} to {dtype} of a computed value is not "
+                        f"supported yet")
+        self._emit(op, "cast", {"x": source.name, "dtype": self._param(dtype, "string")},
+                   shape=source.shape)
+
+    def _op_concat(self, op):
+        rank = len(_shape(op.operands[1].type, self._where))
+        axis = self._axis(op, 0, rank, "dimension")
+        pieces = [self._values[v] for v in list(op.operands)[1:]]
+        if all(isinstance(p, np.ndarray) for p in pieces):
+            numpy_dtype = _element_type(op.results[0].type, self._where)[0]
+            self._values[op.results[0]] = np.concatenate(pieces, axis).astype(numpy_dtype)
+            return
+        values = [self._operand(v) for v in list(op.operands)[1:]]
+        self._emit(op, "concat", {"values": f"({', '.join(values)})", "axis": self._param(axis, "int32"),
+                                  "interleave": self._param(False, "bool")})
+
+    def _op_gather_nd(self, op):
+        # Negative indices wrap once; MIL's gather_nd without validate_indices wraps them too,
+        # and coremlrt fails a prediction on an index outside [-size, size).
+        self._emit(op, "gather_nd", {"x": self._operand(op.operands[0]), "indices": self._operand(op.operands[1]),
+                                     "batch_dims": self._param(0, "int32")})
+
+    def _op_invoke(self, op):
+        """A call of another graph of the module (a composite such as layer_norm): inlined."""
+        # Printed as `#param.constant<@name> : !param.symbol` (or a plain `@name`).
+        symbols = re.findall(r'@"?([\w.$-]+)', str(op.attributes["callee"]))
+        callee = symbols[-1] if symbols else str(op.attributes["callee"])
+        graph = self._callees.get(callee)
+        if graph is None:
+            raise Error(f"{self._where}: coreai.invoke of '{callee}', which is not a graph of this module")
+        if callee in self._inlining:
+            raise Error(f"{self._where}: coreai.invoke: '{callee}' calls itself")
+        block = graph.regions[0].blocks[0]
+        for argument, operand in zip(block.arguments, op.operands):
+            self._values[argument] = self._values[operand]
+        self._inlining.append(callee)
+        results = self._run([o.operation for o in block.operations])
+        self._inlining.pop()
+        for result, value in zip(op.results, results):
+            self._values[result] = self._values[value]
+
     def _op_output(self, op):
         self._results = list(op.operands)
 
@@ -303,11 +460,18 @@ class Translator:
             shape = _shape(argument.type, self._where)
             self._values[argument] = _Var(name, dtype, shape)
             self.inputs.append((name, dtype, data_type, shape))
-        unsupported = sorted({o.name for o in operations
-                              if o.name not in _UNARY and o.name not in _BINARY
-                              and not hasattr(self, "_op_" + o.name.rsplit(".", 1)[-1])})
+        names = {o.name for o in operations}
+        for graph in self._callees.values():
+            names |= {o.operation.name for o in graph.regions[0].blocks[0].operations}
+        unsupported = sorted(n for n in names if n not in _UNARY and n not in _BINARY
+                             and not hasattr(self, "_op_" + n.rsplit(".", 1)[-1]))
         if unsupported:
             raise Error(f"{self._where}: coremlrt cannot translate these Core AI ops yet: {', '.join(unsupported)}")
+        self._run(operations)
+        self._finish(output_names)
+
+    def _run(self, operations):
+        """Translates a block's ops in order; returns the values its coreai.output returns."""
         for op in operations:
             if op.name in _UNARY:
                 self._emit(op, _UNARY[op.name], {"x": self._operand(op.operands[0])})
@@ -321,6 +485,9 @@ class Translator:
                     self._emit(op, mil_op, {"x": self._operand(op.operands[0]), "y": self._operand(op.operands[1])})
             else:
                 getattr(self, "_op_" + op.name.rsplit(".", 1)[-1])(op)
+        return self._results
+
+    def _finish(self, output_names):
         self.outputs = []
         result_names = []
         for value, name in zip(self._results, output_names):
