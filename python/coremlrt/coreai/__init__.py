@@ -97,7 +97,7 @@ def _visibility(graph):
 
 
 def _write_compiled(path, bytecode_path, folder):
-    from ._translate import Translator
+    from ._translate import Program, Translator
 
     Context, load_module_from_bytecode, copy_constant = _import_coreai()
     where = bytecode_path
@@ -109,28 +109,28 @@ def _write_compiled(path, bytecode_path, folder):
         if others:
             raise Error(f"{where}: top-level ops other than coreai.graph are not supported yet: {', '.join(others)}")
         # Private graphs are composites (layer_norm, avg_pool2d, ...) that coreai.invoke calls; they
-        # are inlined. More than one public graph is a multifunction model.
+        # are inlined. Each public graph is a function (a multifunction model has several; "main"
+        # is the default one when there is one).
         public = [g for g in graphs if _visibility(g) != "private"]
-        if len(public) != 1:
-            names = [_symbol(g) for g in public]
-            raise Error(f"{where}: {len(public)} public graphs ({', '.join(names)}); multifunction models are not "
-                        f"supported yet")
-        graph = public[0]
-        callees = {_symbol(g): g for g in graphs if g is not graph}
-        attributes = {a.name: a.attr for a in graph.attributes}
-        if "param_decls" in attributes and str(attributes["param_decls"]) != "#param.decl.array<[]>":
-            raise Error(f"{where}: graph parameters (param_decls) are not supported yet")
-        block = graph.regions[0].blocks[0]
-        terminator = list(block.operations)[-1].operation
-        input_names = _names(attributes, "arg_attrs", len(block.arguments), "input_")
-        output_names = _names(attributes, "res_attrs", len(terminator.operands), "output_")
-        for name, callee in callees.items():
-            callee_attributes = {a.name: a.attr for a in callee.attributes}
-            if str(callee_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
+        if not public:
+            raise Error(f"{where}: the program has no public coreai.graph")
+        callees = {_symbol(g): g for g in graphs if _visibility(g) == "private"}
+        for name, graph in list(callees.items()) + [(_symbol(g), g) for g in public]:
+            graph_attributes = {a.name: a.attr for a in graph.attributes}
+            if str(graph_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
                 raise Error(f"{where}: graph '{name}' has parameters (param_decls), which are not supported yet")
-        translator = Translator(graph, copy_constant, where, callees)
-        translator.translate(input_names, output_names)
-        translator.write(folder)
+        program = Program()
+        for graph in public:
+            attributes = {a.name: a.attr for a in graph.attributes}
+            block = graph.regions[0].blocks[0]
+            terminator = list(block.operations)[-1].operation
+            input_names = _names(attributes, "arg_attrs", len(block.arguments), "input_")
+            output_names = _names(attributes, "res_attrs", len(terminator.operands), "output_")
+            translator = Translator(graph, copy_constant, f"{where} ({_symbol(graph)})", callees, program,
+                                    _symbol(graph))
+            translator.translate(input_names, output_names)
+        names = [_symbol(g) for g in public]
+        program.write(folder, "main" if "main" in names else names[0])
 
 
 def _cache_root(cache_dir):

@@ -96,8 +96,63 @@ class _Var:
         self.name, self.dtype, self.shape = name, dtype, shape
 
 
+_TOKEN = object()  # the value of a !coreai.token: ordering only, nothing to compute
+
+
+def _is_token(mlir_type):
+    return str(mlir_type) == "!coreai.token"
+
+
+def _handle_type(mlir_type, where):
+    """(element type name, shape) of a ``!coreai.handle<tensor<...>>``, or None for another type."""
+    text = str(mlir_type)
+    if not text.startswith("!coreai.handle<"):
+        return None
+    match = re.fullmatch(r"!coreai\.handle<tensor<((?:[0-9?]+x)*)(\w+)>>", text)
+    if match is None or "?" in match.group(1):
+        raise Error(f"{where}: handle type {text} is not supported (a static tensor handle only)")
+    dims = [int(d) for d in match.group(1).split("x") if d]
+    return match.group(2), dims
+
+
+class Program:
+    """What the functions of one MIL program share: the weight file, op names, the histogram."""
+
+    def __init__(self):
+        self.counter = 0
+        self.blobs = bytearray(64)
+        self.blob_count = 0
+        self.histogram = {}
+        self.functions = []  # Translators, in order
+
+    def write(self, folder, default_name):
+        body = "\n".join(t.function_text() for t in self.functions)
+        os.makedirs(os.path.join(folder, "weights"), exist_ok=True)
+        with open(os.path.join(folder, "model.mil"), "w", encoding="utf-8") as f:
+            f.write(f"program(1.3)\n{{\n{body}\n}}\n")
+        blobs = bytearray(self.blobs)
+        blobs[0:8] = struct.pack("<II", self.blob_count, 2)
+        with open(os.path.join(folder, "weights", "weight.bin"), "wb") as f:
+            f.write(blobs)
+        default = next(t for t in self.functions if t.name == default_name)
+        metadata = [{
+            "metadataOutputVersion": "3.0", "specificationVersion": 9,
+            "modelType": {"name": "MLModelType_mlProgram"},
+            "shortDescription": "", "author": "", "license": "", "version": "",
+            "userDefinedMetadata": {"com.github.coremlrt.source": "coreai"},
+            "mlProgramOperationTypeHistogram": dict(sorted(self.histogram.items())),
+            **default.schemas(),
+            "isUpdatable": "0", "method": "predict",
+        }]
+        if len(self.functions) > 1:
+            metadata[0]["functions"] = [{"name": t.name, **t.schemas()} for t in self.functions]
+            metadata[0]["defaultFunctionName"] = default_name
+        with open(os.path.join(folder, "metadata.json"), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2)
+
+
 class Translator:
-    def __init__(self, graph, copy_constant, where, callees=None):
+    def __init__(self, graph, copy_constant, where, callees=None, program=None, name="main"):
         self._graph = graph
         self._callees = dict(callees or {})  # sym_name -> coreai.graph that invoke may call
         self._inlining = []
@@ -105,26 +160,27 @@ class Translator:
         self._where = where
         self._values = {}      # MLIR Value -> _Var or np.ndarray (a constant)
         self._lines = []
-        self._counter = 0
-        self._blobs = bytearray(64)
-        self._blob_count = 0
+        self._program = program or Program()
+        self._program.functions.append(self)
+        self.name = name
         self._emitted_consts = {}  # id of array -> MIL name
         self._kept = []            # the arrays named in _emitted_consts
-        self.histogram = {}
+        self.histogram = self._program.histogram
 
     # -- names and text ------------------------------------------------------------------
     def _fresh(self, base):
-        self._counter += 1
-        return f"{base}_{self._counter}"
+        self._program.counter += 1
+        return f"{base}_{self._program.counter}"
 
     def _blob(self, array, dtype):
+        program = self._program
         data = np.ascontiguousarray(array).tobytes()
-        offset = len(self._blobs)
-        self._blobs += struct.pack("<IIQQQ", 0xDEADBEEF, _BLOB_CODES[dtype], len(data), offset + 64, 0)
-        self._blobs += bytes(64 - 32)
-        self._blobs += data
-        self._blobs += bytes((-len(self._blobs)) % 64)
-        self._blob_count += 1
+        offset = len(program.blobs)
+        program.blobs += struct.pack("<IIQQQ", 0xDEADBEEF, _BLOB_CODES[dtype], len(data), offset + 64, 0)
+        program.blobs += bytes(64 - 32)
+        program.blobs += data
+        program.blobs += bytes((-len(program.blobs)) % 64)
+        program.blob_count += 1
         return offset
 
     def _const_text(self, array, dtype):
@@ -436,6 +492,39 @@ class Translator:
         for result, value in zip(op.results, results):
             self._values[result] = self._values[value]
 
+    # States. The tokens only order the handle ops; MIL runs its ops in program order, and the
+    # bytecode's order already follows each token chain, so tokens translate to nothing. A
+    # write_handle is always written (Core AI may drop one whose token is unused).
+    def _op_create_token(self, op):
+        self._values[op.results[0]] = _TOKEN
+
+    def _op_join_token(self, op):
+        self._values[op.results[0]] = _TOKEN
+
+    def _state_of(self, op):
+        held = self._values[op.operands[0]]
+        if not (isinstance(held, _Var) and held.dtype.startswith("state<")):
+            raise Error(f"{self._where}: {op.name} of a handle that is not a state input of the function")
+        return held
+
+    def _op_read_handle(self, op):
+        state = self._state_of(op)
+        numpy_dtype, dtype, _ = _element_type(op.results[0].type, self._where)
+        name = self._output_names.get(op.results[0]) or self._fresh("read_state")
+        self._lines.append(f"{_mil_type(dtype, state.shape)} {name} = read_state(input = {state.name})"
+                           f"[name = string(\"{name}\")];")
+        self._values[op.results[0]] = _Var(name, dtype, state.shape)
+        self._values[op.results[1]] = _TOKEN
+        self.histogram["Ios18.read_state"] = self.histogram.get("Ios18.read_state", 0) + 1
+
+    def _op_write_handle(self, op):
+        state = self._state_of(op)
+        name = self._fresh("write_state")
+        self._lines.append(f"write_state(data = {self._operand(op.operands[1])}, input = {state.name})"
+                           f"[name = string(\"{name}\")];")
+        self._values[op.results[0]] = _TOKEN
+        self.histogram["Ios18.write_state"] = self.histogram.get("Ios18.write_state", 0) + 1
+
     def _op_output(self, op):
         self._results = list(op.operands)
 
@@ -452,7 +541,20 @@ class Translator:
             if value not in self._output_names and not any(value == a for a in block.arguments):
                 self._output_names[value] = name
         self.inputs = []
+        self.states = []
+        self._arguments = []  # (MIL type text, name), in the graph's order
         for argument, name in zip(block.arguments, input_names):
+            handle = _handle_type(argument.type, self._where)
+            if handle is not None:  # a state: caller-owned, read and written with read/write_handle
+                element, shape = handle
+                if element not in _ELEMENT_TYPES or _ELEMENT_TYPES[element][2] not in ("Float32", "Float16", "Int32"):
+                    raise Error(f"{self._where}: state '{name}' has element type {element}, which coremlrt "
+                                f"states cannot take")
+                _, dtype, data_type = _ELEMENT_TYPES[element]
+                self._values[argument] = _Var(name, f"state<{dtype}>", shape)
+                self.states.append((name, dtype, data_type, shape))
+                self._arguments.append((f"state<{_mil_type(dtype, shape)}>", name))
+                continue
             numpy_dtype, dtype, data_type = _element_type(argument.type, self._where)
             if data_type is None:
                 raise Error(f"{self._where}: input '{name}' has element type {argument.type.element_type}, "
@@ -460,6 +562,7 @@ class Translator:
             shape = _shape(argument.type, self._where)
             self._values[argument] = _Var(name, dtype, shape)
             self.inputs.append((name, dtype, data_type, shape))
+            self._arguments.append((_mil_type(dtype, shape), name))
         names = {o.name for o in operations}
         for graph in self._callees.values():
             names |= {o.operation.name for o in graph.regions[0].blocks[0].operations}
@@ -492,6 +595,8 @@ class Translator:
         result_names = []
         for value, name in zip(self._results, output_names):
             held = self._values[value]
+            if held is _TOKEN:  # a state's token: the state itself is the caller's
+                continue
             if not (isinstance(held, _Var) and held.name == name):
                 # An input, a constant or a value returned twice: copy it under the output's name.
                 source = self._operand(value)
@@ -507,33 +612,24 @@ class Translator:
             result_names.append(name)
         self._result_names = result_names
 
-    def write(self, folder):
-        arguments = ", ".join(f"{_mil_type(dtype, shape)} {name}" for name, dtype, _, shape in self.inputs)
+    def function_text(self):
+        arguments = ", ".join(f"{type_text} {name}" for type_text, name in self._arguments)
         body = "\n".join("        " + line for line in self._lines)
-        text = (f"program(1.3)\n{{\n    func main<ios18>({arguments}) {{\n{body}\n"
-                f"    }} -> ({', '.join(self._result_names)});\n}}\n")
-        os.makedirs(os.path.join(folder, "weights"), exist_ok=True)
-        with open(os.path.join(folder, "model.mil"), "w", encoding="utf-8") as f:
-            f.write(text)
-        blobs = bytearray(self._blobs)
-        blobs[0:8] = struct.pack("<II", self._blob_count, 2)
-        with open(os.path.join(folder, "weights", "weight.bin"), "wb") as f:
-            f.write(blobs)
+        return (f"    func {self.name}<ios18>({arguments}) {{\n{body}\n"
+                f"    }} -> ({', '.join(self._result_names)});")
 
-        def feature(name, data_type, shape):
-            return {"name": name, "type": "MultiArray", "isOptional": "0", "shortDescription": "",
+    def schemas(self):
+        def feature(name, data_type, shape, kind="MultiArray"):
+            return {"name": name, "type": kind, "isOptional": "0", "shortDescription": "",
                     "dataType": data_type, "shape": "[" + ", ".join(str(d) for d in shape) + "]",
                     "hasShapeFlexibility": "0"}
 
-        metadata = [{
-            "metadataOutputVersion": "3.0", "specificationVersion": 9,
-            "modelType": {"name": "MLModelType_mlProgram"},
-            "shortDescription": "", "author": "", "license": "", "version": "",
-            "userDefinedMetadata": {"com.github.coremlrt.source": "coreai"},
-            "mlProgramOperationTypeHistogram": dict(sorted(self.histogram.items())),
-            "inputSchema": [feature(n, t, s) for n, _, t, s in self.inputs],
-            "outputSchema": [feature(n, t, s) for n, _, t, s in self.outputs],
-            "isUpdatable": "0", "method": "predict",
-        }]
-        with open(os.path.join(folder, "metadata.json"), "w", encoding="utf-8") as f:
-            json.dump(metadata, f, indent=2)
+        schemas = {"inputSchema": [feature(n, t, s) for n, _, t, s in self.inputs],
+                   "outputSchema": [feature(n, t, s) for n, _, t, s in self.outputs]}
+        if self.states:
+            schemas["stateSchema"] = [feature(n, t, s, "State") for n, _, t, s in self.states]
+        return schemas
+
+    def write(self, folder):
+        """Writes a program of this one function."""
+        self._program.write(folder, self.name)

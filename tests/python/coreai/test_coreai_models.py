@@ -154,3 +154,59 @@ def test_without_coreai_core_says_what_to_install(models, tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "coreai", None)
     with pytest.raises(coremlrt.Error, match=r"pip install coremlrt\[coreai\]"):
         coremlrt.MLModel(path, cache_dir=tmp_path / "empty-cache")
+
+
+class _Accumulate(torch.nn.Module):
+    """A buffer updated in place: a Core AI state (a handle read and written with tokens)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(1, 4))
+        self.l = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.acc.add_(x)
+        return self.l(self.acc) * 2
+
+
+class _Triple(torch.nn.Module):
+    def forward(self, x):
+        return x * 3 - 1
+
+
+def test_states_and_functions(tmp_path):
+    import copy
+
+    torch.manual_seed(0)
+    module = _Accumulate().eval()
+    reference = copy.deepcopy(module)
+    x = torch.randn(1, 4)
+
+    def export(m):
+        return lambda mm: torch.export.export(mm, args=(x,)).run_decompositions(coreai_torch.get_decomp_table())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
+        converter.add_pytorch_module(module, export_fn=export(module), input_names=["x"], output_names=["y"],
+                                     state_names=["acc"])
+        converter.add_pytorch_module(_Triple().eval(), export_fn=export(_Triple()), input_names=["x"],
+                                     output_names=["z"], entrypoint_name="triple")
+        converter.to_coreai().save_asset(tmp_path / "functions.aimodel")
+    path = str(tmp_path / "functions.aimodel")
+
+    model = coremlrt.MLModel(path, cache_dir=tmp_path)  # "main", the default function
+    assert list(model.input_description) == ["x"] and list(model.output_description) == ["y"]
+    state = model.make_state()
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        step = torch.randn(1, 4, generator=generator)
+        with torch.no_grad():
+            expected = reference(step).numpy()
+        got = model.predict({"x": step.numpy()}, state=state)["y"]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
+        np.testing.assert_allclose(state.read_state("acc"), reference.acc.numpy(), rtol=0, atol=ATOL)
+
+    triple = coremlrt.MLModel(path, cache_dir=tmp_path, function_name="triple")
+    assert list(triple.output_description) == ["z"]
+    np.testing.assert_array_equal(triple.predict({"x": x.numpy()})["z"], (x * 3 - 1).numpy())
