@@ -366,6 +366,11 @@ class Translator:
         self._emit(op, "reduce_mean", {"x": self._operand(op.operands[0]), "axes": self._param(axes, "int32"),
                                        "keep_dims": self._param(True, "bool")})
 
+    def _op_reduce_sum(self, op):
+        axes = self._ints(op, 1, "axes")
+        self._emit(op, "reduce_sum", {"x": self._operand(op.operands[0]), "axes": self._param(axes, "int32"),
+                                      "keep_dims": self._param(True, "bool")})
+
     def _op_rsqrt(self, op):
         # MIL's rsqrt is 1 / sqrt(x + epsilon); Core AI's has no epsilon.
         self._emit(op, "rsqrt", {"x": self._operand(op.operands[0]), "epsilon": self._param(0.0, "fp32")})
@@ -472,6 +477,47 @@ class Translator:
         # and coremlrt fails a prediction on an index outside [-size, size).
         self._emit(op, "gather_nd", {"x": self._operand(op.operands[0]), "indices": self._operand(op.operands[1]),
                                      "batch_dims": self._param(0, "int32")})
+
+    def _op_scatter_nd(self, op):
+        # Only the replace update function (the region yields its second argument) is MIL's
+        # scatter_nd mode "update"; other update functions are refused.
+        block = op.regions[0].blocks[0]
+        body = [o.operation for o in block.operations]
+        if not (len(body) == 1 and body[0].name == "coreai.yield" and len(block.arguments) == 2
+                and body[0].operands[0] == block.arguments[1]):
+            raise Error(f"{self._where}: coreai.scatter_nd with an update function other than replace "
+                        f"({', '.join(o.name for o in body)}) is not supported")
+        shape = _shape(op.operands[0].type, self._where)
+        # Operands (input, indices, updates), whatever order the printed form shows them in.
+        indices = self._values[op.operands[1]]
+        depth = int(indices.shape[-1])
+        dims = np.array(shape[:depth], np.int32)
+        # Core AI wraps a negative index once; MIL's iOS17+ scatter_nd takes [0, size) only.
+        if isinstance(indices, np.ndarray):
+            wrapped = self._operand_of(np.where(indices < 0, indices + dims, indices).astype(np.int32), "int32")
+        else:
+            zero = self._param(0, "int32")
+            negative = self._line(f"tensor<bool, {list(indices.shape)}>", "less",
+                                  {"x": indices.name, "y": zero})
+            shifted = self._line(_mil_type("int32", indices.shape), "add",
+                                 {"x": indices.name, "y": self._const(dims, "int32")})
+            wrapped = self._line(_mil_type("int32", indices.shape), "select",
+                                 {"cond": negative, "a": shifted, "b": indices.name})
+        self._emit(op, "scatter_nd", {"data": self._operand(op.operands[0]), "indices": wrapped,
+                                      "updates": self._operand(op.operands[2]),
+                                      "mode": self._param("update", "string")})
+
+    def _operand_of(self, array, dtype):
+        return self._const(array, dtype)
+
+    def _line(self, type_text, mil_op, arguments):
+        """One MIL op of the translation's own (no Core AI result): its name."""
+        name = self._fresh(mil_op)
+        args = ", ".join(f"{k} = {v}" for k, v in sorted(arguments.items()))
+        self._lines.append(f"{type_text} {name} = {mil_op}({args})[name = string(\"{name}\")];")
+        key = f"Ios18.{mil_op}"
+        self.histogram[key] = self.histogram.get(key, 0) + 1
+        return name
 
     def _op_invoke(self, op):
         """A call of another graph of the module (a composite such as layer_norm): inlined."""

@@ -210,3 +210,46 @@ def test_states_and_functions(tmp_path):
     triple = coremlrt.MLModel(path, cache_dir=tmp_path, function_name="triple")
     assert list(triple.output_description) == ["z"]
     np.testing.assert_array_equal(triple.predict({"x": x.numpy()})["z"], (x * 3 - 1).numpy())
+
+
+class _Cache(torch.nn.Module):
+    """A cache row written at a position given as an input (index_copy_ on a buffer: a state,
+    scatter_nd with the replace update function, reduce_sum)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 8, 4))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(1, pos, x)
+        return torch.softmax(self.cache.sum(-1), -1)
+
+
+def test_cache_state_written_at_an_input_position(tmp_path):
+    import copy
+
+    module = _Cache().eval()
+    reference = copy.deepcopy(module)
+    args = (torch.randn(1, 1, 4), torch.tensor([3]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
+        converter.add_pytorch_module(
+            module, export_fn=lambda m: torch.export.export(m, args=args).run_decompositions(
+                coreai_torch.get_decomp_table()),
+            input_names=["x", "pos"], output_names=["y"], state_names=["cache"])
+        converter.to_coreai().save_asset(tmp_path / "cache.aimodel")
+    model = coremlrt.MLModel(str(tmp_path / "cache.aimodel"), cache_dir=tmp_path)
+    state = model.make_state()
+    generator = torch.Generator().manual_seed(6)
+    for pos in (3, 0, 7, 3):
+        x = torch.randn(1, 1, 4, generator=generator)
+        with torch.no_grad():
+            expected = reference(x, torch.tensor([pos])).numpy()
+        got = model.predict({"x": x.numpy(), "pos": np.array([pos], np.int32)}, state=state)["y"]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
+        np.testing.assert_array_equal(state.read_state("cache"), reference.cache.numpy())
+    # Core AI wraps a negative index once: -1 is row 7.
+    x = torch.randn(1, 1, 4, generator=generator)
+    model.predict({"x": x.numpy(), "pos": np.array([-1], np.int32)}, state=state)
+    np.testing.assert_array_equal(state.read_state("cache")[:, 7], x.numpy()[:, 0])
