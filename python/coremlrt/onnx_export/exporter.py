@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 from onnx.external_data_helper import set_external_data
 
-from . import ops_classic, ops_detection, ops_elementwise, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
+from . import ops_classic, ops_detection, ops_elementwise, ops_image, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS

@@ -376,6 +376,17 @@ def resample(v):
     image edges without: Core ML's reflection (always about the centres) and symmetric (always
     about the edges) are exported only where they coincide with it, and refused elsewhere."""
     b = v.builder
+    grid = v.input("coordinates")
+    if v.dtype("coordinates") != "float32":
+        grid = b.node("Cast", [grid], to=1)
+    grid_sample(v, grid, np.float32)
+
+
+def grid_sample(v, grid, grid_type):
+    """GridSample of v's input x at `grid` ([B, H2, W2, 2], (x, y) in the op's coordinates_mode,
+    of numpy type `grid_type`: fp32, or fp64 mapped in fp64 and then cast to fp32), with the
+    op's sampling_mode, padding_mode, padding_value and align_corners (resample, affine)."""
+    b = v.builder
     mode = str(v.scalar("sampling_mode")).lower()
     padding = str(v.scalar("padding_mode")).lower()
     coordinates = str(v.scalar("coordinates_mode")).lower()
@@ -399,12 +410,9 @@ def resample(v):
     x = v.input("x")
     if v.dtype("x") != "float32":
         x = b.node("Cast", [x], to=1)  # TensorProto.FLOAT: the kernel samples in float
-    grid = v.input("coordinates")
-    if v.dtype("coordinates") != "float32":
-        grid = b.node("Cast", [grid], to=1)
+    const = lambda value, hint: b.initializer(np.asarray(value, grid_type), hint)  # noqa: E731
     if coordinates == "normalized_zero_to_one":
-        grid = b.node("Sub", [b.node("Mul", [grid, b.initializer(np.asarray(2.0, np.float32), "two")]),
-                              b.initializer(np.asarray(1.0, np.float32), "one")])
+        grid = b.node("Sub", [b.node("Mul", [grid, const(2.0, "two")]), const(1.0, "one")])
     elif coordinates == "unnormalized":
         dims = v.type_of("x")["dims"]
         if v.rank("x") != 4 or dims[2] < 0 or dims[3] < 0:
@@ -417,10 +425,11 @@ def resample(v):
             scale, shift = [2.0 / (w - 1), 2.0 / (h - 1)], [-1.0, -1.0]
         else:
             scale, shift = [2.0 / w, 2.0 / h], [1.0 / w - 1.0, 1.0 / h - 1.0]
-        grid = b.node("Add", [b.node("Mul", [grid, b.initializer(np.asarray(scale, np.float32), "grid_scale")]),
-                              b.initializer(np.asarray(shift, np.float32), "grid_shift")])
+        grid = b.node("Add", [b.node("Mul", [grid, const(scale, "grid_scale")]), const(shift, "grid_shift")])
     elif coordinates != "normalized_minus_one_to_one":
         raise Unsupported("coordinates_mode '%s'" % coordinates)
+    if grid_type != np.float32:
+        grid = b.node("Cast", [grid], to=1)
     shifted = padding == "constant" and value != 0.0
     c = b.initializer(np.asarray(value, np.float32), "padding_value")
     if shifted:

@@ -526,3 +526,28 @@ def reverse_sequence(v):
     moved = b.node("Transpose", [v.input("x")], perm=perm)
     reversed_ = b.node("ReverseSequence", [moved, lengths], batch_axis=0, time_axis=1)
     b.node("Transpose", [reversed_], [v.output()], perm=[perm.index(d) for d in range(rank)])
+
+
+@translates("sliding_windows")
+def sliding_windows(v):
+    """Windows of `size` every `stride` along `axis` (src/ops/tensor_ops.cc): a Gather of the
+    index grid start * stride + k ([count, size], count = (n - size) / stride + 1), which puts
+    the window dim right after the axis."""
+    b = v.builder
+    size, stride = int(v.scalar("size")), int(v.scalar("stride", 1))
+    if size <= 0 or stride <= 0:
+        raise Unsupported("size and stride must be positive")
+    rank = v.rank("x")
+    if rank < 0:
+        raise Unsupported("x of a rank known only at run time")
+    axis = int(v.scalar("axis"))
+    axis = axis + rank if axis < 0 else axis
+    x = v.input("x")
+    n = b.node("Gather", [b.node("Shape", [x]), b.const_int64(axis, "axis")], axis=0)
+    count = b.node("Add", [b.node("Div", [b.node("Sub", [n, b.const_int64(size, "size")]), b.const_int64(stride, "stride")]),
+                   b.const_int64(1, "one")])
+    starts = b.node("Mul", [b.node("Range", [b.const_int64(0, "zero"), count, b.const_int64(1, "one")]),
+                            b.const_int64(stride, "stride")])
+    index = b.node("Add", [b.node("Unsqueeze", [starts, b.const_int64([1], "axes")]),
+                           b.const_int64(np.arange(size).reshape(1, size), "window")])
+    b.node("Gather", [x, index], [v.output()], axis=axis)
