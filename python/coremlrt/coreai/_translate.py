@@ -519,6 +519,31 @@ class Translator:
         self.histogram[key] = self.histogram.get(key, 0) + 1
         return name
 
+    def _op_broadcast_in_dims(self, op):
+        shape = _shape(op.operands[0].type, self._where)
+        sizes = self._ints(op, 1, "dim_sizes")
+        axes = [a % len(shape) if -len(shape) <= a < len(shape) else None for a in self._ints(op, 2, "axes")]
+        if None in axes or len(axes) != len(sizes) or any(shape[a] != 1 for a in axes):
+            raise Error(f"{self._where}: coreai.broadcast_in_dims: axes {self._ints(op, 2, 'axes')} do not name "
+                        f"size-1 dimensions of {shape}")
+        reps = [1] * len(shape)
+        for a, size in zip(axes, sizes):
+            reps[a] = size
+        source = self._values[op.operands[0]]
+        if isinstance(source, np.ndarray):
+            self._values[op.results[0]] = np.ascontiguousarray(np.tile(source, reps))
+            return
+        self._emit(op, "tile", {"x": source.name, "reps": self._param(reps, "int32")})
+
+    def _op_broadcasting_where(self, op):
+        condition, a, b = (self._values[v] for v in op.operands)
+        if all(isinstance(v, np.ndarray) for v in (condition, a, b)):
+            numpy_dtype = _element_type(op.results[0].type, self._where)[0]
+            self._values[op.results[0]] = np.where(condition, a, b).astype(numpy_dtype)
+            return
+        self._emit(op, "select", {"cond": self._operand(op.operands[0]), "a": self._operand(op.operands[1]),
+                                  "b": self._operand(op.operands[2])})
+
     def _op_invoke(self, op):
         """A call of another graph of the module (a composite such as layer_norm): inlined."""
         # Printed as `#param.constant<@name> : !param.symbol` (or a plain `@name`).

@@ -220,3 +220,63 @@ def test_composite_graphs_are_inlined(tmp_path):
     with torch.no_grad():
         expected = module(x).numpy()
     np.testing.assert_allclose(model.predict({"x": x.numpy()})["y"], expected, rtol=0, atol=1e-6)
+
+
+class _CachedDecodeStep(torch.nn.Module):
+    """GPT-2-like decode step whose key/value caches are buffers (Core AI states) written in
+    place at the token's position (index_copy_: scatter_nd, broadcast_in_dims, and
+    broadcasting_where to write one layer's rows of the stacked caches)."""
+
+    def __init__(self, vocab=100, d=32, layers=2, length=16):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(length, d)
+        self.blocks = torch.nn.ModuleList([_Block(d) for _ in range(layers)])
+        self.lnf = torch.nn.LayerNorm(d)
+        self.register_buffer("k_cache", torch.zeros(layers, 1, 4, length, d // 4))
+        self.register_buffer("v_cache", torch.zeros(layers, 1, 4, length, d // 4))
+
+    def forward(self, ids, pos, mask):
+        x = self.tok(ids) + self.pos(pos)[None]
+        for i, block in enumerate(self.blocks):
+            h = block.ln1(x)
+            b, t, d = h.shape
+            q, k, v = (z.reshape(b, -1, 4, d // 4).transpose(1, 2) for z in block.qkv(h).split(d, -1))
+            self.k_cache[i].index_copy_(2, pos, k)
+            self.v_cache[i].index_copy_(2, pos, v)
+            scores = q @ self.k_cache[i].transpose(-1, -2) / math.sqrt(d // 4) + mask
+            y = (torch.softmax(scores, -1) @ self.v_cache[i]).transpose(1, 2).reshape(b, t, d)
+            x = x + block.o(y)
+            x = x + block.f2(F.gelu(block.f1(block.ln2(x)), approximate="tanh"))
+        return self.lnf(x) @ self.tok.weight.T
+
+
+def test_decode_steps_with_cache_states(tmp_path):
+    import copy
+
+    torch.manual_seed(0)
+    module = _CachedDecodeStep().eval()
+    reference = copy.deepcopy(module)
+    args = (torch.tensor([[5]]), torch.tensor([0]), torch.zeros(16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
+        converter.add_pytorch_module(
+            module, export_fn=lambda m: torch.export.export(m, args=args).run_decompositions(
+                coreai_torch.get_decomp_table()),
+            input_names=["ids", "pos", "mask"], output_names=["logits"], state_names=["k_cache", "v_cache"])
+        converter.to_coreai().save_asset(tmp_path / "decode.aimodel")
+    model = coremlrt.MLModel(str(tmp_path / "decode.aimodel"), cache_dir=tmp_path)
+    state = model.make_state()
+    for position in range(6):
+        ids = torch.tensor([[(7 * position + 3) % 100]])
+        mask = torch.full((16,), -1e4)
+        mask[:position + 1] = 0
+        with torch.no_grad():
+            expected = reference(ids, torch.tensor([position]), mask).numpy()
+        got = model.predict({"ids": ids.numpy().astype(np.int32), "pos": np.array([position], np.int32),
+                             "mask": mask.numpy()}, state=state)["logits"]
+        scale = float(np.abs(expected).max())
+        assert scale > 1
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * scale)
+        for name in ("k_cache", "v_cache"):
+            np.testing.assert_allclose(state.read_state(name), getattr(reference, name).numpy(), rtol=0, atol=1e-5)
