@@ -497,7 +497,16 @@ SimdLevel simd_level() { return level(); }
 template <class Out>
 bool nibbles_at_level(const Run& run, Out* out) {
   switch (level()) {
-    case SimdLevel::kAvx512: nibbles512(run, out); return true;
+    case SimdLevel::kAvx512:
+      // Affine 4-bit codes with a scale per small block (int4 per block of 32): the arithmetic
+      // decode (AVX2 lanes) beats building a 16-entry table per block, which the AVX-512 loop
+      // does (benchmarks/bench_compressed.py, lm6 int4 decode on our kernels).
+      if (affine_arithmetic(run.shape)) {
+        nibbles256(run, out);
+        return true;
+      }
+      nibbles512(run, out);
+      return true;
     case SimdLevel::kAvx2: nibbles256(run, out); return true;
     default: return false;
   }
