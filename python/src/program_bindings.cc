@@ -95,7 +95,9 @@ nb::dict const_dict(const ProgramConstant& value, const std::string& where) {
   d["type"] = type_dict(value.type);
   if (value.type.kind == ProgramTypeKind::Tensor) {
     if (value.type.dtype == DType::String) d["strings"] = value.strings;
-    else d["array"] = copy_to_numpy(value.tensor, where);
+    // A tensor without storage (an item of a folded list that no op wrote, which the list ops
+    // read as zeros) has no array to give.
+    else d["array"] = value.tensor.defined() ? copy_to_numpy(value.tensor, where) : nb::none();
   }
   nb::list items;
   for (const auto& item : value.items) items.append(const_dict(item, where));

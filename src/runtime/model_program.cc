@@ -139,7 +139,8 @@ void collect_program_consts(const ir::Block& block, std::set<std::string>& out) 
 
 // The values the planner knows at load (runtime/plan.h) beyond the const ops' own, which the
 // program already carries: results of ops computed from constants alone (folded), and
-// compressed weights kept packed. String values are left out: a Tensor holds no strings.
+// compressed weights kept packed. Tensors only: a folded list (make_list and list_write of
+// constants) is not one array, and string values are left out, as a Tensor holds no strings.
 std::vector<KnownValue> values_known_at_load(const ir::Function& function) {
   std::set<std::string> consts;
   collect_program_consts(function.block, consts);
@@ -152,7 +153,8 @@ std::vector<KnownValue> values_known_at_load(const ir::Function& function) {
     if (consts.count(name) && !plan->packed[slot]) continue;
     if (plan->packed[slot])
       out.push_back({name, Tensor(), packed_weight_view(plan->packed[slot])});
-    else if (plan->constants[slot].defined() && plan->slot_types[slot].dtype != DType::String)
+    else if (plan->constants[slot].defined() && plan->slot_types[slot].kind == ir::TypeKind::Tensor &&
+             plan->slot_types[slot].dtype != DType::String)
       out.push_back({name, plan->constants[slot], nullptr});
   }
   return out;

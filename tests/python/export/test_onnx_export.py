@@ -307,3 +307,29 @@ def test_flexible_inputs_become_symbolic_dims_that_say_the_allowed_sizes(tmp_pat
         model = coremlrt.MLModel(path)
         got = ExportedModel(model, out).predict({"x": x})["y"]
         np.testing.assert_allclose(got, model.predict({"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_list_folded_at_load_is_read_and_its_ops_named(tmp_path):
+    """make_list and list_write of constants fold at load into a list value, which is no array:
+    the program view leaves it out of the known values (it once crashed the process there), and
+    the export names the list ops it cannot write."""
+    import warnings
+
+    ct = pytest.importorskip("coremltools")
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3))], opset_version=ct.target.iOS17)
+    def prog(x):
+        items = mb.make_list(init_length=2, elem_shape=[3], dtype="fp32")
+        items = mb.list_write(ls=items, index=0, value=np.ones(3, np.float32))
+        return mb.add(x=x, y=mb.list_gather(ls=items, indices=[0, 1]), name="y")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
+                           compute_precision=ct.precision.FLOAT32, skip_model_load=True)
+    path = str(tmp_path / "folded_list.mlpackage")
+    model.save(path)
+    np.testing.assert_array_equal(coremlrt.MLModel(path).predict({"x": np.zeros((2, 3), np.float32)})["y"],
+                                  [[1, 1, 1], [0, 0, 0]])
+    assert {op for op, _, _ in unsupported_ops(path)} & {"make_list", "list_write", "list_gather"}
