@@ -309,6 +309,11 @@ def main(argv=None):
     _add_export_parser(sub)
     args = parser.parse_args(argv)
     try:
+        model = getattr(args, "model", None)
+        if model and os.fspath(model).rstrip("/" + os.sep).endswith(".aimodel"):
+            # A Core AI model: every command reads the ML program it translates to (coremlrt.coreai).
+            from .coreai import compile_aimodel
+            args.model = compile_aimodel(model)
         return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
                 "batch": cmd_batch, "serve": cmd_serve, "export": cmd_export}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:

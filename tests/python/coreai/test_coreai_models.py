@@ -253,3 +253,19 @@ def test_cache_state_written_at_an_input_position(tmp_path):
     x = torch.randn(1, 1, 4, generator=generator)
     model.predict({"x": x.numpy(), "pos": np.array([-1], np.int32)}, state=state)
     np.testing.assert_array_equal(state.read_state("cache")[:, 7], x.numpy()[:, 0])
+
+
+def test_command_line_reads_the_translated_program(models, tmp_path, monkeypatch, capsys):
+    """`coremlrt info` and `coremlrt predict` take an .aimodel as they take a Core ML model."""
+    from coremlrt.cli import main
+
+    monkeypatch.setenv("COREMLRT_CACHE_DIR", str(tmp_path / "cache"))
+    module, path, names, args = models["mlp"]
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "x: float32 [2, 8]" in out and "every op is supported by this build" in out
+    np.savez(tmp_path / "in.npz", **{n: a.numpy() for n, a in zip(names, args)})
+    assert main(["predict", str(path), "--inputs", str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz")]) == 0
+    with torch.no_grad():
+        expected = module(*args).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["probs"], expected, rtol=0, atol=ATOL)
