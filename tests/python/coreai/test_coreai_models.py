@@ -4,7 +4,6 @@ compared with torch. Skipped when coreai-core / coreai-torch are not installed
 
 import hashlib
 import os
-import pathlib
 import sys
 import warnings
 
@@ -18,6 +17,7 @@ with warnings.catch_warnings():
     coreai_torch = pytest.importorskip("coreai_torch")
 
 import coremlrt  # noqa: E402
+from coreai_helpers import convert as _convert  # noqa: E402
 import coremlrt.coreai  # noqa: E402
 
 # float32 on both sides; the differences are summation order only.
@@ -52,16 +52,6 @@ class _CNN(torch.nn.Module):
         h = torch.nn.functional.adaptive_avg_pool2d(h, (3, 3))
         h = torch.nn.functional.pad(h, (0, 1, 0, 1))
         return self.fc(torch.flatten(torch.sigmoid(h) * h, 1))
-
-
-def _convert(module, args, names, outputs, path):
-    export = lambda m: torch.export.export(m, args=args).run_decompositions(coreai_torch.get_decomp_table())  # noqa: E731
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
-        converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs)
-        converter.to_coreai().save_asset(pathlib.Path(path))
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ a two-layer LSTM and a GPT-2-like decode step with a key/value cache. Skipped wh
 coreai-core / coreai-torch (or, for the two vision networks, torchvision) are not installed."""
 
 import math
-import pathlib
 import warnings
 
 import numpy as np
@@ -17,6 +16,7 @@ with warnings.catch_warnings():
     coreai_torch = pytest.importorskip("coreai_torch")
 
 import coremlrt  # noqa: E402
+from coreai_helpers import convert as _convert  # noqa: E402
 
 F = torch.nn.functional
 
@@ -128,16 +128,6 @@ _NETWORKS = {
                     lambda: (torch.randint(0, 100, (1, 1)), torch.randn(2, 1, 4, 8, 8), torch.randn(2, 1, 4, 8, 8)),
                     ["ids", "past_k", "past_v"], ["logits", "k", "v"], 1e-5),
 }
-
-
-def _convert(module, args, names, outputs, path):
-    export = lambda m: torch.export.export(m, args=args).run_decompositions(coreai_torch.get_decomp_table())  # noqa: E731
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
-        converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs)
-        converter.to_coreai().save_asset(pathlib.Path(path))
-    return str(path)
 
 
 def _inputs(name, args, seed):
