@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 from onnx.external_data_helper import set_external_data
 
-from . import ops_classic, ops_detection, ops_elementwise, ops_image, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
+from . import ops_classic, ops_detection, ops_elementwise, ops_image, ops_list, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS
@@ -90,6 +90,7 @@ class FunctionExport:
         self.builder.ios_version = function["ios_version"]
         self.builder.deferred = {}
         self.builder.reserved = _all_program_names(function["block"], set(v["name"] for v in function["inputs"]))
+        self.builder.list_families = ops_list.ListFamilies(function["block"], function["inputs"])
         self.problems = []
         self.states = {}  # state name -> ONNX name of its current value
         self.graph_inputs = []
@@ -274,8 +275,12 @@ class FunctionExport:
         count = len(view.bindings("loop_vars"))
         initial = view.inputs("loop_vars")
         types = [view.type_of("loop_vars", i) for i in range(count)]
-        if any(t["kind"] != "tensor" for t in types):
-            raise Unsupported("loop variables that are not tensors")
+        if any(t["kind"] not in ("tensor", "list") for t in types):
+            raise Unsupported("loop variables that are neither tensors nor lists")
+        # A list variable is its dense tensor [length, *element] (ops_list.py), whose length
+        # may change between iterations.
+        types = [t if t["kind"] == "tensor" else _list_tensor_type(b, binding["name"], t)
+                 for t, binding in zip(types, view.bindings("loop_vars"))]
         elems = [b.onnx_type(t["dtype"]) for t in types]
         first = self._inline_block(cond_block, initial, known)[0]
         cond_type = b.types.get(cond_block["outputs"][0], {"dtype": "bool"})
@@ -354,6 +359,13 @@ class FunctionExport:
             element = next(v["type"]["element"] for v in self.function["inputs"] if v["name"] == state)
             outputs.append(_value_info(b, out_name, element, state))
         return helper.make_graph(b.nodes, graph_name, self.graph_inputs, outputs, b.initializers)
+
+
+def _list_tensor_type(builder, name, type_dict):
+    dims = ops_list.element_dims(builder, name)
+    if dims is None:
+        return dict(type_dict, kind="tensor", rank=-1, dims=[])
+    return dict(type_dict, kind="tensor", rank=len(dims) + 1, dims=[-1] + list(dims))
 
 
 def _materialize(builder, name):

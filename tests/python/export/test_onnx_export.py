@@ -309,10 +309,10 @@ def test_flexible_inputs_become_symbolic_dims_that_say_the_allowed_sizes(tmp_pat
         np.testing.assert_allclose(got, model.predict({"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_a_list_folded_at_load_is_read_and_its_ops_named(tmp_path):
+def test_a_list_folded_at_load_is_read_and_exported(tmp_path):
     """make_list and list_write of constants fold at load into a list value, which is no array:
-    the program view leaves it out of the known values (it once crashed the process there), and
-    the export names the list ops it cannot write."""
+    the program view leaves it out of the known values (it once crashed the process there), so
+    the export writes the list ops themselves (ops_list.py)."""
     import warnings
 
     ct = pytest.importorskip("coremltools")
@@ -332,4 +332,9 @@ def test_a_list_folded_at_load_is_read_and_its_ops_named(tmp_path):
     model.save(path)
     np.testing.assert_array_equal(coremlrt.MLModel(path).predict({"x": np.zeros((2, 3), np.float32)})["y"],
                                   [[1, 1, 1], [0, 0, 0]])
-    assert {op for op, _, _ in unsupported_ops(path)} & {"make_list", "list_write", "list_gather"}
+    assert unsupported_ops(path) == []
+    out = str(tmp_path / "folded_list.onnx")
+    export_onnx(path, out)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    model = coremlrt.MLModel(path)
+    np.testing.assert_array_equal(ExportedModel(model, out).predict({"x": x})["y"], model.predict({"x": x})["y"])
