@@ -475,22 +475,6 @@ def crop(v):
                      b.const_int64([-2, -1], "axes")], [v.output()])
 
 
-@translates("sliding_windows")
-def sliding_windows(v):
-    """Windows of `size` every `stride` along the axis, as a new dim after it: one Gather of an
-    index matrix [windows, size] (the axis' length must be known)."""
-    b = v.builder
-    rank = v.rank("x")
-    axis = int(v.scalar("axis")) % rank
-    size, stride = int(v.scalar("size")), int(v.scalar("stride", 1))
-    length = v.type_of("x")["dims"][axis]
-    if length < 0:
-        raise Unsupported("windows along a dim of unknown length")
-    windows = (length - size) // stride + 1
-    index = np.arange(windows)[:, None] * stride + np.arange(size)[None, :]
-    b.node("Gather", [v.input("x"), b.const_int64(index, "windows")], [v.output()], axis=axis)
-
-
 @translates("pixel_unshuffle")
 def pixel_unshuffle(v):
     """[N, C, H*f, W*f] -> [N, C*f*f, H, W] in PyTorch's order (src/ops/space.cc)."""
