@@ -15,9 +15,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 ct = pytest.importorskip("coremltools")
 
-import coremlrt  # noqa: E402
-from coremlrt.onnx_export import export_onnx, unsupported_ops  # noqa: E402
-from coremlrt.onnx_export.runner import ExportedModel  # noqa: E402
+from coremlrt.onnx_export import unsupported_ops  # noqa: E402
+from export_checks import export_and_compare  # noqa: E402
 
 from coremltools.converters.mil import Builder as mb  # noqa: E402
 from coremltools.converters.mil.mil import types  # noqa: E402
@@ -33,20 +32,7 @@ def _save(tmp_path, prog):
 
 
 def _compare(tmp_path, prog, inputs, atol=0.0, ops=None):
-    path = _save(tmp_path, prog)
-    out = tmp_path / "m.onnx"
-    export_onnx(path, out)
-    onnx.checker.check_model(str(out), full_check=True)
-    if ops is not None:
-        assert set(ops) <= {n.op_type for n in onnx.load(str(out)).graph.node}
-    model = coremlrt.MLModel(path)
-    want = model.predict(inputs)
-    got = ExportedModel(model, out).predict(inputs)
-    assert set(got) == set(want)
-    for name in want:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=atol, err_msg=name)
-    return want
+    return export_and_compare(_save(tmp_path, prog), tmp_path / "m.onnx", inputs, atol=atol, ops=ops)
 
 
 AFFINE_CASES = [

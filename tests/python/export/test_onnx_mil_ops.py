@@ -17,6 +17,7 @@ ct = pytest.importorskip("coremltools")
 import coremlrt  # noqa: E402
 from coremlrt.onnx_export import export_onnx  # noqa: E402
 from coremlrt.onnx_export.runner import ExportedModel  # noqa: E402
+from export_checks import export_and_compare  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -26,19 +27,7 @@ def _compare(tmp_path, prog, inputs, rtol=0.0, atol=0.0, target=None, ops=None, 
     path = str(tmp_path / "m.mlpackage")
     ct.convert(prog, convert_to="mlprogram", skip_model_load=True,
                compute_precision=ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16, **kwargs).save(path)
-    out = tmp_path / "m.onnx"
-    export_onnx(path, out)
-    onnx.checker.check_model(str(out), full_check=True)
-    if ops is not None:
-        assert set(ops) <= {n.op_type for n in onnx.load(str(out)).graph.node}
-    model = coremlrt.MLModel(path)
-    want = model.predict(inputs)
-    got = ExportedModel(model, out).predict(inputs)
-    assert set(got) == set(want)
-    for name in want:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
-    return want
+    return export_and_compare(path, tmp_path / "m.onnx", inputs, rtol=rtol, atol=atol, ops=ops)
 
 
 @pytest.mark.parametrize("seq_axis,batch_axis", [(1, 0), (0, 1), (2, 0), (-1, 1), (0, 2)])
