@@ -672,6 +672,13 @@ LoadedModel read_source_model(const ModelFiles& files) {
         if (it != thresholds.end() && f.optional && f.kind == FeatureKind::Double && !f.default_value)
           f.default_value = it->second;
       }
+      // An itemSimilarityRecommender's optional number of recommendations, left out, recommends
+      // every candidate (docs/design/recommender.md): 2^53 is more items than any model holds.
+      if (model.Type_case() == spec::Model::kItemSimilarityRecommender)
+        for (FeatureDescription& f : out.description.functions.front().inputs)
+          if (f.name == classic::item_similarity_count_input(model.itemsimilarityrecommender()) && f.optional &&
+              f.kind == FeatureKind::Int64 && !f.default_value)
+            f.default_value = 9007199254740992.0;
     } catch (const Error& e) {
       out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
     }

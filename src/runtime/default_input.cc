@@ -34,6 +34,7 @@ Tensor default_input(const FeatureDescription& feature, const std::string& where
     case DType::Float16: fill<half>(tensor, value); break;
     case DType::Float64: fill<double>(tensor, value); break;
     case DType::Int32: fill<int32_t>(tensor, value); break;
+    case DType::Int64: fill<int64_t>(tensor, value); break;
     case DType::Int8: fill<int8_t>(tensor, value); break;
     default:
       fail(where, ": optional input '", feature.name, "' has dtype ", dtype_name(feature.dtype),

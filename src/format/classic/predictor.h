@@ -148,5 +148,8 @@ ir::Program read_item_similarity_recommender(const std::string& serialized, cons
 // The threshold inputs a nonMaximumSuppression message names, each with the message's own
 // threshold: the value an absent optional input of that name stands for.
 std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized);
+// The number-of-recommendations input an itemSimilarityRecommender message names ("" for none,
+// or a message that does not parse: the reader above reports it).
+std::string item_similarity_count_input(const std::string& serialized);
 
 }  // namespace coremlrt::format::classic

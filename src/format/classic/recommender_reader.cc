@@ -249,4 +249,9 @@ ir::Program read_item_similarity_recommender(const std::string& serialized, cons
   return program.take();
 }
 
+std::string item_similarity_count_input(const std::string& serialized) {
+  spec::ItemSimilarityRecommender model;
+  return model.ParseFromString(serialized) ? model.numrecommendationsinputfeaturename() : std::string();
+}
+
 }  // namespace coremlrt::format::classic

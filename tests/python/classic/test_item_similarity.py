@@ -151,6 +151,13 @@ def test_optional_restriction_and_exclusion_may_be_left_out(tmp_path, id_kind):
     # k is required as declared: leaving it out names it
     with pytest.raises(coremlrt.Error, match="missing input 'k'"):
         model.predict({"items": data["items"]})
+    # declared optional too, k left out recommends every candidate
+    for feature in spec.description.input:
+        if feature.name == "k":
+            feature.type.isOptional = True
+    model = load(tmp_path, spec, name="optional_k")
+    check(model, ids, {"items": data["items"]}, observed)
+    check(model, ids, {"items": data["items"], "k": 2}, observed, count=2)
 
 
 @pytest.mark.parametrize("id_kind", ["int64", "string"])
