@@ -222,16 +222,21 @@ def _two_by_two(v, param):
     return values
 
 
+def _block_shape(v):
+    """space_to_batch's and batch_to_space's (height, width) block, two positive constants."""
+    block = v.ints("block_shape")
+    if block is None or len(block) != 2 or min(block) < 1:
+        raise Unsupported("block_shape is not two positive constants")
+    return block
+
+
 @translates("space_to_batch")
 def space_to_batch(v):
     """TensorFlow's SpaceToBatchND on [n, C, H, W] (src/ops/space.cc): zero padding, then output
     batch (i * b1 + j) * n + b holds padded[b, :, h * b0 + i, w * b1 + j]."""
     b = v.builder
     c, h, w = _spatial_dims(v)
-    block = v.ints("block_shape")
-    if block is None or len(block) != 2 or min(block) < 1:
-        raise Unsupported("block_shape is not two positive constants")
-    b0, b1 = block
+    b0, b1 = _block_shape(v)
     pads = _two_by_two(v, "paddings")
     hp, wp = h + pads[0] + pads[1], w + pads[2] + pads[3]
     if hp % b0 or wp % b1:
@@ -250,10 +255,7 @@ def batch_to_space(v):
     crops taken off."""
     b = v.builder
     c, h, w = _spatial_dims(v)
-    block = v.ints("block_shape")
-    if block is None or len(block) != 2 or min(block) < 1:
-        raise Unsupported("block_shape is not two positive constants")
-    b0, b1 = block
+    b0, b1 = _block_shape(v)
     crops = _two_by_two(v, "crops")
     if crops[0] + crops[1] > h * b0 or crops[2] + crops[3] > w * b1:
         raise Unsupported("crops exceed the spatial size")

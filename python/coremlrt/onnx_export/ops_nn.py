@@ -85,15 +85,19 @@ def conv_transpose(v):
     b.node("ConvTranspose", inputs, [v.output()], **attributes)
 
 
-def _pool(v, onnx_op, extra):
-    b = v.builder
-    spatial = v.rank("x") - 2
-    attributes = _spatial_attributes(v, spatial)
+def _pool_attributes(v):
+    """The window attributes every pool shares: pads, strides, kernel_shape, ceil_mode."""
+    attributes = _spatial_attributes(v, v.rank("x") - 2)
     attributes["kernel_shape"] = v.ints("kernel_sizes")
     if v.scalar("ceil_mode", False):
         attributes["ceil_mode"] = 1
+    return attributes
+
+
+def _pool(v, onnx_op, extra):
+    attributes = _pool_attributes(v)
     attributes.update(extra)
-    b.node(onnx_op, [v.input("x")], [v.output()], **attributes)
+    v.builder.node(onnx_op, [v.input("x")], [v.output()], **attributes)
 
 
 @translates("max_pool")
@@ -309,11 +313,7 @@ def l2_pool(v):
     ONNX LpPool with p = 2, computed in fp32 (fp16 inputs are cast there and back, as the
     kernel computes fp16 in float)."""
     b = v.builder
-    spatial = v.rank("x") - 2
-    attributes = _spatial_attributes(v, spatial)
-    attributes["kernel_shape"] = v.ints("kernel_sizes")
-    if v.scalar("ceil_mode", False):
-        attributes["ceil_mode"] = 1
+    attributes = _pool_attributes(v)
     x = v.input("x")
     half = b.float_dtype(v.dtype("x")) == "float16"
     if half:
