@@ -6,9 +6,9 @@ import pathlib
 import warnings
 
 
-def convert(module, args, names, outputs, path):
+def convert(module, args, names, outputs, path, states=None):
     """Saves `module` (called with `args`) as the .aimodel `path` with the given input and output
-    names; returns the path as a string."""
+    names (and state names: buffers the module updates in place); returns the path as a string."""
     import coreai_torch
     import torch
 
@@ -16,6 +16,7 @@ def convert(module, args, names, outputs, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # coreai-torch warns about torch versions newer than it was tested with
         converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
-        converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs)
+        extra = {"state_names": states} if states else {}
+        converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs, **extra)
         converter.to_coreai().save_asset(pathlib.Path(path))
     return str(path)

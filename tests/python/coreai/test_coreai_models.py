@@ -221,14 +221,7 @@ def test_cache_state_written_at_an_input_position(tmp_path):
     module = _Cache().eval()
     reference = copy.deepcopy(module)
     args = (torch.randn(1, 1, 4), torch.tensor([3]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
-        converter.add_pytorch_module(
-            module, export_fn=lambda m: torch.export.export(m, args=args).run_decompositions(
-                coreai_torch.get_decomp_table()),
-            input_names=["x", "pos"], output_names=["y"], state_names=["cache"])
-        converter.to_coreai().save_asset(tmp_path / "cache.aimodel")
+    _convert(module, args, ["x", "pos"], ["y"], tmp_path / "cache.aimodel", states=["cache"])
     model = coremlrt.MLModel(str(tmp_path / "cache.aimodel"), cache_dir=tmp_path)
     state = model.make_state()
     generator = torch.Generator().manual_seed(6)

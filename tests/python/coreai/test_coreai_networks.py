@@ -247,14 +247,7 @@ def test_decode_steps_with_cache_states(tmp_path):
     module = _CachedDecodeStep().eval()
     reference = copy.deepcopy(module)
     args = (torch.tensor([[5]]), torch.tensor([0]), torch.zeros(16))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converter = coreai_torch.TorchConverter(mode=coreai_torch.TorchConverter.Mode.RELEASE)
-        converter.add_pytorch_module(
-            module, export_fn=lambda m: torch.export.export(m, args=args).run_decompositions(
-                coreai_torch.get_decomp_table()),
-            input_names=["ids", "pos", "mask"], output_names=["logits"], state_names=["k_cache", "v_cache"])
-        converter.to_coreai().save_asset(tmp_path / "decode.aimodel")
+    _convert(module, args, ["ids", "pos", "mask"], ["logits"], tmp_path / "decode.aimodel", states=["k_cache", "v_cache"])
     model = coremlrt.MLModel(str(tmp_path / "decode.aimodel"), cache_dir=tmp_path)
     state = model.make_state()
     for position in range(6):
