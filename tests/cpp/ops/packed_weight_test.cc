@@ -148,6 +148,19 @@ std::vector<Case> cases() {
     out.push_back({"affine_int8_" + d, shift_scale(dt, {21, 33}, {21, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
     out.push_back({"affine_uint8_axis1_" + d,
                    shift_scale(dt, {21, 33}, {1, 33}, DType::UInt8, true, DType::Float32, ir::CodeMap::kAffine)});
+    // Shapes the register-decoding dot loop takes (fp16, 4-bit codes, 32-column multiples):
+    // K past one block of the product (2048), blocks of 64 with fp16 offsets (group by group),
+    // per-channel codes with 8-bit offsets, no offsets, iOS16 affine; odd row counts;
+    out.push_back({"int4_block64_half_offset_wide_" + d,
+                   shift_scale(dt, {19, 2176}, {19, 34}, DType::Int4, true, DType::Float16)});
+    out.push_back({"uint4_per_channel_uint8_offset_" + d,
+                   shift_scale(dt, {13, 160}, {13, 1}, DType::UInt4, true, DType::UInt8)});
+    out.push_back({"int4_block32_no_offset_" + d, shift_scale(dt, {9, 64}, {9, 2}, DType::Int4, false, DType::Int4)});
+    out.push_back({"affine_int4_" + d, shift_scale(dt, {11, 96}, {11, 1}, DType::Int4, true, DType::Int8, ir::CodeMap::kAffine)});
+    // and 8-bit codes the same way (per channel past 2048 columns, blocks of 64 with offsets, affine).
+    out.push_back({"int8_per_channel_wide_" + d, shift_scale(dt, {21, 2112}, {21, 1}, DType::Int8, false, DType::Int8)});
+    out.push_back({"uint8_block64_offset_" + d, shift_scale(dt, {10, 128}, {10, 2}, DType::UInt8, true, DType::UInt8)});
+    out.push_back({"affine_int8_k64_" + d, shift_scale(dt, {7, 64}, {7, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
     out.push_back({"rank4_conv_" + d, shift_scale(dt, {8, 6, 3, 3}, {8, 2, 1, 1}, DType::Int4, true, DType::Int4)});
     out.push_back({"sparse_" + d, sparse_floats(dt, {29, 77}, 0.5)});
     out.push_back({"sparse_dense_rows_" + d, sparse_floats(dt, {4, 200}, 0.97)});
@@ -218,7 +231,7 @@ TEST_P(PackedWeightTest, GemmReadsPackedWeightsAsTheDenseOnes) {
     const Tensor dense = decode_dense_each(c.tensor);
     const PackedMatrix m(std::make_shared<ir::PackedTensor>(c.tensor));
     const int64_t N = m.rows(), K = m.cols();
-    for (int64_t M : {1, 3, 70}) {
+    for (int64_t M : {1, 2, 3, 4, 70}) {
       SCOPED_TRACE("M = " + std::to_string(M));
       const Tensor a = random_floats(DType::Float32, M * std::max(N, K), -1, 1);
       auto view_of_dense = [&](int64_t row_stride, int64_t col_stride) { return matrix_view(dense, 0, row_stride, col_stride); };
