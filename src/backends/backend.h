@@ -17,6 +17,7 @@
 // KernelContext are borrowed for that call only (docs/design/architecture.md, law 4).
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,12 @@ struct BackendOptions {
   // backend may hold over all regions of one load; a region that would pass it stays on our
   // kernels (not applied with `force`). Model::load sets it (LoadOptions::weight_copies_limit_bytes).
   uint64_t weight_copies_limit = uint64_t{64} << 20;
+  // Storage (data pointers of the mapped arrays) of weights that other functions of the same
+  // package read too. A backend that copies weights would copy these once per function instance,
+  // where our kernels read the one mapping every instance shares: a region holding a copy of one
+  // stays on our kernels (not applied with `force`; Model::load leaves it empty when the caller
+  // set weight_copies_limit_bytes). docs/design/compressed-weights.md, "Weights live once".
+  std::shared_ptr<const std::set<const void*>> shared_weights;
 };
 
 class Backend {

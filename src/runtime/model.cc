@@ -144,6 +144,34 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
+// The storage of every constant of the program's functions other than `loaded` (data pointers
+// into the weight file's one mapping, which all functions of a load share): what a backend
+// should not copy for this function, since other instances of the package read it in place
+// (backends::BackendOptions::shared_weights).
+// (Weights are const ops' values or values bound inline, as a constexpr op's data often is.)
+void collect_weight(const ir::ConstValue* value, std::set<const void*>& out) {
+  if (!value) return;
+  if (value->tensor.data) out.insert(value->tensor.data);
+  if (value->packed && value->packed->codes.data.data) out.insert(value->packed->codes.data.data);
+}
+
+void collect_weights(const ir::Block& block, std::set<const void*>& out) {
+  for (const ir::Operation& op : block.operations) {
+    for (const auto& [key, value] : op.attributes) collect_weight(value.get(), out);
+    for (const auto& [param, bindings] : op.inputs)
+      for (const ir::Binding& binding : bindings) collect_weight(binding.value.get(), out);
+    for (const ir::Block& nested : op.blocks) collect_weights(nested, out);
+  }
+}
+
+std::shared_ptr<const std::set<const void*>> weights_of_other_functions(const ir::Program& program,
+                                                                         const std::string& loaded) {
+  auto out = std::make_shared<std::set<const void*>>();
+  for (const auto& [name, function] : program.functions)
+    if (name != loaded) collect_weights(function.block, *out);
+  return out;
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -203,6 +231,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.weight_copies_limit =
       options.weight_copies_limit_bytes ? options.weight_copies_limit_bytes
                                         : std::max<uint64_t>(uint64_t{64} << 20, impl->loaded.weight_bytes);
+  if (!options.weight_copies_limit_bytes) backend_options.shared_weights = weights_of_other_functions(impl->loaded.program, name);
   impl->backend = options.backend;
   impl->threads = options.threads;
   const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);

@@ -196,6 +196,10 @@ class OpenVinoBackend final : public Backend {
     const uint64_t copies = weight_copy_bytes(region);
     const uint64_t limit = options_.weight_copies_limit;
     if (copies == 0) return Verdict::claim();
+    if (holds_shared_weights(region))
+      return Verdict::refuse("OpenVINO would hold copies of weights that other functions of this package read too, "
+                             "one copy per loaded function; our kernels read the one mapping they share "
+                             "(weight_copies_limit_bytes set, or backend=\"openvino\", lifts this)");
     uint64_t used = copies_used_.load();
     while (used + copies <= limit && !copies_used_.compare_exchange_weak(used, used + copies)) {
     }
@@ -247,6 +251,21 @@ class OpenVinoBackend final : public Backend {
           else if (c->tensor.dtype == DType::Float32) bytes += n * 4;
         }
     return bytes;
+  }
+
+  // Whether the region reads a weight, of the size weight_copy_bytes counts, whose storage other
+  // functions of the package read too (BackendOptions::shared_weights).
+  bool holds_shared_weights(const Region& region) const {
+    if (!options_.shared_weights || options_.shared_weights->empty()) return false;
+    for (const ir::Operation* op : region.ops)
+      for (const auto& [param, bindings] : op->inputs)
+        for (const ir::Binding& binding : bindings) {
+          const ir::ConstValue* c = region.values.constant(binding);
+          if (!c || c->type.kind != ir::TypeKind::Tensor || shape_numel(c->tensor.shape) < 4096) continue;
+          const void* storage = c->packed ? c->packed->codes.data.data : c->tensor.data;
+          if (storage && options_.shared_weights->count(storage)) return true;
+        }
+    return false;
   }
 
   BackendOptions options_;
