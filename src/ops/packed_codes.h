@@ -139,6 +139,12 @@ bool byte_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_p
                    int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                    const float* A, int64_t lda, float* C, int64_t ldc);
 
+// The same for a sparse fp16 matrix of fp16 nonzero values (a mask, no codes map: pruned
+// weights): `first[i]` is the index of row r0 + i's first value at or past column c0. Needs
+// AVX-512 with VBMI2 (expand-loads of 16-bit values) and rows, c0 and nc in whole bytes of the mask.
+bool sparse_dot_simd(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t M, int64_t r0, int64_t nr,
+                     int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc);
+
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.
 enum class SimdLevel { kPortable, kAvx2, kAvx512 };

@@ -449,6 +449,64 @@ COREMLRT_AVX512 void byte_dot_pairs(const ir::PackedTensor& t, int64_t rows_per_
     }
 }
 
+// sparse_dot_simd's loop (packed_codes.h): fp16 nonzero values spread by the mask in registers,
+// eight columns of each row of a pair at a time (an expand-load per row: the mask's byte says
+// which of the eight take the row's next values), into the accumulators' layout; zeros are
+// multiplied as the dense path multiplies them, so the sums are the same.
+template <int MR, int NP>
+COREMLRT_AVX512_VBMI2 void sparse_dot_pairs(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t r0,
+                                            int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
+                                            int64_t ldc) {
+  const half* values[2 * NP];
+  const uint8_t* masks[2 * NP];
+  for (int i = 0; i < 2 * NP; ++i) {
+    const int64_t row = std::min<int64_t>(i, nr - 1);
+    values[i] = t.codes.data.ptr<half>() + first[row];
+    masks[i] = t.mask.ptr<uint8_t>() + ((r0 + row) * cols + c0) / 8;
+  }
+  __m512 acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < nc; c += 8) {
+    __m512 a[MR];
+    for (int r = 0; r < MR; ++r) a[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + r * lda + c));
+    for (int p = 0; p < NP; ++p) {
+      const unsigned ma = masks[2 * p][c / 8], mb = masks[2 * p + 1][c / 8];
+      const __m128i wa = _mm_maskz_expandloadu_epi16(static_cast<__mmask8>(ma), values[2 * p]);
+      const __m128i wb = _mm_maskz_expandloadu_epi16(static_cast<__mmask8>(mb), values[2 * p + 1]);
+      values[2 * p] += __builtin_popcount(ma);
+      values[2 * p + 1] += __builtin_popcount(mb);
+      const __m512 w = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(wa), wb, 1));
+      for (int r = 0; r < MR; ++r) acc[r][p] = _mm512_fmadd_ps(a[r], w, acc[r][p]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc[r][p]);
+      for (int h = 0; h < 2 && 2 * p + h < nr; ++h) {
+        float sum = 0.0f;
+        for (int l = 0; l < 8; ++l) sum += lanes[h * 8 + l];
+        C[r * ldc + 2 * p + h] += sum;
+      }
+    }
+}
+
+template <int MR>
+COREMLRT_AVX512_VBMI2 void sparse_dot_rows(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t r0,
+                                           int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
+                                           int64_t ldc) {
+  for (int64_t j = 0; j < nr; j += 8) {
+    const int64_t rows = std::min<int64_t>(8, nr - j);
+    switch ((rows + 1) / 2) {
+      case 1: sparse_dot_pairs<MR, 1>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
+      case 2: sparse_dot_pairs<MR, 2>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
+      case 3: sparse_dot_pairs<MR, 3>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
+      default: sparse_dot_pairs<MR, 4>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
+    }
+  }
+}
+
 // Rows in blocks of eight (four pairs), the last block with the pairs it has; 4-bit codes
 // (kNibbles) or 8-bit ones.
 template <bool kNibbles, int MR>
@@ -792,6 +850,21 @@ bool byte_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_p
   return true;
 }
 
+bool sparse_dot_simd(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t M, int64_t r0, int64_t nr,
+                     int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc) {
+  if (level() != SimdLevel::kAvx512 || !has_vbmi2() || !t.mask.defined() || t.nonzero_only ||
+      t.map != ir::CodeMap::kIdentity || t.codes.bits != 0 || t.codes.dtype != DType::Float16 ||
+      t.dtype != DType::Float16 || M < 1 || M > 4 || cols % 8 != 0 || c0 % 8 != 0 || nc % 8 != 0)
+    return false;
+  switch (M) {
+    case 1: sparse_dot_rows<1>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
+    case 2: sparse_dot_rows<2>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
+    case 3: sparse_dot_rows<3>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
+    default: sparse_dot_rows<4>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
+  }
+  return true;
+}
+
 bool nibbles_simd(const Run& run, half* out) { return nibbles_at_level(run, out); }
 bool nibbles_simd(const Run& run, float* out) { return nibbles_at_level(run, out); }
 bool bytes_simd(const Run& run, half* out) { return bytes_at_level(run, out); }
@@ -826,6 +899,10 @@ bool nibble_dot_simd(const ir::PackedTensor&, const Group&, int64_t, int64_t, in
 }
 bool byte_dot_simd(const ir::PackedTensor&, const Group&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                    int64_t, int64_t, int64_t, const float*, int64_t, float*, int64_t) {
+  return false;
+}
+bool sparse_dot_simd(const ir::PackedTensor&, int64_t, const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                     const float*, int64_t, float*, int64_t) {
   return false;
 }
 bool nibbles_simd(const Run&, half*) { return false; }
