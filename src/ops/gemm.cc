@@ -559,10 +559,6 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
       const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
       for (int64_t j0 = 0; j0 < N; j0 += panel) {
         const int64_t nn = std::min(panel, N - j0);
-        // A few rows of A: the codes decoded in registers, where a loop for their form exists.
-        if (fused && W.packed && mm <= 4 &&
-            W.packed->dot(mm, W.origin_row + j0, nn, W.origin_col + k0, kk, a, lda, C + i0 * ldc + j0, ldc))
-          continue;
         if (fused && W.packed) {
           // fp16 values decoded into fp16: the same operands as an fp16 W read in place.
           w_halves.resize(static_cast<size_t>(nn * kk));

@@ -120,31 +120,6 @@ struct SparseValues {
 int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, half* out);
 int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, float* out);
 
-// The product of a few rows of A (M <= 4, fp32, leading dimension lda) with rows [r0, r0 + nr)
-// of a packed fp16 matrix of 4-bit codes, over columns [c0, c0 + nc): C[i, r - r0] += sum over c
-// of A[i, c - c0] * W[r, c]. The codes are turned into fp16 values in registers and multiplied
-// there, never stored; each element of C sums its products exactly as gemm.cc's dot form sums
-// those of the same values stored dense (eight lanes over c in steps of 8, then the lanes in
-// order, then added to C), so the results are bit for bit the decoded path's. `rows_per_group`
-// and `cols_per_group` are the group (block) extents of the matrix view, `groups_per_row` the
-// groups along a row, `cols` the row length. Returns false (nothing written) unless AVX-512 runs
-// and the shapes fit: c0 and nc multiples of 32, groups of 32-column multiples, a palette of 16.
-bool nibble_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group, int64_t groups_per_row,
-                     int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                     const float* A, int64_t lda, float* C, int64_t ldc);
-
-// The same for 8-bit codes (int8, uint8) whose values are rounded once: iOS16 affine,
-// shift-scale in fp32 or with integer offsets.
-bool byte_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group, int64_t groups_per_row,
-                   int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                   const float* A, int64_t lda, float* C, int64_t ldc);
-
-// The same for a sparse fp16 matrix of fp16 nonzero values (a mask, no codes map: pruned
-// weights): `first[i]` is the index of row r0 + i's first value at or past column c0. Needs
-// AVX-512 with VBMI2 (expand-loads of 16-bit values) and rows, c0 and nc in whole bytes of the mask.
-bool sparse_dot_simd(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t M, int64_t r0, int64_t nr,
-                     int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc);
-
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.
 enum class SimdLevel { kPortable, kAvx2, kAvx512 };

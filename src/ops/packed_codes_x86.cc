@@ -243,30 +243,6 @@ COREMLRT_AVX512 int64_t expand512_fp32(const SparseValues& t, int64_t p, int64_t
   return expand_tail(t, codes, p, k, i, n, out) - first;
 }
 
-// nibble_dot_simd's loop (packed_codes.h). Rows are taken in pairs (a, b), as gemm.cc's
-// dot_tile_pairs takes them: one sixteen-lane accumulator per row of A holds row a's eight lane
-// sums in its low half and row b's in its high half. The two rows' groups give one 32-entry
-// table of fp16 values (row a's sixteen, then row b's), so one vpermw turns 32 codes (eight
-// columns of each row, twice) into their values, in the accumulators' layout.
-COREMLRT_AVX512 inline __m512i pair_table(const Group& a, const Group& b, bool is_signed) {
-  const __m256i low = _mm512_cvtps_ph(nibble_values16<false>(a, is_signed), kNearest);
-  const __m256i high = _mm512_cvtps_ph(nibble_values16<false>(b, is_signed), kNearest);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
-}
-
-// Table indices of 32 columns of rows a and b (16 bytes of codes each), in the order
-// [a 0..7, b 0..7, a 8..15, b 8..15] (first) and the same for columns 16..31 (second).
-COREMLRT_AVX512 inline void pair_indices(const uint8_t* a, const uint8_t* b, __m512i& first, __m512i& second) {
-  __m128i a0, a1, b0, b1;
-  split_nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)), a0, a1);
-  split_nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), b0, b1);
-  const __m128i sixteen = _mm_set1_epi8(16);  // row b's values are entries 16..31
-  b0 = _mm_or_si128(b0, sixteen);
-  b1 = _mm_or_si128(b1, sixteen);
-  first = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi64(a0, b0), _mm_unpacklo_epi64(a0, b0)));
-  second = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi64(a1, b1), _mm_unpacklo_epi64(a1, b1)));
-}
-
 // Whether every value of `shape`'s groups is round((code - offset) * scale), rounded once (to
 // fp16): what map16 computes for iOS16 affine codes, shift-scale in fp32 and shift-scale in fp16
 // with an exact difference. The dot loops then build each block's table from its scale and
@@ -316,236 +292,38 @@ COREMLRT_AVX512 inline __m256i rounded_values16(float scale, float offset, bool 
   return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps(offset)), _mm512_set1_ps(scale)), kNearest);
 }
 
-// NP pairs of rows (rows r0 .. r0 + 2 NP - 1, the last of an odd count paired with itself) against
-// MR rows of A: NP x MR independent accumulators, as dot_tile_pairs keeps them, so that the
-// multiply-adds do not wait on each other.
-template <int MR, int NP>
-COREMLRT_AVX512 void nibble_dot_pairs(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group,
-                                      int64_t groups_per_row, int64_t cols_per_group, int64_t cols, int64_t r0, int64_t nr,
-                                      int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc) {
+// A run of 4-bit codes into fp16 whose groups' values are rounded once (rounded_once): each
+// group's table of sixteen values comes from its scale and offset, read for the whole run at
+// once (group_at's conversions, one group at a time, cost more than a block of 32 codes), then
+// one vpermw per 32 codes, as nibbles512 does for a palette.
+COREMLRT_AVX512 void nibbles512_rounded(const Run& run, half* out) {
+  const ir::PackedTensor& t = *run.tensor;
   const bool is_signed = t.codes.dtype == DType::Int4;
-  const uint8_t* codes = t.codes.data.ptr<uint8_t>();
-  const int64_t first_group = c0 / cols_per_group, groups = (c0 + nc - 1) / cols_per_group - first_group + 1;
-  // Each row's groups over the columns: their scales and offsets (rounded_once), else the groups.
-  const bool arithmetic = rounded_once(shape);
+  const uint8_t* bytes = t.codes.data.ptr<uint8_t>() + run.k / 2;
+  const int64_t groups = run.n <= run.first ? 1 : 1 + (run.n - run.first + run.block - 1) / run.block;
   thread_local std::vector<float> scales, offsets;
-  thread_local std::vector<Group> row_groups;
-  if (arithmetic) {
-    scales.resize(static_cast<size_t>(2 * NP * groups));
-    offsets.resize(static_cast<size_t>(2 * NP * groups));
-  } else {
-    row_groups.resize(static_cast<size_t>(2 * NP * groups));
-  }
-  const uint8_t* row_codes[2 * NP];
-  for (int i = 0; i < 2 * NP; ++i) {
-    const int64_t row = r0 + std::min<int64_t>(i, nr - 1);
-    row_codes[i] = codes + (row * cols + c0) / 2;
-    const int64_t g0 = (row / rows_per_group) * groups_per_row + first_group;
-    if (arithmetic) {
-      scales_and_offsets(t, g0, groups, scales.data() + i * groups, offsets.data() + i * groups);
-    } else {
-      for (int64_t g = 0; g < groups; ++g) row_groups[i * groups + g] = group_at(t, shape, g0 + g);
+  scales.resize(static_cast<size_t>(groups));
+  offsets.resize(static_cast<size_t>(groups));
+  scales_and_offsets(t, run.g, groups, scales.data(), offsets.data());
+  int64_t done = 0;
+  for (int64_t g = 0, len = run.first; done < run.n; len = run.block, ++g) {
+    len = std::min(len, run.n - done);
+    const __m512i table = _mm512_zextsi256_si512(rounded_values16(scales[g], offsets[g], is_signed));
+    const uint8_t* b = bytes + done / 2;
+    half* o = out + done;
+    int64_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+      __m128i first, second;
+      split_nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i / 2)), first, second);
+      const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(second, first));
+      _mm512_storeu_si512(o + i, _mm512_permutexvar_epi16(idx, table));
     }
-  }
-  __m512 acc[MR][NP];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-  __m512i table[NP];
-  int64_t group = 0, left_in_group = 0;
-  for (int64_t c = 0; c < nc; c += 32, left_in_group -= 32) {
-    if (left_in_group <= 0) {
-      for (int p = 0; p < NP; ++p) {
-        const int64_t a = (2 * p) * groups + group, b = (2 * p + 1) * groups + group;
-        table[p] = arithmetic ? _mm512_inserti64x4(_mm512_castsi256_si512(rounded_values16(scales[a], offsets[a], is_signed)),
-                                                   rounded_values16(scales[b], offsets[b], is_signed), 1)
-                              : pair_table(row_groups[a], row_groups[b], is_signed);
-      }
-      left_in_group = (first_group + group + 1) * cols_per_group - (c0 + c);
-      ++group;
+    if (i < len) {
+      alignas(64) half values[32];
+      _mm512_store_si512(values, table);
+      nibble_tail(values, b, i, len, o);
     }
-    __m512 a[MR][4];
-    for (int r = 0; r < MR; ++r)
-      for (int q = 0; q < 4; ++q) a[r][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + r * lda + c + 8 * q));
-    for (int p = 0; p < NP; ++p) {
-      __m512i first, second;
-      pair_indices(row_codes[2 * p] + c / 2, row_codes[2 * p + 1] + c / 2, first, second);
-      const __m512i v01 = _mm512_permutexvar_epi16(first, table[p]), v23 = _mm512_permutexvar_epi16(second, table[p]);
-      const __m512 w[4] = {_mm512_cvtph_ps(_mm512_castsi512_si256(v01)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v01, 1)),
-                           _mm512_cvtph_ps(_mm512_castsi512_si256(v23)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v23, 1))};
-      for (int q = 0; q < 4; ++q)  // columns c + 8q .. c + 8q + 7, in order
-        for (int r = 0; r < MR; ++r) acc[r][p] = _mm512_fmadd_ps(a[r][q], w[q], acc[r][p]);
-    }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, acc[r][p]);
-      for (int h = 0; h < 2 && 2 * p + h < nr; ++h) {
-        float sum = 0.0f;
-        for (int l = 0; l < 8; ++l) sum += lanes[h * 8 + l];
-        C[r * ldc + 2 * p + h] += sum;
-      }
-    }
-}
-
-// byte_dot_simd's loop (packed_codes.h): 8-bit codes of NP row pairs, sixteen codes (eight
-// columns of each row of a pair) widened, mapped and rounded to fp16 at a time, into the
-// accumulators' layout; the same sums as nibble_dot_pairs.
-template <int MR, int NP>
-COREMLRT_AVX512 void byte_dot_pairs(const ir::PackedTensor& t, int64_t rows_per_group, int64_t groups_per_row,
-                                    int64_t cols_per_group, int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                                    const float* A, int64_t lda, float* C, int64_t ldc) {
-  const bool is_signed = t.codes.dtype == DType::Int8;
-  const bool has_offset = t.offset.defined();  // code - 0 is the code: the subtraction is left out
-  const uint8_t* codes = t.codes.data.ptr<uint8_t>();
-  const int64_t first_group = c0 / cols_per_group, groups = (c0 + nc - 1) / cols_per_group - first_group + 1;
-  thread_local std::vector<float> scales, offsets;
-  scales.resize(static_cast<size_t>(2 * NP * groups));
-  offsets.resize(static_cast<size_t>(2 * NP * groups));
-  const uint8_t* row_codes[2 * NP];
-  for (int i = 0; i < 2 * NP; ++i) {
-    const int64_t row = r0 + std::min<int64_t>(i, nr - 1);
-    row_codes[i] = codes + row * cols + c0;
-    scales_and_offsets(t, (row / rows_per_group) * groups_per_row + first_group, groups, scales.data() + i * groups,
-                       offsets.data() + i * groups);
-  }
-  __m512 acc[MR][NP];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-  __m512 scale[NP], offset[NP];
-  int64_t group = 0, left_in_group = 0;
-  for (int64_t c = 0; c < nc; c += 32, left_in_group -= 32) {
-    if (left_in_group <= 0) {
-      for (int p = 0; p < NP; ++p) {
-        const int64_t a = (2 * p) * groups + group, b = (2 * p + 1) * groups + group;
-        scale[p] = _mm512_insertf32x8(_mm512_set1_ps(scales[a]), _mm256_set1_ps(scales[b]), 1);
-        offset[p] = _mm512_insertf32x8(_mm512_set1_ps(offsets[a]), _mm256_set1_ps(offsets[b]), 1);
-      }
-      left_in_group = (first_group + group + 1) * cols_per_group - (c0 + c);
-      ++group;
-    }
-    __m512 a[MR][4];
-    for (int r = 0; r < MR; ++r)
-      for (int q = 0; q < 4; ++q) a[r][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + r * lda + c + 8 * q));
-    for (int p = 0; p < NP; ++p)
-      for (int q = 0; q < 4; ++q) {  // columns c + 8q .. c + 8q + 7 of both rows, in order
-        const __m128i both = _mm_unpacklo_epi64(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_codes[2 * p] + c + 8 * q)),
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_codes[2 * p + 1] + c + 8 * q)));
-        const __m512 code = _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(both) : _mm512_cvtepu8_epi32(both));
-        const __m512 w = round_half16(_mm512_mul_ps(has_offset ? _mm512_sub_ps(code, offset[p]) : code, scale[p]));
-        for (int r = 0; r < MR; ++r) acc[r][p] = _mm512_fmadd_ps(a[r][q], w, acc[r][p]);
-      }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, acc[r][p]);
-      for (int h = 0; h < 2 && 2 * p + h < nr; ++h) {
-        float sum = 0.0f;
-        for (int l = 0; l < 8; ++l) sum += lanes[h * 8 + l];
-        C[r * ldc + 2 * p + h] += sum;
-      }
-    }
-}
-
-// sparse_dot_simd's loop (packed_codes.h): fp16 nonzero values spread by the mask in registers,
-// eight columns of each row of a pair at a time (an expand-load per row: the mask's byte says
-// which of the eight take the row's next values), into the accumulators' layout; zeros are
-// multiplied as the dense path multiplies them, so the sums are the same.
-template <int MR, int NP>
-COREMLRT_AVX512_VBMI2 void sparse_dot_pairs(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t r0,
-                                            int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
-                                            int64_t ldc) {
-  const half* values[2 * NP];
-  const uint8_t* masks[2 * NP];
-  for (int i = 0; i < 2 * NP; ++i) {
-    const int64_t row = std::min<int64_t>(i, nr - 1);
-    values[i] = t.codes.data.ptr<half>() + first[row];
-    masks[i] = t.mask.ptr<uint8_t>() + ((r0 + row) * cols + c0) / 8;
-  }
-  __m512 acc[MR][NP];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < nc; c += 8) {
-    __m512 a[MR];
-    for (int r = 0; r < MR; ++r) a[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(A + r * lda + c));
-    for (int p = 0; p < NP; ++p) {
-      const unsigned ma = masks[2 * p][c / 8], mb = masks[2 * p + 1][c / 8];
-      const __m128i wa = _mm_maskz_expandloadu_epi16(static_cast<__mmask8>(ma), values[2 * p]);
-      const __m128i wb = _mm_maskz_expandloadu_epi16(static_cast<__mmask8>(mb), values[2 * p + 1]);
-      values[2 * p] += __builtin_popcount(ma);
-      values[2 * p + 1] += __builtin_popcount(mb);
-      const __m512 w = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(wa), wb, 1));
-      for (int r = 0; r < MR; ++r) acc[r][p] = _mm512_fmadd_ps(a[r], w, acc[r][p]);
-    }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, acc[r][p]);
-      for (int h = 0; h < 2 && 2 * p + h < nr; ++h) {
-        float sum = 0.0f;
-        for (int l = 0; l < 8; ++l) sum += lanes[h * 8 + l];
-        C[r * ldc + 2 * p + h] += sum;
-      }
-    }
-}
-
-template <int MR>
-COREMLRT_AVX512_VBMI2 void sparse_dot_rows(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t r0,
-                                           int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
-                                           int64_t ldc) {
-  for (int64_t j = 0; j < nr; j += 8) {
-    const int64_t rows = std::min<int64_t>(8, nr - j);
-    switch ((rows + 1) / 2) {
-      case 1: sparse_dot_pairs<MR, 1>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
-      case 2: sparse_dot_pairs<MR, 2>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
-      case 3: sparse_dot_pairs<MR, 3>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
-      default: sparse_dot_pairs<MR, 4>(t, cols, first + j, r0 + j, rows, c0, nc, A, lda, C + j, ldc); break;
-    }
-  }
-}
-
-// Rows in blocks of eight (four pairs), the last block with the pairs it has; 4-bit codes
-// (kNibbles) or 8-bit ones.
-template <bool kNibbles, int MR>
-COREMLRT_AVX512 void dot_rows(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group,
-                              int64_t groups_per_row, int64_t cols_per_group, int64_t cols, int64_t r0, int64_t nr,
-                              int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc) {
-  for (int64_t j = 0; j < nr; j += 8) {
-    const int64_t rows = std::min<int64_t>(8, nr - j);
-    switch ((rows + 1) / 2) {
-#define COREMLRT_PAIRS(np)                                                                                               \
-  case np:                                                                                                               \
-    if constexpr (kNibbles)                                                                                              \
-      nibble_dot_pairs<MR, np>(t, shape, rows_per_group, groups_per_row, cols_per_group, cols, r0 + j, rows, c0, nc, A, \
-                               lda, C + j, ldc);                                                                         \
-    else                                                                                                                 \
-      byte_dot_pairs<MR, np>(t, rows_per_group, groups_per_row, cols_per_group, cols, r0 + j, rows, c0, nc, A, lda,     \
-                             C + j, ldc);                                                                                \
-    break;
-      COREMLRT_PAIRS(1)
-      COREMLRT_PAIRS(2)
-      COREMLRT_PAIRS(3)
-      COREMLRT_PAIRS(4)
-#undef COREMLRT_PAIRS
-    }
-  }
-}
-
-template <bool kNibbles>
-COREMLRT_AVX512 void dot_rows_of(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group, int64_t groups_per_row,
-                                 int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0,
-                                 int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc) {
-  switch (M) {
-#define COREMLRT_ROWS_OF_A(mr) \
-  case mr: dot_rows<kNibbles, mr>(t, shape, rows_per_group, groups_per_row, cols_per_group, cols, r0, nr, c0, nc, A, lda, C, ldc); break;
-    COREMLRT_ROWS_OF_A(1)
-    COREMLRT_ROWS_OF_A(2)
-    COREMLRT_ROWS_OF_A(3)
-    COREMLRT_ROWS_OF_A(4)
-#undef COREMLRT_ROWS_OF_A
+    done += len;
   }
 }
 
@@ -805,9 +583,17 @@ template <class Out>
 bool nibbles_at_level(const Run& run, Out* out) {
   switch (level()) {
     case SimdLevel::kAvx512:
-      // Affine 4-bit codes with a scale per small block (int4 per block of 32): the arithmetic
-      // decode (AVX2 lanes) beats building a 16-entry table per block, which the AVX-512 loop
-      // does (benchmarks/bench_compressed.py, lm6 int4 decode on our kernels).
+      // 4-bit codes rounded once to fp16 (int4/uint4 per block): each block's table from its
+      // scale and offset, read in bulk (benchmarks/bench_compressed.py, lm6 int4 decode on our
+      // kernels: 2.2x the fp16 model's time with the arithmetic decode below, about 0.9x so).
+      if constexpr (std::is_same_v<Out, half>) {
+        if (rounded_once(run.shape) && run.tensor->dtype == DType::Float16) {
+          nibbles512_rounded(run, out);
+          return true;
+        }
+      }
+      // Other affine 4-bit codes with a scale per small block: the arithmetic decode (AVX2
+      // lanes) beats building a 16-entry table per block with group_at's conversions.
       if (affine_arithmetic(run.shape)) {
         nibbles256(run, out);
         return true;
@@ -826,43 +612,6 @@ bool bytes_at_level(const Run& run, Out* out) {
     case SimdLevel::kAvx2: bytes256(run, out); return true;
     default: return false;
   }
-}
-
-bool nibble_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group, int64_t groups_per_row,
-                     int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                     const float* A, int64_t lda, float* C, int64_t ldc) {
-  if (level() != SimdLevel::kAvx512 || t.codes.bits != 4 || t.dtype != DType::Float16 || t.mask.defined() ||
-      shape.map == ir::CodeMap::kIdentity || (shape.map == ir::CodeMap::kLut && t.palettes != 16) || M < 1 || M > 4 ||
-      c0 % 32 != 0 || nc % 32 != 0 || cols_per_group % 32 != 0 || cols % 2 != 0)
-    return false;
-  dot_rows_of<true>(t, shape, rows_per_group, groups_per_row, cols_per_group, cols, M, r0, nr, c0, nc, A, lda, C, ldc);
-  return true;
-}
-
-bool byte_dot_simd(const ir::PackedTensor& t, const Group& shape, int64_t rows_per_group, int64_t groups_per_row,
-                   int64_t cols_per_group, int64_t cols, int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                   const float* A, int64_t lda, float* C, int64_t ldc) {
-  if (level() != SimdLevel::kAvx512 || t.codes.bits != 0 || (t.codes.dtype != DType::Int8 && t.codes.dtype != DType::UInt8) ||
-      t.dtype != DType::Float16 || t.mask.defined() || !rounded_once(shape) || M < 1 || M > 4 || c0 % 32 != 0 ||
-      nc % 32 != 0 || cols_per_group % 32 != 0)
-    return false;
-  dot_rows_of<false>(t, shape, rows_per_group, groups_per_row, cols_per_group, cols, M, r0, nr, c0, nc, A, lda, C, ldc);
-  return true;
-}
-
-bool sparse_dot_simd(const ir::PackedTensor& t, int64_t cols, const int64_t* first, int64_t M, int64_t r0, int64_t nr,
-                     int64_t c0, int64_t nc, const float* A, int64_t lda, float* C, int64_t ldc) {
-  if (level() != SimdLevel::kAvx512 || !has_vbmi2() || !t.mask.defined() || t.nonzero_only ||
-      t.map != ir::CodeMap::kIdentity || t.codes.bits != 0 || t.codes.dtype != DType::Float16 ||
-      t.dtype != DType::Float16 || M < 1 || M > 4 || cols % 8 != 0 || c0 % 8 != 0 || nc % 8 != 0)
-    return false;
-  switch (M) {
-    case 1: sparse_dot_rows<1>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
-    case 2: sparse_dot_rows<2>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
-    case 3: sparse_dot_rows<3>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
-    default: sparse_dot_rows<4>(t, cols, first, r0, nr, c0, nc, A, lda, C, ldc); break;
-  }
-  return true;
 }
 
 bool nibbles_simd(const Run& run, half* out) { return nibbles_at_level(run, out); }
@@ -893,18 +642,6 @@ int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t 
 #else  // no x86 versions in this build: the portable loops run
 
 SimdLevel simd_level() { return SimdLevel::kPortable; }
-bool nibble_dot_simd(const ir::PackedTensor&, const Group&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                     int64_t, int64_t, int64_t, const float*, int64_t, float*, int64_t) {
-  return false;
-}
-bool byte_dot_simd(const ir::PackedTensor&, const Group&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                   int64_t, int64_t, int64_t, const float*, int64_t, float*, int64_t) {
-  return false;
-}
-bool sparse_dot_simd(const ir::PackedTensor&, int64_t, const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                     const float*, int64_t, float*, int64_t) {
-  return false;
-}
 bool nibbles_simd(const Run&, half*) { return false; }
 bool nibbles_simd(const Run&, float*) { return false; }
 bool bytes_simd(const Run&, half*) { return false; }

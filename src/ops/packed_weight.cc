@@ -370,22 +370,6 @@ void PackedMatrix::decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float*
   decode_rows(r0, nr, c0, nc, dst, ld);
 }
 
-bool PackedMatrix::dot(int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
-                       int64_t ldc) const {
-  if (t_->mask.defined()) {
-    if (t_->map != ir::CodeMap::kIdentity || t_->codes.dtype != DType::Float16 || M > 4) return false;
-    thread_local std::vector<int64_t> first;
-    first.resize(static_cast<size_t>(nr));
-    for (int64_t i = 0; i < nr; ++i)
-      first[i] = row_codes_[r0 + i] + count_set(t_->mask.ptr<uint8_t>(), (r0 + i) * cols_, (r0 + i) * cols_ + c0);
-    return packed::sparse_dot_simd(*t_, cols_, first.data(), M, r0, nr, c0, nc, A, lda, C, ldc);
-  }
-  const Group shape = group_shape(*t_);
-  if (t_->codes.bits == 4)
-    return packed::nibble_dot_simd(*t_, shape, row_block_, col_groups_, col_block_, cols_, M, r0, nr, c0, nc, A, lda, C, ldc);
-  return packed::byte_dot_simd(*t_, shape, row_block_, col_groups_, col_block_, cols_, M, r0, nr, c0, nc, A, lda, C, ldc);
-}
-
 void PackedMatrix::decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, half* dst, int64_t ld) const {
   COREMLRT_CHECK(t_->dtype == DType::Float16, "packed constant: fp16 values asked of a ", dtype_name(t_->dtype),
                  " tensor");

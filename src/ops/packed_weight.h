@@ -49,13 +49,6 @@ class PackedMatrix {
   // leading dimension ld. The half version needs dtype() fp16 (its values are exact then).
   void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t ld) const;
   void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, half* dst, int64_t ld) const;
-  // C[i, r - r0] += sum over c in [c0, c0 + nc) of A[i, c - c0] * (r, c) for rows [r0, r0 + nr)
-  // and the M rows of A (leading dimension lda; C's is ldc), with the codes decoded in registers
-  // (a decode step's matrix-vector products): the same sums, bit for bit, as gemm.cc's dot form
-  // over the decoded fp16 rows. Returns false, having done nothing, where no such loop fits this
-  // matrix, these bounds or this CPU (then decode() and the dense product).
-  bool dot(int64_t M, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* A, int64_t lda, float* C,
-           int64_t ldc) const;
 
  private:
   template <class Out>

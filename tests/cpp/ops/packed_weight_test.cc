@@ -148,20 +148,18 @@ std::vector<Case> cases() {
     out.push_back({"affine_int8_" + d, shift_scale(dt, {21, 33}, {21, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
     out.push_back({"affine_uint8_axis1_" + d,
                    shift_scale(dt, {21, 33}, {1, 33}, DType::UInt8, true, DType::Float32, ir::CodeMap::kAffine)});
-    // Shapes the register-decoding dot loop takes (fp16, 4-bit codes, 32-column multiples):
-    // K past one block of the product (2048), blocks of 64 with fp16 offsets (group by group),
-    // per-channel codes with 8-bit offsets, no offsets, iOS16 affine; odd row counts;
+    // Language-model shapes: K past one block of the product (2048), blocks of 32 and 64 with
+    // int4, fp16 or 8-bit offsets or none, per channel, iOS16 affine; odd row counts; the
+    // products with 1 to 4 rows of A (a decode step) and with 70.
     out.push_back({"int4_block64_half_offset_wide_" + d,
                    shift_scale(dt, {19, 2176}, {19, 34}, DType::Int4, true, DType::Float16)});
     out.push_back({"uint4_per_channel_uint8_offset_" + d,
                    shift_scale(dt, {13, 160}, {13, 1}, DType::UInt4, true, DType::UInt8)});
     out.push_back({"int4_block32_no_offset_" + d, shift_scale(dt, {9, 64}, {9, 2}, DType::Int4, false, DType::Int4)});
     out.push_back({"affine_int4_" + d, shift_scale(dt, {11, 96}, {11, 1}, DType::Int4, true, DType::Int8, ir::CodeMap::kAffine)});
-    // and 8-bit codes the same way (per channel past 2048 columns, blocks of 64 with offsets, affine),
     out.push_back({"int8_per_channel_wide_" + d, shift_scale(dt, {21, 2112}, {21, 1}, DType::Int8, false, DType::Int8)});
     out.push_back({"uint8_block64_offset_" + d, shift_scale(dt, {10, 128}, {10, 2}, DType::UInt8, true, DType::UInt8)});
     out.push_back({"affine_int8_k64_" + d, shift_scale(dt, {7, 64}, {7, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
-    // and pruned fp16 weights, eight columns at a time (K past 2048, odd row counts).
     out.push_back({"sparse_wide_" + d, sparse_floats(dt, {11, 2112}, 0.5)});
     out.push_back({"sparse_k64_" + d, sparse_floats(dt, {6, 64}, 0.3)});
     out.push_back({"rank4_conv_" + d, shift_scale(dt, {8, 6, 3, 3}, {8, 2, 1, 1}, DType::Int4, true, DType::Int4)});
