@@ -2,16 +2,17 @@
 
     python3 benchmarks/bench_serve.py [--seconds S] [--requests N] [--clients 1,4,16]
 
-Two models (tests/python/serving/serve_models.py): ``tiny`` (a Linear(8, 8), fixed shape:
-requests run side by side; what it measures is the server's own cost per request) and
-``conv64`` (a small conv net on 64x64 images with a flexible batch dimension: concurrent
-requests merge). For each model, protocol (REST through tritonclient.http with binary
+Two models by default (tests/python/serving/serve_models.py; --models picks others, e.g.
+conv64): ``tiny`` (a Linear(8, 8), fixed shape: requests run side by side; what it measures is
+the server's own cost per request) and ``mobilenet_v2`` (torchvision's, on 224x224 images with a
+flexible batch dimension: concurrent requests merge). For each model, protocol (REST through tritonclient.http with binary
 tensors, its default; gRPC through tritonclient.grpc) and number of concurrent clients
 (threads of this process, each sending one batch-1 request after the other), it reports
 throughput and p50/p99 latency, and the same for an in-process ``MLModel.predict`` loop on one thread (the baseline):
-ratios are served / in-process. Each cell runs at most --requests requests and --seconds
-seconds. The server runs in a subprocess with its defaults (--max-wait-ms 0: batches form
-from what is queued).
+ratios are served / in-process. The last column takes the server's liveness-check latency
+(framework_floor) off that overhead as well: what our runtime adds to MLServer's own per-request
+cost. Each cell runs at most --requests requests and --seconds seconds. The server runs in a
+subprocess with its defaults (--max-wait-ms 0: batches form from what is queued).
 """
 
 import argparse
@@ -101,13 +102,29 @@ def served(server, protocol, model, x, clients, requests, seconds):
     return len(latencies) / elapsed, *_percentiles(latencies)
 
 
+def framework_floor(server, protocol, requests, seconds):
+    """p50 ms of the server's liveness check (tritonclient's is_server_live: GET /v2/health/live,
+    gRPC ServerLive) at one client: what one request through MLServer's network stack costs with
+    no model behind it. A served request cannot be cheaper; the prediction and our runtime's
+    own work come on top of it."""
+    _, client = _client(protocol, server.grpc_url if protocol == "grpc" else server.http_url)
+    for _ in range(20):
+        client.is_server_live()
+    latencies, began = [], time.perf_counter()
+    while len(latencies) < requests and time.perf_counter() - began < seconds:
+        t = time.perf_counter()
+        client.is_server_live()
+        latencies.append(time.perf_counter() - t)
+    return _percentiles(latencies)[0]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="time limit per cell")
     parser.add_argument("--requests", type=int, default=2000, help="request limit per cell")
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--max-wait-ms", default="0")
-    parser.add_argument("--models", default="tiny,conv64")
+    parser.add_argument("--models", default="tiny,mobilenet_v2")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     names = args.models.split(",")
@@ -116,8 +133,11 @@ def main(argv=None):
     inputs = {name: SM.random_input(name, rng)["x"] for name in names}
     folder = SH.model_folder(tempfile.mkdtemp(prefix="bench-serve-"), paths)
     print(f"{'model':<6} {'protocol':<8} {'clients':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'x in-proc req/s':>16} {'p50 - in-proc ms':>17}")
+          f"{'x in-proc req/s':>16} {'p50 - in-proc ms':>17} {'... - liveness ms':>17}")
     with SH.serve(folder, "--max-wait-ms", args.max_wait_ms, models=names) as server:
+        floors = {protocol: framework_floor(server, protocol, args.requests, args.seconds) for protocol in ("rest", "grpc")}
+        print("liveness check p50 ms (MLServer's network stack alone, 1 client): " +
+              ", ".join(f"{protocol} {ms:.3f}" for protocol, ms in floors.items()), flush=True)
         for name in names:
             base = in_process(paths[name], inputs[name], args.requests, args.seconds)
             print(f"{name:<6} {'in-proc':<8} {1:>7} {base[0]:>9.1f} {base[1]:>8.3f} {base[2]:>8.3f}", flush=True)
@@ -125,7 +145,8 @@ def main(argv=None):
                 for n in clients:
                     rate, p50, p99 = served(server, protocol, name, inputs[name], n, args.requests, args.seconds)
                     print(f"{name:<6} {protocol:<8} {n:>7} {rate:>9.1f} {p50:>8.3f} {p99:>8.3f} "
-                          f"{rate / base[0]:>16.2f} {p50 - base[1]:>17.3f}", flush=True)
+                          f"{rate / base[0]:>16.2f} {p50 - base[1]:>17.3f} {p50 - base[1] - floors[protocol]:>17.3f}",
+                          flush=True)
         batches = [line for line in server.metrics().splitlines() if line.startswith("coremlrt_batch_size_")
                    and ("_sum" in line or "_count" in line)]
         print("server batch sizes:", "; ".join(batches))

@@ -61,13 +61,19 @@ def _post(url, body, headers=None):
         return e.code, e.read()
 
 
+# gRPC status codes as the HTTP statuses they stand for (the mapping of grpc-gateway and of
+# Google's APIs: a client's mistake is a 4xx, the server's a 5xx).
+_GRPC_AS_HTTP = {"OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
+                 "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+                 "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
+                 "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401}
+
+
 def _status_of(exc):
     status = str(exc.status() or "")
     if status.isdigit():
         return int(status)
-    return {"StatusCode.UNAVAILABLE": 503, "StatusCode.INTERNAL": 500, "StatusCode.UNKNOWN": 500,
-            "StatusCode.INVALID_ARGUMENT": 400, "StatusCode.NOT_FOUND": 404,
-            "StatusCode.RESOURCE_EXHAUSTED": 413}.get(status, 599)
+    return _GRPC_AS_HTTP.get(status.replace("StatusCode.", ""), 599)
 
 
 class Client:
@@ -86,11 +92,12 @@ class Client:
         self.decode = coremlrt.MLModel(paths["lm"], function_name="decode")
         self.sequences = 0
 
-    def _answer(self, good, status):
+    def _answer(self, good, status, kind=None):
         if not good:
             self.tally.add("malformed")
             if not 400 <= status < 500:
                 self.tally.add("malformed not refused with 4xx")
+                self.tally.add(f"malformed not refused with 4xx: kind {kind}, status {status}")
             return
         if status == 503:
             self.tally.add("good: 503 (capacity)")
@@ -179,8 +186,9 @@ class Client:
                     call(bytes(self.rng.integers(0, 256, 64, dtype=np.uint8)), timeout=60)
                     status = 200
                 except grpc.RpcError as exc:
-                    status = {grpc.StatusCode.INVALID_ARGUMENT: 400}.get(exc.code(), 500)
-        self._answer(False, status)
+                    # Random bytes may parse as a request (for a model named "", say): NOT_FOUND.
+                    status = _GRPC_AS_HTTP.get(exc.code().name, 599)
+        self._answer(False, status, kind)
         del InferenceServerException
 
     server_limit = 1 << 20

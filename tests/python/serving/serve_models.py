@@ -5,6 +5,8 @@ build/test-fixtures/serving, like tests/python/fixtures.py's cases):
 * ``conv``: a small conv net, x fp32 [B, 3, 32, 32] with B flexible in 1..64 (requests merge);
   ``conv64`` the same net wider, on [B, 3, 64, 64] (benchmarks/bench_serve.py: enough work per
   request that batching, not the server's per-request cost, decides throughput);
+* ``mobilenet_v2``: torchvision's mobilenet_v2 (random weights, eval mode), x fp32
+  [B, 3, 224, 224] with B flexible in 1..64 (benchmarks/bench_serve.py's throughput target);
 * ``lm``: the prefill/decode KV-cache LM of tests/python/lm_helpers.py (states, two functions).
 """
 
@@ -61,6 +63,22 @@ def _conv64(directory):
     _conv(directory, "conv64", size=64, width=32)
 
 
+def _mobilenet_v2(directory):
+    import coremltools as ct
+    import torch
+    import torchvision
+
+    torch.manual_seed(13)
+    module = torchvision.models.mobilenet_v2(weights=None).eval()
+    traced = torch.jit.trace(module, torch.zeros(1, 3, 224, 224))
+    batch = ct.RangeDim(lower_bound=1, upper_bound=64, default=1)
+    model = ct.convert(traced, convert_to="mlprogram",
+                       inputs=[ct.TensorType(name="x", shape=(batch, 3, 224, 224))],
+                       outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT32,
+                       minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
+    model.save(os.path.join(directory, "mobilenet_v2.mlpackage"))
+
+
 def _lm(directory):
     path, _ = lm_helpers.build_lm_package(directory)
     os.rename(path, os.path.join(directory, "lm.mlpackage"))
@@ -68,7 +86,7 @@ def _lm(directory):
         shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-BUILDERS = {"tiny": _tiny, "conv": _conv, "conv64": _conv64, "lm": _lm}
+BUILDERS = {"tiny": _tiny, "conv": _conv, "conv64": _conv64, "mobilenet_v2": _mobilenet_v2, "lm": _lm}
 
 
 def model_path(name):
@@ -98,7 +116,7 @@ def torch_lm():
 def random_input(name, rng, batch=1):
     if name == "tiny":
         return {"x": rng.standard_normal((1, 8)).astype(np.float32)}
-    if name in ("conv", "conv64"):
-        size = 64 if name == "conv64" else 32
+    if name in ("conv", "conv64", "mobilenet_v2"):
+        size = {"conv": 32, "conv64": 64, "mobilenet_v2": 224}[name]
         return {"x": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
     raise KeyError(name)
