@@ -8,11 +8,15 @@ the server's own cost per request) and ``mobilenet_v2`` (torchvision's, on 224x2
 flexible batch dimension: concurrent requests merge). For each model, protocol (REST through tritonclient.http with binary
 tensors, its default; gRPC through tritonclient.grpc) and number of concurrent clients
 (threads of this process, each sending one batch-1 request after the other), it reports
-throughput and p50/p99 latency, and the same for an in-process ``MLModel.predict`` loop on one thread (the baseline):
-ratios are served / in-process. The last column takes the server's liveness-check latency
+throughput and p50/p99 latency, and the same for an in-process ``MLModel.predict`` loop on one
+thread (the baseline, run for half a cell's time right before and right after each served cell:
+their mean is that cell's baseline): ratios are served / in-process. The last column takes the server's liveness-check latency
 (framework_floor) off that overhead as well: what our runtime adds to MLServer's own per-request
-cost. Each cell runs at most --requests requests and --seconds seconds. The server runs in a
-subprocess with its defaults (--max-wait-ms 0: batches form from what is queued).
+cost. The clients share the machine's cores with the server: "client cpu" and "server cpu" are
+the CPU milliseconds per request each side used (the in-process loop pays neither the client's
+nor the server's part). Each cell runs at most --requests requests and --seconds seconds. The
+server runs in a subprocess with its defaults (--max-wait-ms 0: batches form from what is
+queued).
 """
 
 import argparse
@@ -38,10 +42,7 @@ def _percentiles(latencies):
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
-def in_process(path, x, requests, seconds):
-    import coremlrt
-
-    model = coremlrt.MLModel(path)
+def in_process(model, x, requests, seconds):
     for _ in range(5):
         model.predict({"x": x})
     latencies, began = [], time.perf_counter()
@@ -61,8 +62,22 @@ def _client(protocol, url):
     return module, module.InferenceServerClient(url)
 
 
+def _server_cpu_s(server):
+    """CPU seconds (user + system, all threads) the server process has used."""
+    with open(f"/proc/{server.process.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s():
+    t = os.times()
+    return t.user + t.system
+
+
 def served(server, protocol, model, x, clients, requests, seconds):
-    """(req/s, p50 ms, p99 ms) of `clients` threads, timed from when every one has warmed up."""
+    """(req/s, p50 ms, p99 ms, client CPU ms per request, server CPU ms per request) of `clients`
+    threads, timed from when every one has warmed up. The clients run in this process, on the
+    same cores as the server: their CPU time is what the load itself costs the machine."""
     url = server.grpc_url if protocol == "grpc" else server.http_url
     ready = threading.Barrier(clients + 1)
     window = {}
@@ -95,11 +110,15 @@ def served(server, protocol, model, x, clients, requests, seconds):
         window["stop"] = float("inf")
         ready.wait()
         began = time.perf_counter()
+        cpu_before = _own_cpu_s(), _server_cpu_s(server)
         window["stop"] = began + seconds
         results = [f.result() for f in futures]
+        cpu_after = _own_cpu_s(), _server_cpu_s(server)
     latencies = [t for r, _ in results for t in r]
     elapsed = max(end for _, end in results) - began
-    return len(latencies) / elapsed, *_percentiles(latencies)
+    n = max(len(latencies), 1)
+    return (len(latencies) / elapsed, *_percentiles(latencies), (cpu_after[0] - cpu_before[0]) / n * 1000,
+            (cpu_after[1] - cpu_before[1]) / n * 1000)
 
 
 def framework_floor(server, protocol, requests, seconds):
@@ -133,20 +152,29 @@ def main(argv=None):
     inputs = {name: SM.random_input(name, rng)["x"] for name in names}
     folder = SH.model_folder(tempfile.mkdtemp(prefix="bench-serve-"), paths)
     print(f"{'model':<6} {'protocol':<8} {'clients':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'x in-proc req/s':>16} {'p50 - in-proc ms':>17} {'... - liveness ms':>17}")
+          f"{'x in-proc req/s':>16} {'p50 - in-proc ms':>17} {'... - liveness ms':>17} {'client cpu':>11} "
+          f"{'server cpu':>11}")
     with SH.serve(folder, "--max-wait-ms", args.max_wait_ms, models=names) as server:
         floors = {protocol: framework_floor(server, protocol, args.requests, args.seconds) for protocol in ("rest", "grpc")}
         print("liveness check p50 ms (MLServer's network stack alone, 1 client): " +
               ", ".join(f"{protocol} {ms:.3f}" for protocol, ms in floors.items()), flush=True)
         for name in names:
-            base = in_process(paths[name], inputs[name], args.requests, args.seconds)
-            print(f"{name:<6} {'in-proc':<8} {1:>7} {base[0]:>9.1f} {base[1]:>8.3f} {base[2]:>8.3f}", flush=True)
+            import coremlrt
+
+            model = coremlrt.MLModel(paths[name])
             for protocol in ("rest", "grpc"):
                 for n in clients:
-                    rate, p50, p99 = served(server, protocol, name, inputs[name], n, args.requests, args.seconds)
+                    # The baseline runs right before and right after each served cell, and their
+                    # mean is its baseline: whatever else the machine does then falls on both.
+                    before = in_process(model, inputs[name], args.requests, args.seconds / 2)
+                    rate, p50, p99, client_cpu, server_cpu = served(server, protocol, name, inputs[name], n,
+                                                                    args.requests, args.seconds)
+                    after = in_process(model, inputs[name], args.requests, args.seconds / 2)
+                    base = [(a + b) / 2 for a, b in zip(before, after)]
+                    print(f"{name:<6} {'in-proc':<8} {1:>7} {base[0]:>9.1f} {base[1]:>8.3f} {base[2]:>8.3f}", flush=True)
                     print(f"{name:<6} {protocol:<8} {n:>7} {rate:>9.1f} {p50:>8.3f} {p99:>8.3f} "
-                          f"{rate / base[0]:>16.2f} {p50 - base[1]:>17.3f} {p50 - base[1] - floors[protocol]:>17.3f}",
-                          flush=True)
+                          f"{rate / base[0]:>16.2f} {p50 - base[1]:>17.3f} {p50 - base[1] - floors[protocol]:>17.3f} "
+                          f"{client_cpu:>11.2f} {server_cpu:>11.2f}", flush=True)
         batches = [line for line in server.metrics().splitlines() if line.startswith("coremlrt_batch_size_")
                    and ("_sum" in line or "_count" in line)]
         print("server batch sizes:", "; ".join(batches))
