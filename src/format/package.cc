@@ -8,6 +8,7 @@
 #include "coremlrt/error.h"
 #include "coremlrt/utf8.h"
 #include "format/compiled_model.h"
+#include "format/coreai_asset.h"
 #include "format/memory_model.h"
 
 namespace coremlrt::format {
@@ -105,6 +106,8 @@ ModelFiles locate_model(const std::string& path) {
   COREMLRT_CHECK(!ec && fs::exists(status), "model path '", path,
                  "' does not exist (expected an .mlpackage folder or an .mlmodel file)");
   if (fs::is_directory(status)) {
+    // A Core AI model: the compiled-model folder translated from it (coreai_asset.h).
+    if (is_coreai_asset(path)) return locate_model(translated_coreai_model(path, ""));
     // A compiled folder is recognised by its contents, as Core ML does not require the name.
     ModelFiles files = p.extension() == ".mlmodelc" || fs::is_regular_file(p / kCompiledProgramFile) ||
                                fs::is_regular_file(p / kCompiledSourceFile)

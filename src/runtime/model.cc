@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "format/coreai_asset.h"
 #include "format/model_kinds.h"
 #include "format/spec_reader.h"
 #include "ops/thread_pool.h"
@@ -184,7 +185,11 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
       options.memory_limit_bytes ? options.memory_limit_bytes : default_memory_limit_bytes());
   if (options.max_loop_iterations > 0) impl->limits.max_loop_iterations = options.max_loop_iterations;
   ResourceScope limits(&impl->limits);
-  impl->loaded = format::read_model(format::locate_model(path));
+  // A Core AI model's translation lies in the cache folder the caller names, if any (coreai_asset.h).
+  const std::string source = format::is_coreai_asset(path) && !options.cache_dir.empty()
+                                 ? format::translated_coreai_model(path, options.cache_dir)
+                                 : path;
+  impl->loaded = format::read_model(format::locate_model(source));
   const ModelDescription& description = impl->loaded.description;
   // A refused stage, feature kind or model says why, before the type check's general words.
   COREMLRT_CHECK(impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
