@@ -20,3 +20,44 @@ def convert(module, args, names, outputs, path, states=None):
         converter.add_pytorch_module(module, export_fn=export, input_names=names, output_names=outputs, **extra)
         converter.to_coreai().save_asset(pathlib.Path(path))
     return str(path)
+
+
+def author(path, inputs, body):
+    """Saves a one-graph program written with coreai's authoring API as the .aimodel `path`:
+    `inputs` is a list of (shape, numpy dtype), named x0, x1, ...; `body` takes their values and
+    returns one value or a list of them, named y0, y1, ... The graph is built as the authoring
+    API's deferred graphs are (graph_builder.GraphOp, its result types from the body's values)."""
+    from coreai.authoring import AIProgram, Module, TensorType, Value
+    from coreai.authoring.graph_builder import GraphOp
+
+    module = Module.create()
+    with module:
+        graph = GraphOp("main", input_types=[TensorType(s, d)._to_mlir_type() for s, d in inputs], result_types=[],
+                        input_names=[f"x{i}" for i in range(len(inputs))], result_names=[])
+        with graph.block:
+            outputs = body(*[Value._from_mlir(a) for a in graph.arguments])
+            outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+            graph.outputs_spec = [(f"y{i}", o._to_mlir() if isinstance(o, Value) else o)
+                                  for i, o in enumerate(outputs)]
+    AIProgram(module).save_asset(pathlib.Path(path))
+    return str(path)
+
+
+def coreai_predict(path, feeds, function="main"):
+    """One prediction of coreai-core's own runtime (coreai.runtime) on the .aimodel `path`: the
+    reference the translation is compared with."""
+    import asyncio
+
+    import coreai.runtime
+    from coreai.authoring import AIModelAsset
+
+    NDArray = coreai.runtime.NDArray
+    if NDArray.__module__.startswith("coremlrt"):  # coremlrt.coreai.runtime.enable() is in effect
+        raise RuntimeError("coreai.runtime is coremlrt's stand-in here: it cannot be the reference")
+
+    async def run():
+        async with AIModelAsset.load(path).executable() as model:
+            out = await model.load_function(function)({k: NDArray(v) for k, v in feeds.items()})
+            return {k: v.numpy() for k, v in out.items()}
+
+    return asyncio.run(run())

@@ -24,7 +24,7 @@ DIALECT_VERSION = 20260409
 _DIALECT_VERSION_BYTES = b"\x05"
 _BYTECODE_VERSION = 6
 # Bumped whenever the translation changes, so cached folders from an older one are rewritten.
-TRANSLATOR_VERSION = 2
+TRANSLATOR_VERSION = 3
 
 __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 
@@ -104,7 +104,8 @@ def _write_compiled(path, bytecode_path, folder):
     context = Context()
     with context._mlir_context:  # noqa: SLF001 - the bindings' MLIR context
         module = load_module_from_bytecode(context=context._mlir_context, path=bytecode_path)  # noqa: SLF001
-        graphs = [op.operation for op in module.body.operations]
+        # A coreai.target_spec only says which hardware to compile for: nothing to translate.
+        graphs = [op.operation for op in module.body.operations if op.operation.name != "coreai.target_spec"]
         others = sorted({g.name for g in graphs if g.name != "coreai.graph"})
         if others:
             raise Error(f"{where}: top-level ops other than coreai.graph are not supported yet: {', '.join(others)}")

@@ -128,12 +128,16 @@ def test_other_dialect_version_is_refused(models, tmp_path):
 
 
 def test_untranslatable_op_is_named(tmp_path):
-    class Select(torch.nn.Module):
-        def forward(self, x):
-            return torch.where(x > 0, x, 2 * x)
+    """An op MIL cannot express is refused by name, with the reason (here `&` of integers:
+    MIL has no bitwise ops)."""
 
-    path = _convert(Select().eval(), (torch.randn(2, 5),), ["x"], ["y"], tmp_path / "select.aimodel")
-    with pytest.raises(coremlrt.Error, match=r"cannot translate these Core AI ops yet: .*coreai\.\w"):
+    class BitwiseAnd(torch.nn.Module):
+        def forward(self, x):
+            return ((x > 0).int() & (x < 1).int()).float()
+
+    path = _convert(BitwiseAnd().eval(), (torch.randn(2, 5),), ["x"], ["y"], tmp_path / "bitwise.aimodel")
+    with pytest.raises(coremlrt.Error, match=r"coreai\.decomposable\.broadcasting_bitwise_and: operands of element "
+                                             r"types si32, si32 are not supported \(MIL has no bitwise ops\)"):
         coremlrt.MLModel(path, cache_dir=tmp_path)
 
 

@@ -1,0 +1,144 @@
+"""Graphs, control flow and states: invoke (inlined), if -> cond, while -> while_loop,
+isolated_group (inlined), and the handle ops (read_state / write_state).
+
+MIL's blocks (docs/design/coreml-format.md, "Control flow blocks") read values of the blocks
+around them, as Core AI regions do; a block's outputs are values it computes, so an input or
+outer value it passes through is copied with identity.
+"""
+
+import re
+
+from ._common import TOKEN, Var, dims_of
+
+
+def _bind(t, block, values):
+    for argument, value in zip(block.arguments, values):
+        t.values[argument] = t.values[value] if not isinstance(value, Var) else value
+
+
+def _run_block(t, block):
+    """Translates a region's block in the current MIL block; returns its terminator."""
+    return t.run([o.operation for o in block.operations])
+
+
+def _invoke(t, op):
+    """A call of another graph of the module (a composite such as layer_norm): inlined."""
+    # Printed as `#param.constant<@name> : !param.symbol` (or a plain `@name`).
+    symbols = re.findall(r'@"?([\w.$-]+)', str(op.attributes["callee"]))
+    callee = symbols[-1] if symbols else str(op.attributes["callee"])
+    graph = t.callees.get(callee)
+    if graph is None:
+        t.fail(f"coreai.invoke of '{callee}', which is not a graph of this module")
+    if callee in t.inlining:
+        t.fail(f"coreai.invoke: '{callee}' calls itself")
+    block = graph.regions[0].blocks[0]
+    _bind(t, block, op.operands)
+    t.inlining.append(callee)
+    terminator = _run_block(t, block)
+    t.inlining.pop()
+    for result, value in zip(op.results, terminator.operands):
+        t.values[result] = t.values[value]
+
+
+def _isolated_group(t, op):
+    """Ops grouped for one delegate: the grouping has no meaning for the result, so inlined."""
+    block = op.regions[0].blocks[0]
+    _bind(t, block, op.operands)
+    terminator = _run_block(t, block)
+    for result, value in zip(op.results, terminator.operands):
+        t.values[result] = t.values[value]
+
+
+def _if(t, op):
+    if len(op.regions[1].blocks) == 0:
+        t.fail("coreai.if without an else region is not supported")
+    blocks = []
+    for region in op.regions:
+        with t.block() as lines:
+            terminator = _run_block(t, region.blocks[0])
+            outputs = t.local_names(terminator.operands)
+        blocks.append((None, lines, outputs))
+    t.emit(op, "cond", {"pred": t.operand(op.operands[0])}, blocks=blocks)
+
+
+def _forwards_arguments(before, condition):
+    """Whether the before region's coreai.condition passes on its block arguments unchanged."""
+    return list(condition.operands)[1:] == list(before.arguments)
+
+
+def _while(t, op):
+    """MIL's while_loop carries the values of the before region's arguments (the inits, then
+    what the after region yields); its condition block is the before region. When the
+    condition passes on other values than its arguments, the before region is translated again
+    where those values are needed: at the start of the body and after the loop."""
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    carried = [Var(t.fresh("loop_var"), t.as_var(v).dtype, dims_of(a.type)) for v, a in
+               zip(op.operands, before.arguments)]
+    loop_vars = [t.operand(v) for v in op.operands]
+    with t.block() as cond_lines:
+        _bind(t, before, carried)
+        condition = _run_block(t, before)
+        cond_outputs = t.local_names(condition.operands[:1])
+    forwards = _forwards_arguments(before, condition)
+    body_inputs = [Var(t.fresh("loop_var"), v.dtype, v.dims) for v in carried]
+    with t.block() as body_lines:
+        _bind(t, before, body_inputs)
+        if forwards:
+            _bind(t, after, body_inputs)
+        else:
+            _bind(t, after, _run_block(t, before).operands[1:])
+        terminator = _run_block(t, after)
+        body_outputs = t.local_names(terminator.operands)
+    blocks = [(carried, cond_lines, cond_outputs), (body_inputs, body_lines, body_outputs)]
+    finals = t.aux_many("while_loop", {"loop_vars": f"({', '.join(loop_vars)})"},
+                        [(v.dtype, v.dims) for v in carried], blocks=blocks)
+    _bind(t, before, finals)
+    if forwards:
+        results = finals
+    else:
+        results = [t.values[v] for v in _run_block(t, before).operands[1:]]
+    for result, value in zip(op.results, results):
+        t.values[result] = value
+
+
+# States. The tokens only order the handle ops; MIL runs its ops in program order, and the
+# bytecode's order already follows each token chain, so tokens translate to nothing. A
+# write_handle is always written (Core AI may drop one whose token is unused).
+def _token(t, op):
+    t.values[op.results[0]] = TOKEN
+
+
+def _state_of(t, op):
+    held = t.values[op.operands[0]]
+    if not (isinstance(held, Var) and held.dtype.startswith("state<")):
+        t.fail(f"{op.name} of a handle that is not a state input of the function")
+    return held
+
+
+def _read_handle(t, op):
+    state = _state_of(t, op)
+    dtype = state.dtype[len("state<"):-1]
+    t.values[op.results[0]] = t.aux("read_state", {"input": state.name}, dtype, state.dims,
+                                    name=t.output_name(op.results[0]))
+    t.values[op.results[1]] = TOKEN
+
+
+def _write_handle(t, op):
+    state = _state_of(t, op)
+    name = t.fresh("write_state")
+    t.lines.append(f"write_state(data = {t.operand(op.operands[1])}, input = {state.name})"
+                   f"[name = string(\"{name}\")];")
+    t.count("write_state")
+    t.values[op.results[0]] = TOKEN
+
+
+OPS = {
+    "coreai.invoke": _invoke,
+    "coreai.isolated_group": _isolated_group,
+    "coreai.if": _if,
+    "coreai.while": _while,
+    "coreai.create_token": _token,
+    "coreai.join_token": _token,
+    "coreai.read_handle": _read_handle,
+    "coreai.write_handle": _write_handle,
+}
