@@ -161,10 +161,9 @@ COREMLRT_AVX512 inline void split_nibbles(__m128i bytes, __m128i& first, __m128i
   second = _mm_unpackhi_epi8(lo, hi);
 }
 
-COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
-  const __m512i table = _mm512_zextsi256_si512(_mm512_cvtps_ph(nibble_values16<false>(g, is_signed), kNearest));
-  alignas(64) half values[32];
-  _mm512_store_si512(values, table);
+// n codes from `bytes` through a group's sixteen fp16 values (`table`'s low half): one vpermw
+// per 32 codes.
+COREMLRT_AVX512_INLINE inline void nibbles512_through(__m512i table, const uint8_t* bytes, int64_t n, half* out) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m128i first, second;
@@ -172,7 +171,16 @@ COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, co
     const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(second, first));
     _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(idx, table));
   }
-  nibble_tail(values, bytes, i, n, out);
+  if (i < n) {
+    alignas(64) half values[32];
+    _mm512_store_si512(values, table);
+    nibble_tail(values, bytes, i, n, out);
+  }
+}
+
+COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, half* out) {
+  nibbles512_through(_mm512_zextsi256_si512(_mm512_cvtps_ph(nibble_values16<false>(g, is_signed), kNearest)), bytes, n,
+                     out);
 }
 
 COREMLRT_AVX512_INLINE inline void nibbles512(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n, float* out) {
@@ -295,7 +303,7 @@ COREMLRT_AVX512 inline __m256i rounded_values16(float scale, float offset, bool 
 // A run of 4-bit codes into fp16 whose groups' values are rounded once (rounded_once): each
 // group's table of sixteen values comes from its scale and offset, read for the whole run at
 // once (group_at's conversions, one group at a time, cost more than a block of 32 codes), then
-// one vpermw per 32 codes, as nibbles512 does for a palette.
+// through nibbles512_through, as a palette's codes.
 COREMLRT_AVX512 void nibbles512_rounded(const Run& run, half* out) {
   const ir::PackedTensor& t = *run.tensor;
   const bool is_signed = t.codes.dtype == DType::Int4;
@@ -308,21 +316,8 @@ COREMLRT_AVX512 void nibbles512_rounded(const Run& run, half* out) {
   int64_t done = 0;
   for (int64_t g = 0, len = run.first; done < run.n; len = run.block, ++g) {
     len = std::min(len, run.n - done);
-    const __m512i table = _mm512_zextsi256_si512(rounded_values16(scales[g], offsets[g], is_signed));
-    const uint8_t* b = bytes + done / 2;
-    half* o = out + done;
-    int64_t i = 0;
-    for (; i + 32 <= len; i += 32) {
-      __m128i first, second;
-      split_nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i / 2)), first, second);
-      const __m512i idx = _mm512_cvtepu8_epi16(_mm256_set_m128i(second, first));
-      _mm512_storeu_si512(o + i, _mm512_permutexvar_epi16(idx, table));
-    }
-    if (i < len) {
-      alignas(64) half values[32];
-      _mm512_store_si512(values, table);
-      nibble_tail(values, b, i, len, o);
-    }
+    nibbles512_through(_mm512_zextsi256_si512(rounded_values16(scales[g], offsets[g], is_signed)), bytes + done / 2,
+                       len, out + done);
     done += len;
   }
 }
