@@ -17,7 +17,6 @@
 // KernelContext are borrowed for that call only (docs/design/architecture.md, law 4).
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -95,12 +94,14 @@ struct BackendOptions {
   // backend may hold over all regions of one load; a region that would pass it stays on our
   // kernels (not applied with `force`). Model::load sets it (LoadOptions::weight_copies_limit_bytes).
   uint64_t weight_copies_limit = uint64_t{64} << 20;
-  // Storage (data pointers of the mapped arrays) of weights that other functions of the same
-  // package read too. A backend that copies weights would copy these once per function instance,
-  // where our kernels read the one mapping every instance shares: a region holding a copy of one
-  // stays on our kernels (not applied with `force`; Model::load leaves it empty when the caller
-  // set weight_copies_limit_bytes). docs/design/compressed-weights.md, "Weights live once".
-  std::shared_ptr<const std::set<const void*>> shared_weights;
+  // The function reads weights that other functions of the same package read too (a language
+  // model's prefill and decode). A backend that copies weights would copy them once per function
+  // instance, where our kernels read the one mapping every instance shares; and a backend taking
+  // only the regions around them would add its runtime's memory for little. Backend "auto"
+  // keeps every region of such a function on our kernels (not applied with `force`; Model::load
+  // leaves it false when the caller set weight_copies_limit_bytes).
+  // docs/design/compressed-weights.md, "Weights live once".
+  bool shares_weights = false;
 };
 
 class Backend {

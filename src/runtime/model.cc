@@ -145,11 +145,10 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
-// The storage of every constant of the program's functions other than `loaded` (data pointers
-// into the weight file's one mapping, which all functions of a load share): what a backend
-// should not copy for this function, since other instances of the package read it in place
-// (backends::BackendOptions::shared_weights).
-// (Weights are const ops' values or values bound inline, as a constexpr op's data often is.)
+// Whether function `loaded` of the program reads a constant whose storage another function
+// reads too (data pointers into the weight file's one mapping, which all functions of a load
+// share; backends::BackendOptions::shares_weights). Weights are const ops' values or values
+// bound inline, as a constexpr op's data often is.
 void collect_weight(const ir::ConstValue* value, std::set<const void*>& out) {
   if (!value) return;
   if (value->tensor.data) out.insert(value->tensor.data);
@@ -165,12 +164,12 @@ void collect_weights(const ir::Block& block, std::set<const void*>& out) {
   }
 }
 
-std::shared_ptr<const std::set<const void*>> weights_of_other_functions(const ir::Program& program,
-                                                                         const std::string& loaded) {
-  auto out = std::make_shared<std::set<const void*>>();
-  for (const auto& [name, function] : program.functions)
-    if (name != loaded) collect_weights(function.block, *out);
-  return out;
+bool shares_weights(const ir::Program& program, const std::string& loaded) {
+  std::set<const void*> others, own;
+  for (const auto& [name, function] : program.functions) collect_weights(function.block, name == loaded ? own : others);
+  for (const void* storage : own)
+    if (others.count(storage)) return true;
+  return false;
 }
 
 }  // namespace
@@ -236,7 +235,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backend_options.weight_copies_limit =
       options.weight_copies_limit_bytes ? options.weight_copies_limit_bytes
                                         : std::max<uint64_t>(uint64_t{64} << 20, impl->loaded.weight_bytes);
-  if (!options.weight_copies_limit_bytes) backend_options.shared_weights = weights_of_other_functions(impl->loaded.program, name);
+  if (!options.weight_copies_limit_bytes) backend_options.shares_weights = shares_weights(impl->loaded.program, name);
   impl->backend = options.backend;
   impl->threads = options.threads;
   const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);

@@ -62,7 +62,7 @@ KNOWN_DIFFERENCES = {
     "reference": {},
     "openvino": {**_OPENVINO_DIFFERENCES, **_OPENVINO_OP_DIFFERENCES},
     # Under auto, the test's two functions share their weights, which therefore stay on our kernels
-    # (src/backends/openvino/backend.cc, holds_shared_weights).
+    # (BackendOptions::shares_weights, src/backends/backend.h).
     "auto": {},
 }
 

@@ -186,6 +186,11 @@ class OpenVinoBackend final : public Backend {
 
   Verdict worth_running(const Region& region) const override {
     if (options_.force) return Verdict::claim();
+    if (options_.shares_weights)
+      return Verdict::refuse("this function reads weights that other functions of its package read too: OpenVINO "
+                             "would hold copies of them for each loaded function, and its runtime besides, where our "
+                             "kernels read the one mapping they share (weight_copies_limit_bytes set, or "
+                             "backend=\"openvino\", lifts this)");
     if (Verdict pays = pays_for_a_call(region); !pays.claimed) return pays;
     // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
     // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
@@ -196,10 +201,7 @@ class OpenVinoBackend final : public Backend {
     const uint64_t copies = weight_copy_bytes(region);
     const uint64_t limit = options_.weight_copies_limit;
     if (copies == 0) return Verdict::claim();
-    if (holds_shared_weights(region))
-      return Verdict::refuse("OpenVINO would hold copies of weights that other functions of this package read too, "
-                             "one copy per loaded function; our kernels read the one mapping they share "
-                             "(weight_copies_limit_bytes set, or backend=\"openvino\", lifts this)");
+
     uint64_t used = copies_used_.load();
     while (used + copies <= limit && !copies_used_.compare_exchange_weak(used, used + copies)) {
     }
@@ -251,21 +253,6 @@ class OpenVinoBackend final : public Backend {
           else if (c->tensor.dtype == DType::Float32) bytes += n * 4;
         }
     return bytes;
-  }
-
-  // Whether the region reads a weight, of the size weight_copy_bytes counts, whose storage other
-  // functions of the package read too (BackendOptions::shared_weights).
-  bool holds_shared_weights(const Region& region) const {
-    if (!options_.shared_weights || options_.shared_weights->empty()) return false;
-    for (const ir::Operation* op : region.ops)
-      for (const auto& [param, bindings] : op->inputs)
-        for (const ir::Binding& binding : bindings) {
-          const ir::ConstValue* c = region.values.constant(binding);
-          if (!c || c->type.kind != ir::TypeKind::Tensor || shape_numel(c->tensor.shape) < 4096) continue;
-          const void* storage = c->packed ? c->packed->codes.data.data : c->tensor.data;
-          if (storage && options_.shared_weights->count(storage)) return true;
-        }
-    return false;
   }
 
   BackendOptions options_;
