@@ -11,7 +11,9 @@ Requests wait in a bounded queue; a request that finds it full is refused with 5
 
 Batches form from what is queued when a slot frees up, so a lone request never waits (one
 that finds a slot free and nobody queued runs at once); ``max_wait_ms`` > 0 lets the first
-request of a merging batch wait that long for more.
+request of a merging batch wait that long for more. A lone request of a function whose
+predictions take less than ``INLINE_LIMIT_S`` (a running average) runs on the event loop's
+thread itself: handing it to a worker thread and back would cost more than the prediction.
 A merged prediction that fails is re-run request by request, so that one bad request (a
 value the model rejects) fails alone and its neighbours get their own answers.
 """
@@ -26,6 +28,14 @@ import numpy as np
 from .features import RequestError
 
 logger = logging.getLogger("mlserver.coremlrt")
+
+# Predictions shorter than this (a running average of the function's) run on the event loop's
+# thread when they find a slot free and nothing queued: a worker thread's round trip (wake-up,
+# GIL hand-off, the loop's wake-up on the result) costs 60-100 us here, more than such a
+# prediction (as coremlrt.coreai.runtime's INLINE_LIMIT_S, measured in
+# docs/design/coreai-runtime-standin.md). Longer ones keep the loop free for other requests.
+INLINE_LIMIT_S = 250e-6
+_AVERAGE_WEIGHT = 0.25  # weight of the newest prediction in the running average
 
 
 def mergeable(function):
@@ -69,6 +79,7 @@ class Batcher:
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(options["workers"])
         self._task = None
+        self._seconds = None  # running average of a prediction's time (_predict)
 
     def start(self):
         self._task = asyncio.get_running_loop().create_task(self._dispatch())
@@ -85,7 +96,11 @@ class Batcher:
             await self._slots.acquire()
             try:
                 self.metrics.batch_size.labels(self.name).observe(1)
-                result = (await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, [inputs]))[0]
+                if self._seconds is not None and self._seconds < INLINE_LIMIT_S:
+                    result = self._predict([inputs])[0]
+                else:
+                    result = (await asyncio.get_running_loop().run_in_executor(self.executor, self._predict,
+                                                                               [inputs]))[0]
             finally:
                 self._slots.release()
                 if self._queue:
@@ -177,8 +192,14 @@ class Batcher:
                 future.set_result(result)
 
     def _predict(self, requests):
-        """Runs on a worker thread. One result (outputs or the exception) per request."""
-        return predict_requests(self.model, requests)
+        """Runs on a worker thread (or inline: INLINE_LIMIT_S). One result (outputs or the
+        exception) per request."""
+        start = time.perf_counter()
+        results = predict_requests(self.model, requests)
+        seconds = (time.perf_counter() - start) / len(requests)
+        previous = self._seconds
+        self._seconds = seconds if previous is None else previous + _AVERAGE_WEIGHT * (seconds - previous)
+        return results
 
 
 def predict_requests(model, requests):
