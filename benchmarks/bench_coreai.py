@@ -73,8 +73,8 @@ def _exportable_step(module):
         def __init__(self):
             super().__init__()
             self.emb, self.pos, self.blocks, self.norm = module.emb, module.pos, module.blocks, module.norm
-            # Buffers of this module, not of a submodule: their names become the state names, and
-            # a dotted name is no identifier in the translated program.
+            # Buffers of this module, not of a submodule: their names become the state names as they
+            # are ("k_cache", not "gpt.k_cache", which the translation would spell gpt_k_cache).
             self.register_buffer("k_cache", module.k_cache.clone())
             self.register_buffer("v_cache", module.v_cache.clone())
 

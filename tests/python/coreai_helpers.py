@@ -43,9 +43,10 @@ def author(path, inputs, body):
     return str(path)
 
 
-def coreai_predict(path, feeds, function="main"):
+def coreai_predict(path, feeds, function="main", states=None):
     """One prediction of coreai-core's own runtime (coreai.runtime) on the .aimodel `path`: the
-    reference the translation is compared with."""
+    reference the translation is compared with. `states`: {name: numpy array}, updated in place
+    with the states' values after the prediction."""
     import asyncio
 
     import coreai.runtime
@@ -57,7 +58,11 @@ def coreai_predict(path, feeds, function="main"):
 
     async def run():
         async with AIModelAsset.load(path).executable() as model:
-            out = await model.load_function(function)({k: NDArray(v) for k, v in feeds.items()})
+            held = {k: NDArray(v) for k, v in (states or {}).items()}
+            out = await model.load_function(function)({k: NDArray(v) for k, v in feeds.items()},
+                                                      **({"state": held} if held else {}))
+            for k, v in held.items():
+                states[k][...] = v.numpy()
             return {k: v.numpy() for k, v in out.items()}
 
     return asyncio.run(run())

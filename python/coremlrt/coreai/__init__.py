@@ -24,7 +24,7 @@ DIALECT_VERSION = 20260409
 _DIALECT_VERSION_BYTES = b"\x05"
 _BYTECODE_VERSION = 6
 # Bumped whenever the translation changes, so cached folders from an older one are rewritten.
-TRANSLATOR_VERSION = 3
+TRANSLATOR_VERSION = 4
 
 __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 
@@ -97,7 +97,7 @@ def _visibility(graph):
 
 
 def _write_compiled(path, bytecode_path, folder):
-    from ._translate import Program, Translator
+    from ._translate import Program, Translator, feature_names
 
     Context, load_module_from_bytecode, copy_constant = _import_coreai()
     where = bytecode_path
@@ -125,8 +125,10 @@ def _write_compiled(path, bytecode_path, folder):
             attributes = {a.name: a.attr for a in graph.attributes}
             block = graph.regions[0].blocks[0]
             terminator = list(block.operations)[-1].operation
-            input_names = _names(attributes, "arg_attrs", len(block.arguments), "input_")
-            output_names = _names(attributes, "res_attrs", len(terminator.operands), "output_")
+            # Feature names are the MIL names, so they are made identifiers (feature_names).
+            taken = {}
+            input_names = feature_names(_names(attributes, "arg_attrs", len(block.arguments), "input_"), taken)
+            output_names = feature_names(_names(attributes, "res_attrs", len(terminator.operands), "output_"), taken)
             translator = Translator(graph, copy_constant, f"{where} ({_symbol(graph)})", callees, program,
                                     _symbol(graph))
             translator.translate(input_names, output_names)

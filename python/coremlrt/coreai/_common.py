@@ -66,8 +66,19 @@ class Var:
         self.name, self.dtype, self.dims = name, dtype, list(dims)
         # The output of a constexpr_* op: a weight the engine can keep packed.
         self.compressed = compressed
-        # Names the untransposed [N, K] weight of a [K, N] value, read by matmul's transpose_y.
+        # Names the untransposed [N, K] weight of a [K, N] value, read by matmul's transpose_x or
+        # transpose_y (_ops_tensor.py _transpose).
         self.transposed = False
+        # A zero (-inf) pad folded into the convolutions (max pools) that read it: ``name``
+        # is the unpadded input and this the MIL ``pad`` (before, after per spatial dim) they
+        # take as pad_type = custom (_ops_tensor.py _pad).
+        self.spatial_pad = None
+        # A maximum(name, 0) not yet written, whose one reader is a minimum: with a minimum
+        # of 6 the two are relu6, one clip (_ops_elementwise.py _binary).
+        self.floored = False
+        # A tile not yet written, (source Var, reps), whose readers are wheres: one selecting a
+        # box of it is a slice_update of the source (_ops_elementwise.py _where).
+        self.tiled = None
 
 
 class Sparse:

@@ -128,7 +128,43 @@ def _binary(t, op):
         with np.errstate(all="ignore"):
             t.fold(op, fold(a, b))
         return
+    if name in ("maximum", "minimum") and _relu6(t, op, name, x, b):
+        return
+    if getattr(t.values[x], "floored", False):  # the maximum deferred by _relu6, written now
+        held = t.values[x]
+        t.values[x] = t.aux("maximum", {"x": held.name, "y": t.param(0, held.dtype)}, held.dtype, held.dims)
     t.emit(op, mil_op, {"x": t.operand(x), "y": t.operand(y)})
+
+
+def _scalar(array, value):
+    return array is not None and array.size == 1 and float(array.reshape(())) == value
+
+
+def _relu6(t, op, name, x, b):
+    """relu6 as one clip(alpha = 0, beta = 6), as the Core ML conversion of the same module has
+    it, where coreai-torch writes maximum(x, 0) then minimum(., 6): the maximum whose
+    one reader is a minimum is deferred (Var.floored), and that minimum by 6 writes the clip.
+    Floats only, and only where the scalar constant does not broadcast x."""
+    held = t.values[x]
+    if not isinstance(held, Var) or t.kind(x) not in FLOAT or t.dims(op.results[0]) != held.dims:
+        return False
+    if name == "maximum":
+        uses = list(op.results[0].uses)
+        if not _scalar(b, 0) or held.floored or len(uses) != 1 or _use_name(uses[0]) != "minimum" \
+                or uses[0].operand_number != 0:
+            return False
+        var = Var(held.name, held.dtype, held.dims)
+        var.floored = True
+        t.values[op.results[0]] = var
+        return True
+    if not held.floored or not _scalar(b, 6):
+        return False
+    t.emit(op, "clip", {"x": held.name, "alpha": t.param(0, held.dtype), "beta": t.param(6, held.dtype)})
+    return True
+
+
+def _use_name(use):
+    return _short(use.owner) if use.owner.name.startswith("coreai.") else None
 
 
 def _modulo(t, op):
@@ -159,7 +195,53 @@ def _where(t, op):
     if t.all_constant(op.operands):
         t.fold(op, np.where(t.constant(condition), t.constant(a), t.constant(b)))
         return
-    t.emit(op, "select", {"cond": t.operand(condition), "a": t.operand(a), "b": t.operand(b)})
+    tiled = getattr(t.values[a], "tiled", None)
+    if tiled is not None:
+        box = _selected_box(t, op, tiled)
+        if box is not None:
+            begin, end = box
+            t.emit(op, "slice_update", {"x": t.operand(b), "update": tiled[0].name,
+                                        "begin": t.param(begin, "int32"), "end": t.param(end, "int32"),
+                                        "stride": t.param([1] * len(begin), "int32"),
+                                        "end_mask": t.param([False] * len(begin), "bool")})
+            return
+        source, reps = tiled
+        a_name = t.aux("tile", {"x": source.name, "reps": t.param(reps, "int32")}, source.dtype,
+                       t.values[a].dims).name
+    else:
+        a_name = t.operand(a)
+    t.emit(op, "select", {"cond": t.operand(condition), "a": a_name, "b": t.operand(b)})
+
+
+def _selected_box(t, op, tiled):
+    """(begin, end) when where(cond, tile(source, reps), b) is b with the source written into one
+    box: cond a constant true on exactly that box, which is the source's shape, whole along the
+    dims not tiled and one wide along the tiled ones. coreai-torch writes index_copy_ into one
+    layer of a stacked cache state this way (the layer tiled to the whole cache, selected by a
+    constant layer mask); as slice_update it is one copy of the layer, not tile + select over
+    the whole cache, and a lone one between read_state and write_state is updated in place
+    (src/runtime/state_update.h)."""
+    source, reps = tiled
+    dims = t.dims(op.results[0])
+    mask = t.constant(op.operands[0])
+    if mask is None or None in dims or t.dims(op.operands[2]) != dims or list(t.values[op.operands[1]].dims) != dims:
+        return None
+    try:
+        mask = np.broadcast_to(mask.astype(bool), dims)
+    except ValueError:
+        return None
+    where = np.nonzero(mask)
+    if not where[0].size:
+        return None
+    begin = [int(w.min()) for w in where]
+    end = [int(w.max()) + 1 for w in where]
+    extent = [e - b for b, e in zip(begin, end)]
+    if where[0].size != int(np.prod(extent)) or extent != list(source.dims):
+        return None
+    for d, repeat in enumerate(reps):
+        if repeat != 1 and extent[d] != 1 or repeat == 1 and (begin[d], end[d]) != (0, dims[d]):
+            return None
+    return begin, end
 
 
 def _cast(t, op):

@@ -1,8 +1,9 @@
 """Network ops: matmul, convolutions, pooling, softmax and interpolation.
 
 Core AI convolutions and pools take no padding (a separate ``pad`` does it), so the MIL ops get
-``pad_type = valid``; transposed convolutions crop symmetrically and take their output size from
-the result type.
+``pad_type = valid``, or ``custom`` with the amounts of a pad folded into them
+(``Var.spatial_pad``, _ops_tensor.py ``_pad``); transposed convolutions crop symmetrically and
+take their output size from the result type.
 """
 
 import itertools
@@ -24,10 +25,20 @@ def _matmul(t, op):
     if a is not None and b is not None:
         t.fold(op, np.matmul(a, b))
         return
-    held = t.values[y]
-    transpose_y = bool(getattr(held, "transposed", False))
-    t.emit(op, "matmul", {"x": t.operand(x), "y": t.operand(y), "transpose_x": t.param(False, "bool"),
+    # A transposed Var names the untransposed weight (_ops_tensor.py _transpose).
+    transpose_x, transpose_y = (bool(getattr(t.values[v], "transposed", False)) for v in (x, y))
+    t.emit(op, "matmul", {"x": t.operand(x), "y": t.operand(y), "transpose_x": t.param(transpose_x, "bool"),
                           "transpose_y": t.param(transpose_y, "bool")})
+
+
+def _padding(t, value, spatial):
+    """pad_type and pad of a conv or pool reading ``value``: a folded pad's, or none."""
+    pad = getattr(t.values[value], "spatial_pad", None)
+    if pad is not None:
+        if len(pad) != 2 * spatial:
+            t.fail(f"a folded pad of {len(pad)} amounts read by an op with {spatial} spatial dims")
+        return {"pad_type": t.param("custom", "string"), "pad": t.param(pad, "int32")}
+    return {"pad_type": t.param("valid", "string"), "pad": t.param([0] * 2 * spatial, "int32")}
 
 
 def _conv(t, op):
@@ -36,7 +47,7 @@ def _conv(t, op):
     t.emit(op, "conv", {"x": t.operand(op.operands[0]), "weight": t.operand(op.operands[1]),
                         "strides": t.param(strides, "int32"), "dilations": t.param(t.ints(op, 3, "dilation"), "int32"),
                         "groups": t.param(t.ints(op, 4, "groups")[0], "int32"),
-                        "pad_type": t.param("valid", "string"), "pad": t.param([0] * 2 * len(strides), "int32")})
+                        **_padding(t, op.operands[0], len(strides))})
 
 
 def _conv_transpose(t, op):
@@ -61,8 +72,8 @@ def _pool_arguments(t, op, kernel, strides, dilations, ceil_mode):
     if any(d != 1 for d in dilations):
         t.fail(f"{op.name}: dilation {dilations} is not supported (MIL pooling has none)")
     return {"x": t.operand(op.operands[0]), "kernel_sizes": t.param(kernel, "int32"),
-            "strides": t.param(strides, "int32"), "pad_type": t.param("valid", "string"),
-            "pad": t.param([0] * 2 * len(kernel), "int32"), "ceil_mode": t.param(ceil_mode, "bool")}
+            "strides": t.param(strides, "int32"), **_padding(t, op.operands[0], len(kernel)),
+            "ceil_mode": t.param(ceil_mode, "bool")}
 
 
 def _max_pool(t, op):

@@ -16,11 +16,12 @@ def _constant(t, op):
     t.values[op.results[0]] = t.read_constant(op)
 
 
-def _matmul_users_only(value):
-    """Whether every use of a value is as the right operand (y) of a batch matmul."""
+def _matmul_users_only(value, operands=(1,)):
+    """Whether every use of a value is as an operand of a batch matmul (by default the right
+    one, y)."""
     uses = list(value.uses)
     return bool(uses) and all(use.owner.name in ("coreai.decomposable.broadcasting_batch_matmul",
-                                                 "coreai.batch_matmul") and use.operand_number == 1
+                                                 "coreai.batch_matmul") and use.operand_number in operands
                               for use in uses)
 
 
@@ -28,6 +29,18 @@ def _transpose(t, op):
     perm = t.ints(op, 1, "permutation")
     source = t.values[op.operands[0]]
     if isinstance(source, np.ndarray):
+        rank = source.ndim
+        swaps_last = rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]
+        if swaps_last and _matmul_users_only(op.results[0], (0, 1)):
+            # A weight transposed only for matmul (coreai-torch's Linear; a tied embedding's
+            # table read by the output projection too): matmul reads the weight as it is, with
+            # transpose_x / transpose_y, so weight.bin holds it once (const_name writes an array
+            # once per block, whatever reads it).
+            var = Var(t.operand(op.operands[0]), t.const_dtype(op.operands[0]),
+                      list(source.shape[:-2]) + [source.shape[-1], source.shape[-2]])
+            var.transposed = True
+            t.values[op.results[0]] = var
+            return
         t.fold(op, source.transpose(perm))
         return
     if source.compressed and perm == [1, 0] and _matmul_users_only(op.results[0]):
@@ -75,6 +88,9 @@ def _expand_or_shrink(t, op):
                                                         "axes": t.param(axes, "int32")})
 
 
+_WHERE = ("coreai.where", "coreai.decomposable.broadcasting_where")
+
+
 def _broadcast_in_dims(t, op):
     """tile: the sizes at the (size-1) axes, 1 elsewhere; computed sizes are put in place with
     slices and a concat."""
@@ -91,6 +107,15 @@ def _broadcast_in_dims(t, op):
             reps[a] = int(size)
         if isinstance(source, np.ndarray):
             t.fold(op, np.tile(source, reps))
+            return
+        uses = list(op.results[0].uses)
+        if uses and all(u.owner.name in _WHERE and u.operand_number == 1 for u in uses) \
+                and None not in t.dims(op.results[0]):
+            # Read only as the value a where selects: the where may take the source as a
+            # slice_update (_ops_elementwise.py _where) and the tile is written there if not.
+            var = Var(source.name, source.dtype, t.dims(op.results[0]))
+            var.tiled = (source, reps)
+            t.values[op.results[0]] = var
             return
         t.emit(op, "tile", {"x": source.name, "reps": t.param(reps, "int32")})
         return
@@ -290,6 +315,38 @@ def _split(t, op):
     t.emit(op, "split", {"x": source.name, "split_sizes": t.param(sizes, "int32"), "axis": t.param(axis, "int32")})
 
 
+# The readers a constant-mode pad folds into, with the pad value that reading makes implicit:
+# a convolution's custom padding is zeros; our max_pool (src/ops/pool.cc) clips its windows to
+# the input and starts from -inf, which is padding with -inf. Average and sum pools are not
+# folded (their divisor and ceil_mode windows would need matching case by case).
+_PAD_READERS = {"coreai.conv2d": 0.0, "coreai.conv3d": 0.0,
+                "coreai.max_pool_2d": -np.inf, "coreai.max_pool_3d": -np.inf}
+
+
+def _foldable_pad(t, op, mode, padding, value, rank):
+    """The MIL ``pad`` (before, after per spatial dim) when every reader of this pad takes it
+    as its own padding (_PAD_READERS): constant mode, the readers' pad value, non-negative
+    amounts on spatial dims only (the last rank - 2). None otherwise."""
+    uses = list(op.results[0].uses)
+    if mode != "constant" or not uses or rank < 3 or any(p < 0 for p in padding):
+        return None
+    for use in uses:
+        reader = use.owner
+        if _PAD_READERS.get(reader.name) != float(value) or use.operand_number != 0:
+            return None
+        if reader.name.startswith("coreai.max_pool"):
+            # ceil_mode's extra window is bounded by the padding it sees (src/ops/pool.cc).
+            ceil_mode = t.constant(reader.operands[4])
+            if ceil_mode is None or bool(ceil_mode.reshape(())):
+                return None
+    spatial = rank - 2
+    pairs = [(0, 0)] * (rank - len(padding) // 2) + [(padding[2 * i], padding[2 * i + 1])
+                                                     for i in range(len(padding) // 2)]
+    if len(pairs) != rank or any(pairs[d] != (0, 0) for d in range(rank - spatial)):
+        return None
+    return [p for pair in pairs[rank - spatial:] for p in pair]
+
+
 def _pad(t, op):
     mode = str(op.attributes["padding_mode"])
     mode = mode[mode.find("<") + 1:mode.rfind(">")]
@@ -307,6 +364,14 @@ def _pad(t, op):
     for d in range(len(padding) // 2):
         if padded[first + d] is not None:
             padded[first + d] += padding[2 * d] + padding[2 * d + 1]
+    folded = _foldable_pad(t, op, mode, padding, value, len(dims))
+    if folded is not None and isinstance(t.values[source], Var):
+        # A separate pad op would run outside the backend's regions (it has no pad lowering)
+        # and split the network at every padded convolution; the readers pad instead.
+        var = Var(t.values[source].name, t.values[source].dtype, padded)
+        var.spatial_pad = folded
+        t.values[op.results[0]] = var
+        return
     if mode in ("symmetric", "circular"):
         _pad_by_slices(t, op, mode, padding, first, padded)
         return

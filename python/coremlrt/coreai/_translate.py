@@ -62,6 +62,28 @@ def _handle_type(mlir_type, where):
     return match.group(2), dims
 
 
+def feature_names(names, taken):
+    """MIL identifiers for a function's input, state or output names: the engine binds a
+    feature to the function argument or result of the same name (metadata.json has no other
+    mapping, src/format/compiled_metadata.cc), and MIL text identifiers are
+    [A-Za-z_][A-Za-z0-9_@]* (src/format/mil_text_reader.cc), so each other character becomes
+    '_' (a module's state "gpt.k_cache" is the feature "gpt_k_cache") and a leading digit gets
+    a '_' before it. A name already taken gets _2, _3, ... after it; equal names stay equal.
+    ``taken``: the names given so far (original -> MIL), extended here."""
+    out = []
+    for name in names:
+        if name not in taken:
+            base = re.sub(r"[^A-Za-z0-9_]", "_", name)
+            base = base if re.match(r"[A-Za-z_]", base) else "_" + base
+            candidate, index = base, 1
+            while candidate in taken.values():
+                index += 1
+                candidate = f"{base}_{index}"
+            taken[name] = candidate
+        out.append(taken[name])
+    return out
+
+
 def untranslatable(operations, callees):
     """The names of ops (of these, their translated regions and every callee) that are not
     translated: (unknown names, {refused name: reason})."""

@@ -1,0 +1,215 @@
+"""The translator's rewrites that change the MIL program's structure (docs/design/coreai.md,
+"Op mapping"): each model predicts as coreai-core's own runtime does, and its translated
+model.mil (in the cache) and placements show the rewrite."""
+
+import glob
+import os
+import re
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("coreai")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pytest.importorskip("coreai_torch")
+F = torch.nn.functional
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import coremlrt  # noqa: E402
+from coreai_helpers import convert, coreai_predict  # noqa: E402
+
+
+def _translated(module, args, tmp_path, inputs=("x",), outputs=("y",)):
+    """The model loaded by coremlrt, its model.mil text, and its comparison with coreai.runtime."""
+    path = convert(module, args, list(inputs), list(outputs), tmp_path / "m.aimodel")
+    model = coremlrt.MLModel(path, cache_dir=tmp_path / "cache")
+    feeds = {n: a.numpy() for n, a in zip(inputs, args)}
+    got = model.predict(feeds)
+    want = coreai_predict(path, feeds)
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    (mil,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*" / "model.mil"))
+    with open(mil, encoding="utf-8") as f:
+        return model, f.read()
+
+
+def _ops(mil):
+    return re.findall(r"= (\w+)\((?!name)", mil.replace("const()", ""))
+
+
+class _PaddedCnn(torch.nn.Module):
+    """Conv padding, a padded max pool, relu6 (F.relu6 and clamp(0, 6)), an asymmetric F.pad."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, stride=2)
+        self.c = torch.nn.Conv2d(8, 4, 3)
+        self.pool = torch.nn.MaxPool2d(3, 2, padding=1)
+
+    def forward(self, x):
+        y = self.pool(F.relu6(self.a(x)))
+        y = torch.clamp(self.b(y), 0, 6)
+        return self.c(F.pad(y, (2, 1, 0, 3)))
+
+
+def test_pads_fold_into_convolutions_and_max_pools(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 32, 32) * 4  # past 6, so that relu6's upper bound matters
+    model, mil = _translated(_PaddedCnn().eval(), (x,), tmp_path)
+    ops = _ops(mil)
+    assert "pad" not in ops and "maximum" not in ops and "minimum" not in ops
+    assert ops.count("conv") == 3 and ops.count("clip") == 2 and ops.count("max_pool") == 1
+    assert mil.count('string("custom")') == 4  # conv a, the pool, conv b, and conv c (padded by F.pad)
+    assert "tensor<int32, [4]>([0, 3, 2, 1])" in mil  # F.pad's (left, right, top, bottom) as MIL's pad
+    placements = model.placements()
+    assert {p["backend"] for p in placements} == {"openvino"}
+    assert len({p["region"] for p in placements}) == 1
+
+
+class _PadKept(torch.nn.Module):
+    """Pads that are not a reader's padding: read by an add too; a nonzero value; channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3)
+
+    def forward(self, x):
+        shared = F.pad(x, (1, 1, 1, 1))
+        ones = F.pad(x, (1, 1, 1, 1), value=1.0)
+        channels = F.pad(x, (1, 1, 1, 1, 1, 1))[:, 1:5]
+        clamped = torch.clamp(x, 0, 5)  # not relu6: stays maximum + minimum
+        kept = self.conv(shared) + shared[:, :, 1:-1, 1:-1].sum() + self.conv(ones)
+        return kept + self.conv(channels) * clamped.sum()
+
+
+def test_pads_that_are_not_padding_stay(tmp_path):
+    torch.manual_seed(0)
+    _, mil = _translated(_PadKept().eval(), (torch.randn(1, 4, 8, 8),), tmp_path)
+    ops = _ops(mil)
+    assert ops.count("pad") == 3 and "clip" not in ops and "minimum" in ops
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, 4, 3))
+
+    def forward(self, x, pos):
+        self.k_cache.index_copy_(1, pos, x)
+        return self.k_cache.sum(1)
+
+
+class _Outer(torch.nn.Module):
+    """A state of a submodule: its name has a dot ("gpt.k_cache")."""
+
+    def __init__(self):
+        super().__init__()
+        self.gpt = _Inner()
+
+    def forward(self, x, pos):
+        return self.gpt(x, pos) * 2
+
+
+def test_names_that_are_not_identifiers_become_identifiers(tmp_path):
+    path = convert(_Outer().eval(), (torch.randn(1, 1, 3), torch.tensor([1])), ["x.in", "2pos"], ["y-out"],
+                   tmp_path / "m.aimodel", states=["gpt.k_cache"])
+    model = coremlrt.MLModel(path, cache_dir=tmp_path / "cache")
+    assert list(model.input_description) == ["x_in", "_2pos"]
+    assert list(model.output_description) == ["y_out"]
+    state = model.make_state()
+    cache = {"gpt.k_cache": np.zeros((1, 4, 3), np.float32)}
+    generator = np.random.default_rng(3)
+    for pos in (1, 3, 1):
+        x = generator.standard_normal((1, 1, 3)).astype(np.float32)
+        feeds = {"x.in": x, "2pos": np.array([pos], np.int32)}
+        want = coreai_predict(path, feeds, states=cache)
+        got = model.predict({"x_in": x, "_2pos": feeds["2pos"]}, state=state)
+        np.testing.assert_allclose(got["y_out"], want["y-out"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(state.read_state("gpt_k_cache"), cache["gpt.k_cache"])
+    assert cache["gpt.k_cache"][0, 3].any()
+
+
+class _Tied(torch.nn.Module):
+    """A language model's tied embedding: the output projection reads the embedding table."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 32)
+        self.mix = torch.nn.Linear(32, 32)
+
+    def forward(self, ids):
+        hidden = torch.tanh(self.mix(self.embed(ids)))
+        return hidden @ self.embed.weight.T
+
+
+def test_a_transposed_weight_is_stored_once(tmp_path):
+    torch.manual_seed(0)
+    ids = torch.tensor([[3, 0, 63, 17]], dtype=torch.int32)
+    _, mil = _translated(_Tied().eval(), (ids,), tmp_path, ("ids",), ("logits",))
+    assert "transpose" not in _ops(mil)
+    assert mil.count("tensor<fp32, [64, 32]>(BLOBFILE") == 1  # the table, read by gather and matmuls
+    assert mil.count("tensor<fp32, [32, 32]>(BLOBFILE") == 1  # the Linear's weight, as stored
+    assert re.search(r"matmul\(transpose_x = \w+, transpose_y = \w+, x = \w+, y = const_", mil)
+    (weights,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*" / "weights" / "weight.bin"))
+    assert os.path.getsize(weights) < (64 * 32 + 32 * 32 + 32) * 4 + 64 * 8
+
+
+class _LayerCaches(torch.nn.Module):
+    """index_copy_ into each layer of a stacked cache state, as a decoder's step writes its
+    key rows: coreai-torch tiles the updated layer to the whole cache and selects it with a
+    constant layer mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(3, 2, 8, 4))
+
+    def forward(self, x, start):
+        rows = (torch.arange(1, dtype=torch.int32) + start).to(torch.int64)
+        out = []
+        for i in range(3):
+            self.k_cache[i].index_copy_(1, rows, x * (i + 1))
+            out.append(self.k_cache[i].sum(-1))
+        return torch.stack(out)
+
+
+def test_a_layer_written_into_a_stacked_cache_is_a_slice_update(tmp_path):
+    path = convert(_LayerCaches().eval(), (torch.randn(2, 1, 4), torch.tensor([3], dtype=torch.int32)),
+                   ["x", "start"], ["y"], tmp_path / "m.aimodel", states=["k_cache"])
+    model = coremlrt.MLModel(path, cache_dir=tmp_path / "cache")
+    (mil,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*" / "model.mil"))
+    with open(mil, encoding="utf-8") as f:
+        text = f.read()
+    assert _ops(text).count("slice_update") == 3
+    assert not re.search(r"tensor<fp32, \[3, 2, 8, 4\]> \w+ = (tile|select)\(", text)
+    state = model.make_state()
+    cache = {"k_cache": np.zeros((3, 2, 8, 4), np.float32)}
+    generator = np.random.default_rng(5)
+    for start in (3, 0, 7, -1):
+        feeds = {"x": generator.standard_normal((2, 1, 4)).astype(np.float32), "start": np.array([start], np.int32)}
+        want = coreai_predict(path, feeds, states=cache)
+        got = model.predict(feeds, state=state)
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(state.read_state("k_cache"), cache["k_cache"])
+
+
+class _Masked(torch.nn.Module):
+    """where with a constant mask that is no box of the broadcast value: tile + select stay."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.tensor([[True, False, True], [False, False, False]]))
+
+    def forward(self, x, y):
+        return torch.where(self.mask, x.expand(2, 3), y), torch.where(self.mask[:, :1], x.expand(2, 3), y)
+
+
+def test_a_where_that_is_no_slice_update_stays_a_select(tmp_path):
+    args = (torch.randn(1, 3), torch.randn(2, 3))
+    _, mil = _translated(_Masked().eval(), args, tmp_path, ("x", "y"), ("a", "b"))
+    ops = _ops(mil)
+    assert ops.count("select") == 1 and ops.count("slice_update") == 1
