@@ -590,7 +590,7 @@ class AIModel:
 # coreai.runtime's names that this module replaces.
 _MIRRORED = {"AIModel": AIModel, "InferenceFunction": InferenceFunction, "NDArray": NDArray,
              "InferenceFunctionDescriptor": InferenceFunctionDescriptor, "NDArrayDescriptor": NDArrayDescriptor}
-_saved = {}  # "runtime": {name: coreai-core's class}; "executable": AIModelAsset's own method
+_saved: dict = {}  # "runtime": {name: coreai-core's class}; "executable": AIModelAsset's own method
 
 
 def _executable(original):
