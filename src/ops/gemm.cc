@@ -545,6 +545,14 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
               bool fused) {
   std::vector<float> a_scratch, w_scratch;
   std::vector<half> w_halves;
+  // One row of A (a decode step) against a packed W: its codes decoded in registers inside the
+  // dot products, where this CPU and W's form allow (packed_weight.h, dot_rows), since a decoded
+  // panel would be read only once.
+  if (W.packed && M == 1) {
+    int64_t lda = 0;
+    const float* a = float_block(A, 0, 1, 0, K, a_scratch, lda);
+    if (W.packed->dot_rows(W.origin_row, N, W.origin_col, K, a, C)) return;
+  }
   // Four rows of W, kk long, are what stays in L1 while the rows of A pass (16 KiB).
   const int64_t block_k = fused ? 2 * kDotK : kDotK;
   // A packed W is decoded a panel at a time; for a few rows of A (a decode step) panels of 8

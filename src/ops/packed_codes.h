@@ -1,6 +1,7 @@
 #pragma once
 // The pieces the decoders of packed_weight.cc share with their x86 versions
 // (packed_codes_x86.cc): how one code of a group becomes its value. Internal to src/ops.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -119,6 +120,37 @@ struct SparseValues {
 };
 int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, half* out);
 int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, float* out);
+
+// Rows [r0, r0 + nr) of a packed matrix, columns [c0, c0 + nc) (packed_weight.h's PackedMatrix):
+// `cols` per row, groups of `row_block` rows by `col_groups` groups of `col_block` columns.
+struct RowRuns {
+  const ir::PackedTensor* tensor = nullptr;
+  Group shape;
+  int64_t r0 = 0, nr = 0, c0 = 0, nc = 0;
+  int64_t cols = 0, row_block = 1, col_groups = 1, col_block = 1;
+
+  // The run of row r's columns.
+  Run run(int64_t r) const {
+    Run out;
+    out.tensor = tensor;
+    out.shape = shape;
+    out.g = (r / row_block) * col_groups + c0 / col_block;
+    out.first = std::min(nc, (c0 / col_block + 1) * col_block - c0);
+    out.block = col_block;
+    out.k = r * cols + c0;
+    out.n = nc;
+    return out;
+  }
+};
+
+// A decode step's dot products with the codes decoded in registers (packed_dot_x86.cc, AVX-512
+// only): c[j] += the sum over row r0 + j's values v_i of v_i * a[i], j < nr. For 4-bit codes,
+// a_split holds `a` reordered by 32 columns (a_split[32q + j] = a[32q + 2j], a_split[32q + 16 + j]
+// = a[32q + 2j + 1], j < 16) and the rows' groups keep whole 32-column blocks (every run's k
+// even, first == n or first and block multiples of 32). Otherwise codes are int8 or uint8,
+// kShiftScale or kAffine; no mask either way. False, with c untouched, when this CPU or build has
+// no such loop.
+bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
 
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.

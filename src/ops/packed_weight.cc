@@ -366,6 +366,40 @@ void PackedMatrix::decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, O
   }
 }
 
+bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const {
+  const ir::PackedTensor& t = *t_;
+  if (t.mask.defined() || nr <= 0 || nc <= 0) return false;
+  const bool nibbles = t.codes.bits == 4 && t.map != ir::CodeMap::kIdentity &&
+                       (t.map != ir::CodeMap::kLut || t.palettes == 16) && cols_ % 2 == 0 && c0 % 2 == 0 &&
+                       (col_groups_ == 1 || (col_block_ % 32 == 0 && c0 % 32 == 0));
+  const bool bytes = t.codes.bits == 0 && (t.codes.dtype == DType::Int8 || t.codes.dtype == DType::UInt8) &&
+                     (t.map == ir::CodeMap::kShiftScale || t.map == ir::CodeMap::kAffine);
+  if (!nibbles && !bytes) return false;
+  // 4-bit codes are read 32 at a time, their low nibbles (even columns) apart from their high
+  // nibbles (odd columns): `a` reordered to match, once for every row.
+  thread_local std::vector<float> split;
+  if (nibbles) {
+    split.assign(a, a + nc);
+    for (int64_t q = 0; q + 32 <= nc; q += 32)
+      for (int64_t j = 0; j < 16; ++j) {
+        split[q + j] = a[q + 2 * j];
+        split[q + 16 + j] = a[q + 2 * j + 1];
+      }
+  }
+  packed::RowRuns rows;
+  rows.tensor = &t;
+  rows.shape = group_shape(t);
+  rows.r0 = r0;
+  rows.nr = nr;
+  rows.c0 = c0;
+  rows.nc = nc;
+  rows.cols = cols_;
+  rows.row_block = row_block_;
+  rows.col_groups = col_groups_;
+  rows.col_block = col_block_;
+  return packed::dot_simd(rows, a, split.data(), c);
+}
+
 void PackedMatrix::decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t ld) const {
   decode_rows(r0, nr, c0, nc, dst, ld);
 }

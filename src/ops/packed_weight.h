@@ -50,6 +50,13 @@ class PackedMatrix {
   void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t ld) const;
   void decode(int64_t r0, int64_t nr, int64_t c0, int64_t nc, half* dst, int64_t ld) const;
 
+  // c[j] += the dot product of row r0 + j (columns [c0, c0 + nc)) with a[0, nc), for j < nr:
+  // one row of A times W^T with the codes decoded in registers, no panel written
+  // (packed_codes.h, dot_simd). False, with c untouched, when this CPU or this form has no such
+  // loop. Sums run in another order than the panel path's: results differ from the folded
+  // weight's by float rounding.
+  bool dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const;
+
  private:
   template <class Out>
   void decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, Out* dst, int64_t ld) const;

@@ -3,8 +3,10 @@
 Every compressed form that the planner keeps packed runs through the kernels that read it
 (linear, matmul, conv, gather) and must give the results of the same model with every weight
 decoded at load (``packed_weights=False``: the constexpr_* kernels fold them, as before):
-bit for bit on our kernels, which multiply the same fp16 or fp32 values in the same order, and
-within fp32/fp16 rounding on OpenVINO, which decompresses affine weights in its own kernels.
+bit for bit on our kernels, which multiply the same fp16 or fp32 values in the same order,
+except one row of input against 4-bit or 8-bit codes (a decode step), whose dot products decode
+the codes in registers and sum in their own order (within fp32 rounding); and within fp32/fp16
+rounding on OpenVINO, which decompresses affine weights in its own kernels.
 """
 
 import os
@@ -150,6 +152,37 @@ def test_every_form_is_kept_packed_and_reads_as_the_folded_weight(linear_package
         # (x and y are fp16: x is rounded on the way in, y on the way out.)
         reference = x.astype(np.float16).astype(np.float32) @ dense.astype(np.float32).T
         np.testing.assert_allclose(got[name], reference, rtol=2e-3, atol=2e-3, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def decode_step_package(tmp_path_factory):
+    """y_<form> = linear(x, W_<form>) for one fp32 row x (a decode step), every form."""
+    names = sorted(IOS18_FORMS)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, K), dtype=types.fp32)], opset_version=ct.target.iOS18)
+    def prog(x):
+        outs = []
+        for name in names:
+            w = IOS18_FORMS[name][0]()
+            outs.append(mb.linear(x=x, weight=w, name=name))
+        return tuple(outs)
+
+    return save_program(prog, tmp_path_factory.mktemp("decode_step"), name="decode_step_forms")
+
+
+def test_one_row_reads_packed_weights_within_fp32_rounding(decode_step_package):
+    """A decode step's product sums the weights' exact values in another order than the folded
+    path: each output within the error bound of a reordered fp32 sum, K * 2^-24 * sum |x w|."""
+    packed, folded = load_both(decode_step_package)
+    assert all(p["backend"] == "packed" for p in packed.placements() if p["op_type"].startswith("constexpr_"))
+    x = RNG.standard_normal((1, K)).astype(np.float32)
+    got, want = packed.predict({"x": x}), folded.predict({"x": x})
+    for name, (_, dense) in IOS18_FORMS.items():
+        w = dense.astype(np.float64)
+        exact = x.astype(np.float64) @ w.T
+        bound = K * 2.0**-24 * (np.abs(x.astype(np.float64)) @ np.abs(w).T)
+        assert np.all(np.abs(want[name] - exact) <= bound), name
+        assert np.all(np.abs(got[name] - exact) <= bound), name
 
 
 def test_weights_read_by_linear_and_matmul_stay_packed(fp16_package):

@@ -1,0 +1,101 @@
+#pragma once
+// The AVX-512 pieces that the decoders (packed_codes_x86.cc) and the decode step's dot products
+// (packed_dot_x86.cc) share: one group's values sixteen lanes at a time, as packed::value_of
+// computes them (packed_codes.h). Internal to src/ops; only for builds with the x86 loops.
+#include <cstdint>
+
+#include "ops/packed_codes.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_PACKED_X86 1
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics that fill half a register start from an undefined value and draw
+// false "may be used uninitialized" warnings (as in gemm.cc).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace coremlrt::ops::packed {
+
+constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+#define COREMLRT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt")))
+// The per-group loops, inlined into the drivers that walk a run of groups.
+#define COREMLRT_AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline))
+#define COREMLRT_AVX512_VBMI2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,f16c,popcnt")))
+
+COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, kNearest)); }
+
+// value_of for sixteen codes (as floats) of one group; kShiftScale and kAffine.
+// kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.
+template <bool kRound = true>
+COREMLRT_AVX512 inline __m512 map16(const Group& g, __m512 code) {
+  const __m512 scale = _mm512_set1_ps(g.scale);
+  if (g.map == ir::CodeMap::kShiftScale) {
+    if (g.exact_difference) {
+      const __m512 v = _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(g.offset)), scale);
+      return kRound ? round_half16(v) : v;
+    }
+    if (g.half_scale) {
+      const __m512 offset = _mm512_set1_ps(round_to_half(g.offset));
+      const __m512 diff = round_half16(_mm512_sub_ps(round_half16(code), offset));
+      const __m512 v = _mm512_mul_ps(diff, scale);
+      return kRound ? round_half16(v) : v;
+    }
+    return _mm512_mul_ps(_mm512_sub_ps(code, _mm512_set1_ps(g.offset)), scale);
+  }
+  const __m512 v = _mm512_mul_ps(scale, _mm512_sub_ps(code, _mm512_set1_ps(g.offset)));
+  return g.half_values && kRound ? round_half16(v) : v;
+}
+
+// The group's sixteen values, for raw 4-bit codes 0..15.
+template <bool kRound = true>
+COREMLRT_AVX512 inline __m512 nibble_values16(const Group& g, bool is_signed) {
+  if (g.map == ir::CodeMap::kLut)
+    return g.half_values ? _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(g.table)))
+                         : _mm512_loadu_ps(static_cast<const float*>(g.table));
+  __m512i raw = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  if (is_signed) raw = _mm512_sub_epi32(_mm512_xor_si512(raw, _mm512_set1_epi32(8)), _mm512_set1_epi32(8));
+  return map16<kRound>(g, _mm512_cvtepi32_ps(raw));
+}
+
+// Indices of 2m codes from m bytes (low nibble first): lanes [lo0, hi0, lo1, hi1, ...].
+COREMLRT_AVX512 inline void split_nibbles(__m128i bytes, __m128i& first, __m128i& second) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(bytes, low4);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+  first = _mm_unpacklo_epi8(lo, hi);
+  second = _mm_unpackhi_epi8(lo, hi);
+}
+
+COREMLRT_AVX512 inline __m512 byte_codes16(const uint8_t* p, bool is_signed) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+// Whether every value of `shape`'s groups is round((code - offset) * scale), rounded once (to
+// fp16): what map16 computes for iOS16 affine codes, shift-scale in fp32 and shift-scale in fp16
+// with an exact difference. The dot loops then build each block's table from its scale and
+// offset alone.
+inline bool rounded_once(const Group& shape) {
+  return shape.map == ir::CodeMap::kAffine ||
+         (shape.map == ir::CodeMap::kShiftScale && (!shape.half_scale || shape.exact_difference));
+}
+
+// The fp16 values of 4-bit codes 0..15 (int4 ones sign-extended) in a group whose values are
+// round((code - offset) * scale).
+COREMLRT_AVX512 inline __m256i rounded_values16(float scale, float offset, bool is_signed) {
+  const __m512 codes = is_signed ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
+                                 : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps(offset)), _mm512_set1_ps(scale)), kNearest);
+}
+
+// Scales and offsets of groups [g0, g0 + n) of `t` as floats, sixteen at a time where they are
+// fp16 or fp32 scales and 4- or 8-bit offsets (group_at's conversions, one group at a time, cost
+// more than the products of a 32-column block).
+COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, int64_t n, float* scales, float* offsets);
+
+}  // namespace coremlrt::ops::packed
+
+#endif

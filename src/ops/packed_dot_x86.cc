@@ -1,0 +1,226 @@
+// A decode step's products with a packed weight, the codes decoded in registers inside the dot
+// products (packed_codes.h, dot_simd): one row of A against rows of W, where a panel would be
+// decoded into memory only to be read once.
+//
+// - 4-bit codes (palettes of 16, affine or shift-scale per block): the group's sixteen values are
+//   a table of floats in one register, so a code becomes its value by one vpermps, already
+//   widened. Sixteen bytes hold 32 codes; their low nibbles are the even columns and their high
+//   nibbles the odd ones, and `a_split` holds `a` reordered the same way, so no shuffle puts the
+//   codes back in column order.
+// - 8-bit codes: widened and mapped sixteen at a time (map16), as the decoders do.
+//
+// Values are those of the decoders (packed_weight_test.cc compares them); the products are
+// summed in another order than the panel path's, so results differ from the folded weight's
+// by float rounding only (tests/python/ops/test_packed_weights.py).
+#include <algorithm>
+#include <vector>
+
+#include "ops/packed_codes.h"
+#include "ops/packed_codes_avx512.h"
+
+namespace coremlrt::ops::packed {
+
+#ifdef COREMLRT_PACKED_X86
+
+namespace {
+
+COREMLRT_AVX512 inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// The scales and offsets of a row's groups, as floats, read for the whole row at once
+// (group_at's conversions, one group at a time, cost more than the products of a 32-column
+// block). Not for palettes.
+struct RowScales {
+  std::vector<float> scales, offsets;
+
+  void read(const Run& run, int64_t count) {
+    scales.resize(static_cast<size_t>(count));
+    offsets.resize(static_cast<size_t>(count));
+    scales_and_offsets(*run.tensor, run.g, count, scales.data(), offsets.data());
+  }
+  Group group(const Group& shape, int64_t g) const {
+    Group out = shape;
+    out.scale = scales[static_cast<size_t>(g)];
+    out.offset = offsets[static_cast<size_t>(g)];
+    return out;
+  }
+};
+
+int64_t group_count(const Run& run) { return run.n <= run.first ? 1 : 1 + (run.n - run.first + run.block - 1) / run.block; }
+
+// The sixteen values of each of a row's groups, as floats, one group after the other. Built
+// before the products (a short loop with no branches for the usual block forms) so that the
+// products' loop only loads a group's table.
+COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row, float* tables) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int4;
+  if (run.shape.map == ir::CodeMap::kLut) {
+    for (int64_t g = 0; g < count; ++g)
+      _mm512_storeu_ps(tables + 16 * g, nibble_values16<true>(group_at(*run.tensor, run.shape, run.g + g), is_signed));
+    return;
+  }
+  row.read(run, count);
+  if (!rounded_once(run.shape)) {
+    for (int64_t g = 0; g < count; ++g)
+      _mm512_storeu_ps(tables + 16 * g, nibble_values16<true>(row.group(run.shape, g), is_signed));
+    return;
+  }
+  const __m512 codes = is_signed ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
+                                 : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const bool round = run.shape.half_values;
+  const float* scales = row.scales.data();
+  const float* offsets = row.offsets.data();
+  for (int64_t g = 0; g < count; ++g) {
+    // (code - offset) * scale is scale * (code - offset) (kAffine): the same rounded product.
+    __m512 v = _mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps(offsets[g])), _mm512_set1_ps(scales[g]));
+    if (round) v = round_half16(v);
+    _mm512_storeu_ps(tables + 16 * g, v);
+  }
+}
+
+// One row of 4-bit codes whose group tables are built.
+COREMLRT_AVX512 float dot_nibbles_row(const Run& run, const float* tables, const float* a, const float* a_split) {
+  const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
+  const __m512i low4 = _mm512_set1_epi32(15);
+  // The group of each 32 columns: groups hold whole 32-column blocks (dot_simd's contract).
+  const float* table = tables;
+  int64_t left = run.first;  // columns left in the group of `table`
+  auto next_table = [&]() {
+    if (left == 0) {
+      table += 16;
+      left = run.block;
+    }
+    left -= 32;
+    return table;
+  };
+  // Two pairs of sums, taken by turns, so that consecutive blocks do not wait on each other's
+  // multiply-adds.
+  __m512 even0 = _mm512_setzero_ps(), odd0 = _mm512_setzero_ps();
+  __m512 even1 = _mm512_setzero_ps(), odd1 = _mm512_setzero_ps();
+  const int64_t whole = run.n / 32 * 32;
+  int64_t p = 0;
+  for (; p + 64 <= whole; p += 64) {
+    const __m512 t0 = _mm512_loadu_ps(next_table());
+    const __m512 t1 = _mm512_loadu_ps(next_table());
+    const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2)));
+    const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2 + 16)));
+    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b0, low4), t0), _mm512_loadu_ps(a_split + p), even0);
+    odd0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b0, 4), t0), _mm512_loadu_ps(a_split + p + 16), odd0);
+    even1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b1, low4), t1), _mm512_loadu_ps(a_split + p + 32), even1);
+    odd1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b1, 4), t1), _mm512_loadu_ps(a_split + p + 48), odd1);
+  }
+  if (p < whole) {
+    const __m512 t0 = _mm512_loadu_ps(next_table());
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2)));
+    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low4), t0), _mm512_loadu_ps(a_split + p), even0);
+    odd0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t0), _mm512_loadu_ps(a_split + p + 16), odd0);
+    p += 32;
+  }
+  float tail = 0;  // the row's last columns, fewer than 32, all in the last group
+  const float* last = tables + 16 * (group_count(run) - 1);
+  for (; p < run.n; ++p) tail += last[(bytes[p / 2] >> (4 * (p % 2))) & 15] * a[p];
+  return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
+}
+
+COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const float* a_split, float* c) {
+  thread_local RowScales row;
+  thread_local std::vector<float> tables;
+  for (int64_t r = 0; r < rows.nr; ++r) {
+    const Run run = rows.run(rows.r0 + r);
+    const int64_t count = group_count(run);
+    tables.resize(static_cast<size_t>(16 * count));
+    nibble_tables(run, count, row, tables.data());
+    c[r] += dot_nibbles_row(run, tables.data(), a, a_split);
+  }
+}
+
+// Byte codes whose values are round((code - offset) * scale) (rounded_once), 32 at a time with
+// no branch on the form inside the loop.
+template <bool kSigned, bool kRound, bool kOffset>
+COREMLRT_AVX512_INLINE inline void bytes_rounded_once(const uint8_t* codes, const float* a, int64_t n, float scale,
+                                                      float offset, __m512& sum0, __m512& sum1) {
+  const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
+  auto value = [&](const uint8_t* p) __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c"), always_inline)) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m512 code = _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+    const __m512 v = _mm512_mul_ps(kOffset ? _mm512_sub_ps(code, o) : code, s);
+    return kRound ? round_half16(v) : v;
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    sum0 = _mm512_fmadd_ps(value(codes + i), _mm512_loadu_ps(a + i), sum0);
+    sum1 = _mm512_fmadd_ps(value(codes + i + 16), _mm512_loadu_ps(a + i + 16), sum1);
+  }
+  if (i + 16 <= n) sum0 = _mm512_fmadd_ps(value(codes + i), _mm512_loadu_ps(a + i), sum0);
+}
+
+// bytes_rounded_once for the form at hand: whether codes are signed, values rounded to fp16,
+// and an offset subtracted (none for symmetric codes).
+COREMLRT_AVX512 void bytes_rounded_once_as(bool is_signed, bool round, bool offset, const uint8_t* codes,
+                                           const float* a, int64_t n, float scale, float offset_value, __m512& sum0,
+                                           __m512& sum1) {
+  const int form = (is_signed ? 4 : 0) | (round ? 2 : 0) | (offset ? 1 : 0);
+  switch (form) {
+    case 0: return bytes_rounded_once<false, false, false>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 1: return bytes_rounded_once<false, false, true>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 2: return bytes_rounded_once<false, true, false>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 3: return bytes_rounded_once<false, true, true>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 4: return bytes_rounded_once<true, false, false>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 5: return bytes_rounded_once<true, false, true>(codes, a, n, scale, offset_value, sum0, sum1);
+    case 6: return bytes_rounded_once<true, true, false>(codes, a, n, scale, offset_value, sum0, sum1);
+    default: return bytes_rounded_once<true, true, true>(codes, a, n, scale, offset_value, sum0, sum1);
+  }
+}
+
+COREMLRT_AVX512 float dot_bytes_row(const Run& run, const RowScales& row, const float* a) {
+  const bool is_signed = run.tensor->codes.dtype == DType::Int8;
+  const bool fast = rounded_once(run.shape);
+  const bool round = run.shape.half_values;
+  const uint8_t* codes = run.tensor->codes.data.ptr<uint8_t>() + run.k;
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  float tail = 0;
+  int64_t done = 0;
+  for (int64_t g = 0, len = run.first; done < run.n; len = run.block, ++g) {
+    len = std::min(len, run.n - done);
+    const Group group = row.group(run.shape, g);
+    const int64_t whole = len / 16 * 16;
+    if (!fast) {
+      for (int64_t i = 0; i < whole; i += 16)
+        sum0 = _mm512_fmadd_ps(map16(group, byte_codes16(codes + done + i, is_signed)), _mm512_loadu_ps(a + done + i),
+                               sum0);
+    } else {
+      bytes_rounded_once_as(is_signed, round, group.offset != 0, codes + done, a + done, len, group.scale, group.offset,
+                            sum0, sum1);
+    }
+    for (int64_t i = whole; i < len; ++i) {
+      const uint8_t raw = codes[done + i];
+      tail += value_of(group, is_signed ? static_cast<int8_t>(raw) : raw, raw) * a[done + i];
+    }
+    done += len;
+  }
+  return sum16(_mm512_add_ps(sum0, sum1)) + tail;
+}
+
+COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
+  thread_local RowScales row;
+  for (int64_t r = 0; r < rows.nr; ++r) {
+    const Run run = rows.run(rows.r0 + r);
+    row.read(run, group_count(run));
+    c[r] += dot_bytes_row(run, row, a);
+  }
+}
+
+}  // namespace
+
+bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
+  if (simd_level() != SimdLevel::kAvx512) return false;
+  if (rows.tensor->codes.bits == 4) dot_nibbles(rows, a, a_split, c);
+  else dot_bytes(rows, a, c);
+  return true;
+}
+
+#else
+
+bool dot_simd(const RowRuns&, const float*, const float*, float*) { return false; }
+
+#endif
+
+}  // namespace coremlrt::ops::packed
