@@ -18,6 +18,13 @@
 
 namespace coremlrt::ops::packed {
 
+// Whether the CPU has AVX-512 VBMI2 (expand-loads of 16-bit lanes); asked only where AVX-512
+// itself is usable.
+bool has_vbmi2();
+
+// Mask bits [position, position + 64) of a sparse tensor (zeros past the mask's end).
+uint64_t mask_bits(const SparseValues& s, int64_t position);
+
 constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 #define COREMLRT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt")))

@@ -49,6 +49,8 @@ SimdLevel cpu_level() {
   return level;
 }
 
+}  // namespace
+
 // CPUID leaf 7, ECX bit 6 (clang 16 has no __builtin_cpu_supports name for it); only asked where
 // AVX-512 itself is usable, which cpu_level() checked with the OS's support included.
 bool has_vbmi2() {
@@ -58,7 +60,6 @@ bool has_vbmi2() {
   }();
   return yes;
 }
-
 
 // Mask bits [position, position + 64) (zeros past the mask's end).
 uint64_t mask_bits(const SparseValues& s, int64_t position) {
@@ -77,6 +78,8 @@ uint64_t mask_bits(const SparseValues& s, int64_t position) {
   const unsigned shift = position % 8;
   return shift ? (low >> shift) | (static_cast<uint64_t>(window[8]) << (64 - shift)) : low;
 }
+
+namespace {
 
 // The tails of every loop: element by element, as packed_weight.cc's portable loops.
 template <class Out>

@@ -7,12 +7,14 @@
 //   widened. Sixteen bytes hold 32 codes; their low nibbles are the even columns and their high
 //   nibbles the odd ones, and `a_split` holds `a` reordered the same way, so no shuffle puts the
 //   codes back in column order.
-// - 8-bit codes: widened and mapped sixteen at a time (map16), as the decoders do.
+// - 8-bit codes: widened and mapped sixteen at a time, as the decoders do.
+// - sparse fp16 values: the mask's bits for 32 columns expand-load their values into place.
 //
 // Values are those of the decoders (packed_weight_test.cc compares them); the products are
 // summed in another order than the panel path's, so results differ from the folded weight's
 // by float rounding only (tests/python/ops/test_packed_weights.py).
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "ops/packed_codes.h"
@@ -208,11 +210,51 @@ COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
   }
 }
 
+// One row of a sparse fp16 tensor: each 32 columns' mask bits expand-load that many values
+// into their lanes (zeros elsewhere, as the folded weight holds them).
+COREMLRT_AVX512_VBMI2 float dot_sparse_row(const SparseValues& s, int64_t position, int64_t k, int64_t n,
+                                           const float* a) {
+  const half* values = static_cast<const half*>(s.values) + k;
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  auto add32 = [&](uint32_t m, int64_t i) __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt"), always_inline)) {
+    // The run's values by a masked load (it touches no byte past them), then spread between
+    // registers: the expand-load from memory costs several times as much here.
+    const int used = __builtin_popcount(m);
+    const __mmask32 first = static_cast<__mmask32>(used == 32 ? ~0u : (1u << used) - 1u);
+    const __m512i v = _mm512_maskz_expand_epi16(m, _mm512_maskz_loadu_epi16(first, values));
+    values += used;
+    sum0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_loadu_ps(a + i), sum0);
+    sum1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), _mm512_loadu_ps(a + i + 16), sum1);
+  };
+  // Eight bytes of mask read as one word while they lie inside the mask (no call in the loop, so
+  // the sums stay in registers); mask_bits near its end.
+  int64_t i = 0;
+  for (; i + 32 <= n && (position + i) / 8 + 8 <= s.mask_bytes; i += 32) {
+    uint64_t word;
+    std::memcpy(&word, s.mask + (position + i) / 8, sizeof word);
+    add32(static_cast<uint32_t>(word >> ((position + i) % 8)), i);
+  }
+  for (; i + 32 <= n; i += 32) add32(static_cast<uint32_t>(mask_bits(s, position + i)), i);
+  float tail = 0;
+  for (; i < n; ++i)
+    if (mask_bits(s, position + i) & 1) tail += static_cast<float>(*values++) * a[i];
+  return sum16(_mm512_add_ps(sum0, sum1)) + tail;
+}
+
+COREMLRT_AVX512_VBMI2 void dot_sparse(const RowRuns& rows, const float* a, float* c) {
+  const SparseValues s = SparseValues::of(*rows.tensor);
+  for (int64_t r = 0; r < rows.nr; ++r)
+    c[r] += dot_sparse_row(s, (rows.r0 + r) * rows.cols + rows.c0, rows.first_code[r], rows.nc, a);
+}
+
 }  // namespace
 
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   if (simd_level() != SimdLevel::kAvx512) return false;
-  if (rows.tensor->codes.bits == 4) dot_nibbles(rows, a, a_split, c);
+  if (rows.tensor->mask.defined()) {
+    if (!has_vbmi2()) return false;
+    dot_sparse(rows, a, c);
+  } else if (rows.tensor->codes.bits == 4) dot_nibbles(rows, a, a_split, c);
   else dot_bytes(rows, a, c);
   return true;
 }

@@ -368,13 +368,16 @@ void PackedMatrix::decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, O
 
 bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const {
   const ir::PackedTensor& t = *t_;
-  if (t.mask.defined() || nr <= 0 || nc <= 0) return false;
+  if (nr <= 0 || nc <= 0) return false;
+  const bool sparse = t.mask.defined() && !t.nonzero_only && t.map == ir::CodeMap::kIdentity && t.codes.bits == 0 &&
+                      t.codes.dtype == DType::Float16;
+  if (t.mask.defined() && !sparse) return false;
   const bool nibbles = t.codes.bits == 4 && t.map != ir::CodeMap::kIdentity &&
                        (t.map != ir::CodeMap::kLut || t.palettes == 16) && cols_ % 2 == 0 && c0 % 2 == 0 &&
                        (col_groups_ == 1 || (col_block_ % 32 == 0 && c0 % 32 == 0));
   const bool bytes = t.codes.bits == 0 && (t.codes.dtype == DType::Int8 || t.codes.dtype == DType::UInt8) &&
                      (t.map == ir::CodeMap::kShiftScale || t.map == ir::CodeMap::kAffine);
-  if (!nibbles && !bytes) return false;
+  if (!nibbles && !bytes && !sparse) return false;
   // 4-bit codes are read 32 at a time, their low nibbles (even columns) apart from their high
   // nibbles (odd columns): `a` reordered to match, once for every row.
   thread_local std::vector<float> split;
@@ -397,6 +400,13 @@ bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, cons
   rows.row_block = row_block_;
   rows.col_groups = col_groups_;
   rows.col_block = col_block_;
+  thread_local std::vector<int64_t> first_code;
+  if (sparse) {
+    first_code.resize(static_cast<size_t>(nr));
+    for (int64_t r = r0; r < r0 + nr; ++r)
+      first_code[r - r0] = row_codes_[r] + count_set(t.mask.ptr<uint8_t>(), r * cols_, r * cols_ + c0);
+    rows.first_code = first_code.data();
+  }
   return packed::dot_simd(rows, a, split.data(), c);
 }
 

@@ -16,6 +16,7 @@
 #include "coremlrt/error.h"
 #include "ops/gemm.h"
 #include "ops/packed_codes.h"
+#include "ops/packed_codes_avx512.h"
 #include "ops/packed_weight.h"
 
 namespace coremlrt::ops {
@@ -237,14 +238,20 @@ bool decoded_in_registers(const PackedMatrix& m) {
 }
 
 // The forms whose whole rows the decode step's loops must take on AVX-512: 4-bit palettes and
-// affine or shift-scale 4-bit codes whose groups keep 32-column blocks (even columns), and every
-// dense 8-bit affine or shift-scale form.
+// affine or shift-scale 4-bit codes whose groups keep 32-column blocks (even columns), every
+// dense 8-bit affine or shift-scale form, and sparse fp16 values.
 bool taken_on_avx512(const std::string& name) {
   for (const char* form : {"lut4_grouped_rows", "lut4_blocks_cols", "int4_block32_offset", "uint4_block32",
                            "int8_per_channel", "uint8_offset", "int8_float_offset", "affine_int8", "affine_uint8_axis1",
                            "int4_block64_half_offset_wide", "uint4_per_channel_uint8_offset", "int4_block32_no_offset",
                            "affine_int4", "uint8_block64_offset"})
     if (name.rfind(form, 0) == 0) return true;
+  // Sparse fp16 values, with AVX-512 VBMI2's expand-loads.
+#ifdef COREMLRT_PACKED_X86
+  if (packed::has_vbmi2())
+    for (const char* form : {"sparse_wide_fp16", "sparse_k64_fp16", "sparse_fp16", "sparse_dense_rows_fp16"})
+      if (name == form) return true;
+#endif
   return false;
 }
 
