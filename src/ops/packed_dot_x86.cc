@@ -8,7 +8,8 @@
 //   nibbles the odd ones, and `a_split` holds `a` reordered the same way, so no shuffle puts the
 //   codes back in column order.
 // - 8-bit codes: widened and mapped sixteen at a time, as the decoders do.
-// - sparse fp16 values: the mask's bits for 32 columns expand-load their values into place.
+// - sparse fp16 values: the mask's bits for 32 columns spread a masked load of their values
+//   into place.
 //
 // Values are those of the decoders (packed_weight_test.cc compares them); the products are
 // summed in another order than the panel path's, so results differ from the folded weight's
