@@ -79,6 +79,32 @@ void unpack_sub_byte(const uint8_t* packed, int64_t count, int bits, bool is_sig
   }
 }
 
+namespace {
+
+// The weight files mapped now, as [begin, end) address ranges: release_pages drops only pages
+// inside one (read-only private file mappings, which a page fault restores from the file).
+std::mutex mappings_mutex;
+std::map<uintptr_t, uintptr_t>& mappings() {
+  static std::map<uintptr_t, uintptr_t> ranges;
+  return ranges;
+}
+
+}  // namespace
+
+size_t BlobFile::release_pages(const void* data, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto it = mappings().upper_bound(begin);
+  if (it == mappings().begin()) return 0;
+  --it;
+  if (end > it->second) return 0;  // not wholly inside the mapping that holds `begin`
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last <= first) return 0;
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
+}
+
 std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   COREMLRT_CHECK(fd >= 0, "cannot open weight file '", path, "': ", std::strerror(errno));
@@ -95,6 +121,8 @@ std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
     ::close(fd);
     COREMLRT_CHECK(mapped != MAP_FAILED, "cannot map weight file '", path, "': ", std::strerror(errno));
     file->bytes_ = static_cast<const uint8_t*>(mapped);
+    std::lock_guard<std::mutex> lock(mappings_mutex);
+    mappings()[reinterpret_cast<uintptr_t>(mapped)] = reinterpret_cast<uintptr_t>(mapped) + file->size_;
   } else {
     ::close(fd);
   }
@@ -142,7 +170,13 @@ std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
 }
 
 BlobFile::~BlobFile() {
-  if (bytes_ && !memory_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
+  if (bytes_ && !memory_) {
+    {
+      std::lock_guard<std::mutex> lock(mappings_mutex);
+      mappings().erase(reinterpret_cast<uintptr_t>(bytes_));
+    }
+    ::munmap(const_cast<uint8_t*>(bytes_), size_);
+  }
 }
 
 Tensor BlobFile::read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const {

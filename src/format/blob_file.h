@@ -33,6 +33,13 @@ class BlobFile {
   // of the mapping holding the elements LSB-first), for others what read() returns.
   Tensor read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const;
 
+  // Drops the whole pages of [data, data + bytes) that lie in a weight file's mapping from this
+  // process's memory (madvise MADV_DONTNEED); returns the bytes dropped. For weights that
+  // another copy now serves (an OpenVINO region imported from the cache holds its own): a later
+  // read maps the pages again from the file, so nothing is lost. Memory that is not such a
+  // mapping (engine buffers, from_memory files) is left alone.
+  static size_t release_pages(const void* data, size_t bytes);
+
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }
   uint32_t blob_count() const { return count_; }

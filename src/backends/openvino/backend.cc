@@ -457,12 +457,14 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
     if (takes_a_share_of_the_machine(options_)) config.emplace(ov::hint::enable_cpu_pinning(false));
     // Our own cache, not ov::cache_dir: a hit skips building the region (region_cache.h).
-    const std::string cached_at = options_.cache_dir.empty()
+    const std::string cached_at = options_.cache_dir.empty() || shares_large_constants(region)
                                       ? std::string()
                                       : region_cache_path(core(), options_.cache_dir, region, config, options_.low_precision);
     if (!cached_at.empty())
-      if (std::optional<CachedRegion> cached = import_cached_region(core(), cached_at, region, config))
+      if (std::optional<CachedRegion> cached = import_cached_region(core(), cached_at, region, config)) {
+        release_constant_pages(region);
         return make_region_kernel(std::move(cached->compiled), region, {}, streams, cached->guarded, std::move(cached->blob));
+      }
     std::vector<Tensor> kept;
     RegionBuilder builder(region, options_.low_precision);
     std::shared_ptr<ov::Model> model = builder.build(kept);

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string_view>
 #include <vector>
 
 #include "backends/openvino/lowering.h"
+#include "format/blob_file.h"
 #include "ops/thread_pool.h"
 
 namespace coremlrt::backends::openvino {
@@ -230,6 +232,18 @@ void add_constant(ContentHash& hash, const ir::ConstValue& value) {
   for (const ir::ConstValue& item : value.items) add_constant(hash, item);
 }
 
+void release_tensor_pages(const Tensor& t) {
+  if (t.defined() && t.data) format::BlobFile::release_pages(t.data, t.nbytes());
+}
+
+void release_value_pages(const ir::ConstValue& value) {
+  release_tensor_pages(value.tensor);
+  if (const ir::PackedTensor* p = value.packed.get()) {
+    for (const Tensor* t : {&p->codes.data, &p->offset.data, &p->mask, &p->table, &p->scale}) release_tensor_pages(*t);
+  }
+  for (const ir::ConstValue& item : value.items) release_value_pages(item);
+}
+
 // The ports OpenVINO reports for an imported model match the region's values.
 bool same_port(const ov::Output<const ov::Node>& port, const ir::NamedValue& value) {
   std::optional<ov::element::Type> type = element_type(value.type.dtype);
@@ -355,6 +369,52 @@ void store_region(ov::CompiledModel compiled, const std::string& path) {
   } catch (const std::exception&) {
     fs::remove(partial, error);
   }
+}
+
+bool shares_large_constants(const Region& region) {
+  constexpr size_t kLarge = size_t{1} << 20;
+  std::vector<std::pair<uintptr_t, uintptr_t>> large;  // [begin, end) of the region's large constants
+  auto each_array = [](const ir::ConstValue& value, auto&& visit) {
+    visit(value.tensor);
+    if (const ir::PackedTensor* p = value.packed.get())
+      for (const Tensor* t : {&p->codes.data, &p->offset.data, &p->mask, &p->table, &p->scale}) visit(*t);
+  };
+  for (const ir::Operation* op : region.ops)
+    for (const auto& [param, bindings] : op->inputs)
+      for (const ir::Binding& binding : bindings)
+        if (const ir::ConstValue* constant = region.values.constant(binding))
+          each_array(*constant, [&](const Tensor& t) {
+            if (t.defined() && t.data && t.nbytes() >= kLarge) {
+              const auto begin = reinterpret_cast<uintptr_t>(t.data);
+              large.emplace_back(begin, begin + t.nbytes());
+            }
+          });
+  if (large.empty()) return false;
+  const std::set<const ir::Operation*> inside(region.ops.begin(), region.ops.end());
+  bool shared = false;
+  for (const ir::Operation& op : region.function.block.operations) {
+    if (shared) break;
+    if (inside.count(&op) || op.type == "const") continue;
+    for (const auto& [param, bindings] : op.inputs)
+      for (const ir::Binding& binding : bindings) {
+        const ir::ConstValue* constant = region.values.constant(binding);
+        if (!constant) continue;
+        each_array(*constant, [&](const Tensor& t) {
+          if (!t.defined() || !t.data) return;
+          const auto begin = reinterpret_cast<uintptr_t>(t.data), end = begin + t.nbytes();
+          for (const auto& [b, e] : large)
+            if (begin < e && b < end) shared = true;
+        });
+      }
+  }
+  return shared;
+}
+
+void release_constant_pages(const Region& region) {
+  for (const ir::Operation* op : region.ops)
+    for (const auto& [param, bindings] : op->inputs)
+      for (const ir::Binding& binding : bindings)
+        if (const ir::ConstValue* constant = region.values.constant(binding)) release_value_pages(*constant);
 }
 
 }  // namespace coremlrt::backends::openvino

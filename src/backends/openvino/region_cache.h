@@ -38,6 +38,20 @@ struct CachedRegion {
 std::optional<CachedRegion> import_cached_region(ov::Core& core, const std::string& path, const Region& region,
                                                  const ov::AnyMap& config);
 
+// Whether a constant of the region of 1 MiB or more is also read outside it, by an op of the
+// function that the region does not hold (a tied embedding: its gather in the region, the output
+// projection on our kernels). Such a region is not cached: an imported blob holds its own copy of
+// the constant, where a compiled region shares the mapped weights with their other readers
+// (GPT-2's decode step: 605 MB after a cached load against 468 MB after a first one).
+bool shares_large_constants(const Region& region);
+
+// Drops from this process's memory the pages of the weight file that hold the region's
+// constants (format::BlobFile::release_pages): an imported region holds its weights in its own
+// blob, and hashing the region's key has just read every byte of them, so a cached load would
+// otherwise keep both (resnet18 fp32: 141 MB of file pages against a first load's 102).
+// Kernels of ours that read the same constants map them again as they read.
+void release_constant_pages(const Region& region);
+
 // Writes `compiled` to `path`: to a file beside it, then renamed into place, so that a reader
 // never sees half an entry. A cache that cannot be written costs the next load a compile, and
 // is not an error of this one.

@@ -308,6 +308,48 @@ def test_compiled_cache_keeps_within_its_limit(models, tmp_path, monkeypatch):
     assert sorted(p.name for p in cache.iterdir()) == before
 
 
+_RSS_AFTER_PREDICTIONS = """
+import sys
+import numpy as np
+import coremlrt
+m = coremlrt.MLModel(sys.argv[1], backend="openvino", cache_dir=sys.argv[2])
+for _ in range(3):
+    m.predict({"x": np.ones((1, 1024), np.float32)})
+fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(sum(int(fields[k].split()[0]) for k in ("RssAnon", "RssFile")) // 1024)
+"""
+
+
+@needs_openvino
+def test_a_cached_load_holds_no_more_memory_than_a_first_load(tmp_path):
+    """A region imported from the cache holds its weights in its own blob; the weight file's
+    pages that hashing its key read are dropped again (src/backends/openvino/region_cache.h,
+    release_constant_pages), so RSS (anonymous + file) after a cached load and predictions stays
+    within a first load's. 32 MB of fp32 weights, each load in a fresh process."""
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(3)
+    w1 = (rng.standard_normal((4096, 1024)) / 32).astype(np.float32)
+    w2 = (rng.standard_normal((1024, 4096)) / 64).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1024))])
+    def prog(x):
+        return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
+
+    path = save_program(prog, tmp_path, name="wide")
+    cache = tmp_path / "cache"
+
+    def rss_mb():
+        out = subprocess.run([sys.executable, "-c", _RSS_AFTER_PREDICTIONS, path, str(cache)], check=True,
+                             capture_output=True, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        return int(out.stdout.split()[-1])
+
+    first = rss_mb()
+    assert list(cache.glob("*.blob")), "the region should have been cached"
+    cached = rss_mb()
+    assert cached <= first + 4, f"cached load {cached} MB, first load {first} MB"
+
+
 @needs_openvino
 def test_cached_region_is_found_by_its_content_and_imported_as_stored(models, tmp_path):
     """The cache key of a compiled region covers the region itself, weights included, and the
