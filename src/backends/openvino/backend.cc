@@ -159,8 +159,9 @@ bool only_fp16_matrix_vector_work(const Region& region) {
     auto x = op->inputs.find("x");
     if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
     // A compressed weight is read packed by OpenVINO's kernels too (packed.cc), in fewer bytes
-    // than fp16, and its matrix-vector products run faster there than on our kernels (int8 per
-    // channel and int4 per block; docs/reports/performance.md, "Measurements behind code choices").
+    // than fp16, and its matrix-vector products run about as fast there as on our kernels (int4
+    // per block) or faster (int8 per channel, whose values our kernels round to fp16 as the
+    // folded weight holds them; docs/design/compressed-weights.md, "Kernels").
     auto weight = op->inputs.find(op->type == "linear" ? "weight" : "y");
     if (weight != op->inputs.end() && !weight->second.empty())
       if (const ir::ConstValue* w = region.values.constant(weight->second[0]); w && w->packed) return false;
