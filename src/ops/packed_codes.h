@@ -151,9 +151,9 @@ struct RowRuns {
 // a_split holds `a` reordered by 32 columns (a_split[32q + j] = a[32q + 2j], a_split[32q + 16 + j]
 // = a[32q + 2j + 1], j < 16) and the rows' groups keep whole 32-column blocks (every run's k
 // even, first == n or first and block multiples of 32). Otherwise codes are int8 or uint8,
-// kShiftScale or kAffine, or a mask over fp16 values (kIdentity; first_code set), whose runs
-// of 32 columns are expand-loaded. False, with c untouched, when this CPU or build has no such
-// loop.
+// kShiftScale or kAffine, or a mask over fp16 values (kIdentity; first_code set; AVX-512
+// VBMI2), each 32 columns' values spread into place by their mask bits. False, with c
+// untouched, when this CPU or build has no such loop.
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
 
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
