@@ -155,6 +155,8 @@ struct RowRuns {
 // VBMI2), each 32 columns' values spread into place by their mask bits. False, with c
 // untouched, when this CPU or build has no such loop.
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
+// Whether dot_simd runs on this CPU and build (for sparse values: with their expand instructions).
+bool dot_simd_available(bool sparse);
 
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.

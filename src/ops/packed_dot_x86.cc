@@ -250,10 +250,11 @@ COREMLRT_AVX512_VBMI2 void dot_sparse(const RowRuns& rows, const float* a, float
 
 }  // namespace
 
+bool dot_simd_available(bool sparse) { return simd_level() == SimdLevel::kAvx512 && (!sparse || has_vbmi2()); }
+
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
-  if (simd_level() != SimdLevel::kAvx512) return false;
+  if (!dot_simd_available(rows.tensor->mask.defined())) return false;
   if (rows.tensor->mask.defined()) {
-    if (!has_vbmi2()) return false;
     dot_sparse(rows, a, c);
   } else if (rows.tensor->codes.bits == 4) dot_nibbles(rows, a, a_split, c);
   else dot_bytes(rows, a, c);
@@ -262,6 +263,7 @@ bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* 
 
 #else
 
+bool dot_simd_available(bool) { return false; }
 bool dot_simd(const RowRuns&, const float*, const float*, float*) { return false; }
 
 #endif

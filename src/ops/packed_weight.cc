@@ -366,18 +366,41 @@ void PackedMatrix::decode_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, O
   }
 }
 
+namespace {
+
+// The forms of the decode step's loops (packed_codes.h, dot_simd) for columns from c0 on.
+struct RegisterForm {
+  bool sparse = false, nibbles = false, bytes = false;
+  bool any() const { return sparse || nibbles || bytes; }
+};
+
+RegisterForm register_form(const ir::PackedTensor& t, int64_t cols, int64_t col_groups, int64_t col_block, int64_t c0) {
+  RegisterForm f;
+  f.sparse = t.mask.defined() && !t.nonzero_only && t.map == ir::CodeMap::kIdentity && t.codes.bits == 0 &&
+             t.codes.dtype == DType::Float16;
+  if (t.mask.defined()) return f;
+  f.nibbles = t.codes.bits == 4 && t.map != ir::CodeMap::kIdentity && (t.map != ir::CodeMap::kLut || t.palettes == 16) &&
+              cols % 2 == 0 && c0 % 2 == 0 && (col_groups == 1 || (col_block % 32 == 0 && c0 % 32 == 0));
+  f.bytes = t.codes.bits == 0 && (t.codes.dtype == DType::Int8 || t.codes.dtype == DType::UInt8) &&
+            (t.map == ir::CodeMap::kShiftScale || t.map == ir::CodeMap::kAffine);
+  return f;
+}
+
+}  // namespace
+
+bool PackedMatrix::decodes_in_registers(const ir::PackedTensor& t) {
+  if (!readable(t) || t.shape.empty() || t.shape[0] == 0) return false;
+  const int64_t cols = shape_numel(t.shape) / t.shape[0], col_groups = t.groups[1];
+  const RegisterForm f = register_form(t, cols, col_groups, cols / col_groups, 0);
+  return f.any() && packed::dot_simd_available(f.sparse);
+}
+
 bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const {
   const ir::PackedTensor& t = *t_;
   if (nr <= 0 || nc <= 0) return false;
-  const bool sparse = t.mask.defined() && !t.nonzero_only && t.map == ir::CodeMap::kIdentity && t.codes.bits == 0 &&
-                      t.codes.dtype == DType::Float16;
-  if (t.mask.defined() && !sparse) return false;
-  const bool nibbles = t.codes.bits == 4 && t.map != ir::CodeMap::kIdentity &&
-                       (t.map != ir::CodeMap::kLut || t.palettes == 16) && cols_ % 2 == 0 && c0 % 2 == 0 &&
-                       (col_groups_ == 1 || (col_block_ % 32 == 0 && c0 % 32 == 0));
-  const bool bytes = t.codes.bits == 0 && (t.codes.dtype == DType::Int8 || t.codes.dtype == DType::UInt8) &&
-                     (t.map == ir::CodeMap::kShiftScale || t.map == ir::CodeMap::kAffine);
-  if (!nibbles && !bytes && !sparse) return false;
+  const RegisterForm form = register_form(t, cols_, col_groups_, col_block_, c0);
+  const bool sparse = form.sparse, nibbles = form.nibbles;
+  if (!form.any()) return false;
   // 4-bit codes are read 32 at a time, their low nibbles (even columns) apart from their high
   // nibbles (odd columns): `a` reordered to match, once for every row.
   thread_local std::vector<float> split;

@@ -56,6 +56,8 @@ class PackedMatrix {
   // loop. Sums run in another order than the panel path's: results differ from the folded
   // weight's by float rounding.
   bool dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const;
+  // Whether dot_rows takes whole rows of `t` on this CPU (for the backends' cost rules).
+  static bool decodes_in_registers(const ir::PackedTensor& t);
 
  private:
   template <class Out>

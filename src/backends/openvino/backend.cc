@@ -20,6 +20,7 @@
 #include "backends/openvino/openvino_backend.h"
 #include "backends/openvino/region_cache.h"
 #include "backends/openvino/region_kernel.h"
+#include "ops/packed_weight.h"
 #include "ops/util.h"
 
 namespace coremlrt::backends::openvino {
@@ -139,32 +140,40 @@ int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
   return static_cast<int64_t>(extent(transpose_x ? x.dims.back() : x.dims[x.dims.size() - 2]));
 }
 
-// The cost rule's exception for fp16 programs computed in fp32 (backend.cc, RegionBuilder): a
-// region whose only multiply-adds are fp16 linear or matmul products of at most kMaxVectorRows
-// rows (a decode step of a language model) is memory-bound, and OpenVINO reads its weights
-// widened to fp32 where our GEMM reads fp16: twice the bytes; gpt2_decode fp16 runs faster on
-// our kernels alone than with all-OpenVINO regions. (Keeping the fp16 weights behind a Convert
-// marked as decompression, rt_info "decompression", did not help with this CPU plugin; figures of
-// both in docs/reports/performance.md, "Measurements behind code choices".) Recurrent layers and
-// convolutions are not matrix-vector work of this kind (lstm2 fp16 is faster on OpenVINO) and
-// keep the region there.
+// The cost rule's exception for matrix-vector work (a decode step of a language model): a region
+// whose only multiply-adds are linear or matmul products of at most kMaxVectorRows rows, each
+// reading its weight either
+// - in fp16 (an fp16 program computed in fp32, backend.cc, RegionBuilder): memory-bound, and
+//   OpenVINO reads such weights widened to fp32 where our GEMM reads fp16: twice the bytes;
+//   gpt2_decode fp16 runs faster on our kernels alone than with all-OpenVINO regions. (Keeping
+//   the fp16 weights behind a Convert marked as decompression, rt_info "decompression", did not
+//   help with this CPU plugin; docs/reports/performance.md, "Measurements behind code choices".)
+// - or compressed (a packed constant, any program), for one row: our kernels decode its codes in
+//   registers (src/ops/packed_dot_x86.cc, where the CPU and the form allow) about as fast as OpenVINO's compressed kernels (int4 per block) or
+//   a little slower (int8 per channel, whose values ours round to fp16 as the folded weight holds
+//   them), and OpenVINO would hold a repacked copy of the weight and its runtime beside the
+//   mapped file: about twice the memory (docs/design/compressed-weights.md).
+// Recurrent layers and convolutions are not matrix-vector work of this kind (lstm2 fp16 is faster
+// on OpenVINO) and keep the region there.
 constexpr int64_t kMaxVectorRows = 4;
 
-bool only_fp16_matrix_vector_work(const Region& region) {
+bool only_matrix_vector_work(const Region& region) {
   bool any = false;
   for (const ir::Operation* op : region.ops) {
     if (macs(*op, region.values) == 0) continue;
     const int64_t rows = matrix_rows(*op, region.values);
     if (rows < 0 || rows > kMaxVectorRows) return false;
-    auto x = op->inputs.find("x");
-    if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
-    // A compressed weight is read packed by OpenVINO's kernels too (packed.cc), in fewer bytes
-    // than fp16, and its matrix-vector products run about as fast there as on our kernels (int4
-    // per block) or faster (int8 per channel, whose values our kernels round to fp16 as the
-    // folded weight holds them; docs/design/compressed-weights.md, "Kernels").
     auto weight = op->inputs.find(op->type == "linear" ? "weight" : "y");
     if (weight != op->inputs.end() && !weight->second.empty())
-      if (const ir::ConstValue* w = region.values.constant(weight->second[0]); w && w->packed) return false;
+      if (const ir::ConstValue* w = region.values.constant(weight->second[0]); w && w->packed) {
+        // Where this CPU has no such loops (AVX2 only), or for forms they do not take, our
+        // kernels decode panels, slower than OpenVINO's compressed kernels.
+        if (rows != 1 || !ops::PackedMatrix::decodes_in_registers(*w->packed)) return false;
+        any = true;
+        continue;
+      }
+    auto x = op->inputs.find("x");
+    if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
     any = true;
   }
   return any;
@@ -220,11 +229,12 @@ class OpenVinoBackend final : public Backend {
       total_macs += macs(*op, region.values);
       for (const ir::NamedValue& out : op->outputs) elements += numel(out.type);
     }
-    if (!options_.low_precision && only_fp16_matrix_vector_work(region))
-      return Verdict::refuse("every multiply-add of the region is in fp16 matrix-vector products (at most " +
+    if (!options_.low_precision && only_matrix_vector_work(region))
+      return Verdict::refuse("every multiply-add of the region is in matrix-vector products (at most " +
                              std::to_string(kMaxVectorRows) +
-                             " rows), which are memory-bound: our kernels read the fp16 weights, OpenVINO would read "
-                             "them widened to fp32 (backend=\"auto\"; backend=\"openvino\" forces it)");
+                             " rows) over fp16 or compressed weights, which our kernels read as stored: OpenVINO would "
+                             "read fp16 weights widened to fp32 and hold copies of compressed ones (backend=\"auto\"; "
+                             "backend=\"openvino\" forces it)");
     if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return Verdict::claim();
     return Verdict::refuse("the region does about " + std::to_string(static_cast<int64_t>(total_macs)) +
                            " multiply-adds over " + std::to_string(static_cast<int64_t>(elements)) +

@@ -267,6 +267,7 @@ TEST_P(PackedWeightTest, DecodeStepDotProductsMatchTheValues) {
     const int64_t rows = m.rows(), cols = m.cols();
     const bool avx512 = packed::simd_level() == packed::SimdLevel::kAvx512;
     EXPECT_EQ(decoded_in_registers(m), avx512 && taken_on_avx512(c.name));
+    EXPECT_EQ(PackedMatrix::decodes_in_registers(c.tensor), avx512 && taken_on_avx512(c.name));
     for (int trial = 0; trial < 24; ++trial) {
       int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;  // whole rows first, then windows
       if (trial > 0) {

@@ -209,6 +209,51 @@ def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expec
     assert {p["backend"] for p in fp32 if p["op_type"] == "linear"} == {"openvino"}
 
 
+def _has_avx512():
+    """Whether this CPU has the AVX-512 subsets the decode step's loops use (F, BW, DQ, VL)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl"))
+
+
+@needs_openvino
+@pytest.mark.parametrize("rows, expected", [(1, "reference"), (2, "openvino")])
+def test_auto_keeps_matrix_vector_work_over_compressed_weights_on_our_kernels(tmp_path, rows, expected):
+    """A decode step over int8 weights (linear layers on one row): our kernels decode the codes in
+    registers (AVX-512) about as fast as OpenVINO's, which would hold a repacked copy beside the
+    mapped file, so auto keeps it; more rows go to OpenVINO, and forced OpenVINO takes them all.
+    On a CPU without AVX-512 our kernels decode panels, slower: OpenVINO takes one row too."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    rng = np.random.default_rng(5)
+    q1 = rng.integers(-127, 128, (1024, 256)).astype(np.int8)
+    q2 = rng.integers(-127, 128, (256, 1024)).astype(np.int8)
+    s1 = rng.uniform(0.001, 0.01, (1024, 1)).astype(np.float16)
+    s2 = rng.uniform(0.001, 0.01, (256, 1)).astype(np.float16)
+
+    @mb.program(input_specs=[mb.TensorSpec((rows, 256), dtype=types.fp16)], opset_version=ct.target.iOS18)
+    def prog(x):
+        w1 = mb.constexpr_blockwise_shift_scale(data=q1, scale=s1)
+        w2 = mb.constexpr_blockwise_shift_scale(data=q2, scale=s2)
+        return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
+
+    path = save_program(prog, tmp_path, name="int8")
+    if rows == 1 and not _has_avx512():
+        expected = "openvino"
+    placed = coremlrt.MLModel(path, backend="auto", cache_dir=None).placements()
+    linear = [p for p in placed if p["op_type"] == "linear"]
+    assert {p["backend"] for p in linear} == {expected}, linear
+    if expected == "reference":
+        assert all("matrix-vector" in p["reason"] for p in linear)
+    forced = coremlrt.MLModel(path, backend="openvino", cache_dir=None).placements()
+    assert {p["backend"] for p in forced if p["op_type"] == "linear"} == {"openvino"}
+
+
 @needs_openvino
 def test_fp16_embedding_and_projection_on_openvino_compute_in_fp32(tmp_path):
     """An fp16 program's embedding gather (ids computed at run time) and linear layer on OpenVINO:
