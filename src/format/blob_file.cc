@@ -83,10 +83,15 @@ namespace {
 
 // The weight files mapped now, as [begin, end) address ranges: release_pages drops only pages
 // inside one (read-only private file mappings, which a page fault restores from the file).
-std::mutex mappings_mutex;
+// Never destroyed: a model held by a static object unmaps its files during static destruction,
+// after a function-local map would be gone (fuzz/fuzz_predict.cc holds one so).
+std::mutex& mappings_mutex() {
+  static auto* mutex = new std::mutex;
+  return *mutex;
+}
 std::map<uintptr_t, uintptr_t>& mappings() {
-  static std::map<uintptr_t, uintptr_t> ranges;
-  return ranges;
+  static auto* ranges = new std::map<uintptr_t, uintptr_t>;
+  return *ranges;
 }
 
 }  // namespace
@@ -94,7 +99,7 @@ std::map<uintptr_t, uintptr_t>& mappings() {
 size_t BlobFile::release_pages(const void* data, size_t bytes) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
-  std::lock_guard<std::mutex> lock(mappings_mutex);
+  std::lock_guard<std::mutex> lock(mappings_mutex());
   auto it = mappings().upper_bound(begin);
   if (it == mappings().begin()) return 0;
   --it;
@@ -121,7 +126,7 @@ std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
     ::close(fd);
     COREMLRT_CHECK(mapped != MAP_FAILED, "cannot map weight file '", path, "': ", std::strerror(errno));
     file->bytes_ = static_cast<const uint8_t*>(mapped);
-    std::lock_guard<std::mutex> lock(mappings_mutex);
+    std::lock_guard<std::mutex> lock(mappings_mutex());
     mappings()[reinterpret_cast<uintptr_t>(mapped)] = reinterpret_cast<uintptr_t>(mapped) + file->size_;
   } else {
     ::close(fd);
@@ -172,7 +177,7 @@ std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
 BlobFile::~BlobFile() {
   if (bytes_ && !memory_) {
     {
-      std::lock_guard<std::mutex> lock(mappings_mutex);
+      std::lock_guard<std::mutex> lock(mappings_mutex());
       mappings().erase(reinterpret_cast<uintptr_t>(bytes_));
     }
     ::munmap(const_cast<uint8_t*>(bytes_), size_);
