@@ -5,10 +5,14 @@
 // of iOS17+ without validate_indices still wrap; scatters drop such updates
 // (scatter_index_rule).
 #include <cstring>
+#include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "ops/packed_weight.h"
 #include "ops/register.h"
+#include "ops/state_update.h"
 #include "ops/strided.h"
 #include "ops/util.h"
 
@@ -330,6 +334,67 @@ std::unique_ptr<Kernel> scatter_nd(KernelBuilder& b) {
 }
 
 }  // namespace
+
+std::unique_ptr<Kernel> in_place_state_scatter_nd(KernelBuilder& b, int state_input) {
+  const int indices = b.input("indices"), updates = b.input("updates");
+  b.check(parse_mode(b) == Mode::Update, "an in-place state scatter_nd takes mode \"update\" only");
+  const IndexRule rule = scatter_index_rule(b);
+  return make_kernel([=](KernelContext& ctx) {
+    const Tensor& current = ctx.input(state_input);
+    const Tensor& ti = ctx.input(indices);
+    const Tensor& tu = ctx.input(updates);
+    if (ti.rank() < 1) ctx.fail("indices must have rank >= 1");
+    const int64_t k = ti.shape.back();
+    if (k > current.rank()) ctx.fail("index tuples of length ", k, " for data of rank ", current.rank());
+    Shape expected(ti.shape.begin(), ti.shape.end() - 1);
+    expected.insert(expected.end(), current.shape.begin() + k, current.shape.end());
+    check_updates(ctx, tu.shape, expected);
+    // The updates in the state's dtype (fp32 beside casts is written rounded to fp16, as
+    // cast(scatter_nd(cast(state)), fp16) gives: src/ops/state_update.h).
+    Tensor rounded;
+    const Tensor* source = &tu;
+    if (tu.dtype != current.dtype) {
+      if (tu.dtype != DType::Float32 || current.dtype != DType::Float16)
+        ctx.fail("writes ", dtype_name(tu.dtype), " updates into a state of ", dtype_name(current.dtype));
+      rounded = Tensor::empty(DType::Float16, tu.shape);
+      float_to_half(tu.ptr<float>(), rounded.ptr<half>(), tu.numel());
+      source = &rounded;
+    }
+    // Every index is resolved (and a bad one fails) before anything is written.
+    const std::vector<int64_t> idx = read_ints(ti);
+    const std::vector<int64_t> strides = contiguous_strides(current.shape);
+    const int64_t positions = product(ti.shape, 0, ti.shape.size() - 1);
+    const size_t es = dtype_size(current.dtype);
+    const size_t chunk = static_cast<size_t>(product(current.shape, k, current.shape.size())) * es;
+    std::vector<std::pair<size_t, size_t>> writes;  // (byte offset in the state, update position)
+    for (int64_t p = 0; p < positions; ++p)
+      if (const int64_t offset = nd_offset(ctx, rule, idx, p, k, current.shape, strides, 0); offset >= 0)
+        writes.emplace_back(static_cast<size_t>(offset) * es, static_cast<size_t>(p));
+    const char* from = static_cast<const char*>(source->data);
+    auto write_into = [&](char* data) {
+      for (const auto& [offset, p] : writes) std::memcpy(data + offset, from + p * chunk, chunk);
+    };
+    const size_t written = writes.size() * chunk;
+    if (Tensor* target = ctx.writable_state(state_input)) {
+      // Keep what the writes overwrite, all read before any is written, to put it back if the
+      // prediction fails.
+      auto saved = std::make_shared<std::vector<char>>(written);
+      char* data = static_cast<char*>(target->data);
+      for (size_t i = 0; i < writes.size(); ++i) std::memcpy(saved->data() + i * chunk, data + writes[i].first, chunk);
+      ctx.on_failure(state_input, [data, saved, writes, chunk] {
+        for (size_t i = 0; i < writes.size(); ++i) std::memcpy(data + writes[i].first, saved->data() + i * chunk, chunk);
+      });
+      write_into(data);
+      ctx.count_state_bytes(written, written);
+      return;
+    }
+    // Something else still views the state's buffer: the new value is a copy.
+    Tensor copy = current.clone();
+    write_into(static_cast<char*>(copy.data));
+    ctx.count_state_bytes(copy.nbytes(), written);
+    ctx.replace_state(state_input, std::move(copy));
+  });
+}
 
 void register_gather_kernels(KernelRegistry& registry) {
   // Gathers copy elements as bytes; scatters combine them with dispatch_all.

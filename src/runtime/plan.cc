@@ -298,7 +298,8 @@ class PlanBuilder {
       step.kind = OpStep{&update.op(), write.op_step().traits};  // binds a state: no backend takes it
       StepBuilder builder(*this, update.op(), false);
       builder.input_slots.push_back(chain.state_slot);
-      step.kernel = ops::in_place_state_slice_update(builder, 0);
+      step.kernel = chain.scatter ? ops::in_place_state_scatter_nd(builder, 0)
+                                  : ops::in_place_state_slice_update(builder, 0);
       step.input_slots = std::move(builder.input_slots);
       const std::string why = "with the read_state, casts and write_state around it, one update of state '" +
                               plan_->slot_names[chain.state_slot] + "' in place (src/runtime/state_update.h)";

@@ -38,10 +38,12 @@ class Matcher {
       if (updated < 0 || plan_.slot_types[updated].dtype != DType::Float32) return false;
       p = single_use_producer(updated);
     }
-    if (p < 0 || !is(block_.steps[p], "slice_update")) return false;
+    if (p < 0) return false;
+    chain.scatter = is(block_.steps[p], "scatter_nd");
+    if (!(chain.scatter ? const_string(p, "mode") == "update" : is(block_.steps[p], "slice_update"))) return false;
     chain.update = p;
-    int source = param_slot(block_.steps[p], "x");
-    const int update_value = param_slot(block_.steps[p], "update");
+    int source = param_slot(block_.steps[p], chain.scatter ? "data" : "x");
+    const int update_value = param_slot(block_.steps[p], chain.scatter ? "updates" : "update");
     if (source < 0 || update_value < 0) return false;
     // The update must have the state's dtype, or be fp32 beside casts (written rounded to fp16).
     const DType update_dtype = plan_.slot_types[update_value].dtype;
@@ -100,12 +102,15 @@ class Matcher {
     return it->second;
   }
 
-  std::string cast_target(int index) const {
+  std::string cast_target(int index) const { return const_string(index, "dtype"); }
+
+  // A string parameter known at load (an input or an attribute); empty when not.
+  std::string const_string(int index, const char* param) const {
     const ir::Operation& op = block_.steps[index].op();
     const ir::ConstValue* value = nullptr;
-    if (auto it = op.inputs.find("dtype"); it != op.inputs.end() && it->second.size() == 1)
+    if (auto it = op.inputs.find(param); it != op.inputs.end() && it->second.size() == 1)
       value = values_.constant(it->second[0]);
-    else if (auto attr = op.attributes.find("dtype"); attr != op.attributes.end())
+    else if (auto attr = op.attributes.find(param); attr != op.attributes.end())
       value = attr->second.get();
     return value && value->strings.size() == 1 ? value->strings[0] : std::string();
   }

@@ -9,6 +9,10 @@
 // one position. When nothing else reads what the slice_update makes, the planner replaces it by one
 // step that writes the update into the state's buffer (ops::in_place_state_slice_update), at
 // the write_state's place in the plan.
+//
+// A scatter_nd of mode "update" in the slice_update's place is done the same way
+// (ops::in_place_state_scatter_nd): Core AI programs write `cache[layer].index_copy_(1, rows, kv)`
+// as one scatter_nd into the state (python/coremlrt/coreai/_ops_elementwise.py, _where).
 #include <functional>
 #include <string>
 #include <vector>
@@ -22,6 +26,7 @@ namespace coremlrt::runtime {
 struct StateUpdateChain {
   int read = -1, widen = -1, update = -1, narrow = -1, write = -1;
   int state_slot = -1;
+  bool scatter = false;  // the update is a scatter_nd (mode "update"), not a slice_update
 };
 
 // The chains of `block` (the function's top-level block) that may be updated in place: each

@@ -103,7 +103,8 @@ def _while(t, op):
 
 # States. The tokens only order the handle ops; MIL runs its ops in program order, and the
 # bytecode's order already follows each token chain, so tokens translate to nothing. A
-# write_handle is always written (Core AI may drop one whose token is unused).
+# write_handle is written even when its token is unused (Core AI may drop such tokens), unless
+# the state holds its value already (write_through below).
 def _token(t, op):
     t.values[op.results[0]] = TOKEN
 
@@ -118,18 +119,86 @@ def _state_of(t, op):
 def _read_handle(t, op):
     state = _state_of(t, op)
     dtype = state.dtype[len("state<"):-1]
-    t.values[op.results[0]] = t.aux("read_state", {"input": state.name}, dtype, state.dims,
-                                    name=t.output_name(op.results[0]))
     t.values[op.results[1]] = TOKEN
+    if state.name not in t.handle_positions:
+        t.values[op.results[0]] = t.aux("read_state", {"input": state.name}, dtype, state.dims,
+                                        name=t.output_name(op.results[0]))
+        return
+    current = t.state_contents.get(state.name)
+    if current is not None:  # the value the state holds: the read is that value
+        t.values[op.results[0]] = t.values[current]
+    else:
+        t.values[op.results[0]] = t.aux("read_state", {"input": state.name}, dtype, state.dims,
+                                        name=t.output_name(op.results[0]))
+    t.state_contents[state.name] = op.results[0]
+
+
+def _write_state(t, state_name, data_name):
+    name = t.fresh("write_state")
+    t.lines.append(f"write_state(data = {data_name}, input = {state_name})[name = string(\"{name}\")];")
+    t.count("write_state")
 
 
 def _write_handle(t, op):
     state = _state_of(t, op)
-    name = t.fresh("write_state")
-    t.lines.append(f"write_state(data = {t.operand(op.operands[1])}, input = {state.name})"
-                   f"[name = string(\"{name}\")];")
-    t.count("write_state")
+    # A value the state holds already (written through, or read and written back unchanged)
+    # is not written again.
+    if state.name not in t.handle_positions or op.operands[1] != t.state_contents.get(state.name):
+        _write_state(t, state.name, t.operand(op.operands[1]))
+        if state.name in t.handle_positions:
+            t.state_contents[state.name] = op.operands[1]
     t.values[op.results[0]] = TOKEN
+
+
+# Writing through. Core AI reads a state (read_handle), updates the value read (a KV cache:
+# one slice_update or scatter_nd per layer) and writes the last value back (write_handle).
+# Translated as it is, every update copies the whole state, since the attention of its layer
+# reads the value updated. Where the next handle op on the state is a write_handle, nothing
+# can see the state between, so each update of the state's current value is written to the
+# state at once and the updated value read back from it: the engine then does each update in
+# place (src/runtime/state_update.h), and the write_handle of the last value writes nothing.
+# Snapshot rules keep this exact: a value read from the state keeps its contents when the state
+# is written later (the engine copies the state first if such a value is still read then).
+# For such a state (t.handle_positions), t.state_contents maps it to the MLIR value that holds
+# what the translated program's state holds at the op being translated (read_handle,
+# write_handle and write_through keep it); a read_handle is that value.
+def handle_positions(block, operations, values):
+    """{state name: [(position in ``operations``, op name)]} of the read and write handles of
+    each state (function argument) that only handle ops of the function's own block use."""
+    positions = {}
+    for argument in block.arguments:
+        held = values.get(argument)
+        if not (isinstance(held, Var) and held.dtype.startswith("state<")):
+            continue
+        found = []
+        for use in argument.uses:
+            owner = getattr(use.owner, "operation", use.owner)
+            at = next((i for i, o in enumerate(operations) if o == owner), None)
+            if at is None or owner.name not in ("coreai.read_handle", "coreai.write_handle"):
+                break
+            found.append((at, owner.name))
+        else:
+            positions[held.name] = sorted(found)
+    return positions
+
+
+def write_through(t, op, source):
+    """After an update op (slice_update, scatter_nd) of ``source`` has been written as the MIL
+    value of op.results[0]: when ``source`` is a state's current value and the state's next
+    handle op writes it, writes the result to the state and reads it back as the op's value."""
+    if len(t._scopes) != 1 or t.position is None:  # noqa: SLF001 - only the function's own block
+        return
+    for state_name, current in t.state_contents.items():
+        if current != source:
+            continue
+        later = [name for at, name in t.handle_positions.get(state_name, ()) if at > t.position]
+        if not later or later[0] != "coreai.write_handle":
+            return
+        updated = t.values[op.results[0]]
+        _write_state(t, state_name, updated.name)
+        t.values[op.results[0]] = t.aux("read_state", {"input": state_name}, updated.dtype, updated.dims)
+        t.state_contents[state_name] = op.results[0]
+        return
 
 
 OPS = {

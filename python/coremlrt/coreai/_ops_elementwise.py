@@ -10,6 +10,8 @@ semantics of the dialect's docstrings.
 import numpy as np
 
 from ._common import BOOL, COMPUTED, ELEMENT_TYPES, FLOAT, FLOAT_INT, Complex, Var
+from ._ops_control import write_through
+from ._ops_tensor import window_scatter
 
 # coreai unary op -> (MIL op, element types it takes). log and rsqrt get epsilon 0 below.
 _UNARY = {
@@ -199,11 +201,14 @@ def _where(t, op):
     if tiled is not None:
         box = _selected_box(t, op, tiled)
         if box is not None:
+            if window_scatter(t, op, box):
+                return
             begin, end = box
             t.emit(op, "slice_update", {"x": t.operand(b), "update": tiled[0].name,
                                         "begin": t.param(begin, "int32"), "end": t.param(end, "int32"),
                                         "stride": t.param([1] * len(begin), "int32"),
                                         "end_mask": t.param([False] * len(begin), "bool")})
+            write_through(t, op, b)
             return
         source, reps = tiled
         a_name = t.aux("tile", {"x": source.name, "reps": t.param(reps, "int32")}, source.dtype,

@@ -8,6 +8,7 @@ are constants too are folded in numpy (a weight's transpose, a composite's shape
 import numpy as np
 
 from ._common import Var
+from ._ops_control import write_through
 
 
 def _constant(t, op):
@@ -253,9 +254,21 @@ def _slice(t, op):
         t.fold(op, source[_numpy_index(begin, end, end_mask, strides)])
         return
     known = [s if r is None else r for s, r in zip(sizes, result)]
-    t.emit(op, "slice_by_index", {"x": source.name, "begin": t.param(begin, "int32"), "end": t.param(end, "int32"),
-                                  "stride": t.param(strides, "int32"), "end_mask": t.param(end_mask, "bool")},
-           dims=[known])
+    [var] = t.emit(op, "slice_by_index", {"x": source.name, "begin": t.param(begin, "int32"),
+                                          "end": t.param(end, "int32"), "stride": t.param(strides, "int32"),
+                                          "end_mask": t.param(end_mask, "bool")}, dims=[known])
+    box = _box(dims, begin, end, end_mask, strides)
+    if box is not None:
+        var.window = (op.operands[0], box)
+
+
+def _box(dims, begin, end, end_mask, strides):
+    """(begin, end) of a unit-stride slice of static dims, non-negative and clamped; None otherwise."""
+    if None in dims or any(s != 1 for s in strides):
+        return None
+    lo = [min(max(b + d if b < 0 else b, 0), d) for b, d in zip(begin, dims)]
+    hi = [d if m else min(max(e + d if e < 0 else e, 0), d) for e, m, d in zip(end, end_mask, dims)]
+    return lo, hi
 
 
 def _slice_update(t, op):
@@ -275,6 +288,7 @@ def _slice_update(t, op):
     t.emit(op, "slice_update", {"x": t.operand(op.operands[0]), "update": t.operand(update),
                                 "begin": t.param(begin, "int32"), "end": t.param(end, "int32"),
                                 "stride": t.param(strides, "int32"), "end_mask": t.param(end_mask, "bool")})
+    write_through(t, op, op.operands[0])
 
 
 def _concat(t, op):
@@ -507,8 +521,76 @@ def _scatter_nd(t, op):
     # Operands (input, indices, updates), whatever order the printed form shows them in.
     depth = int(t.dims(op.operands[1])[-1])
     wrapped = wrapped_indices(t, op.operands[1], shape[:depth])
-    t.emit(op, "scatter_nd", {"data": t.operand(op.operands[0]), "indices": wrapped,
-                              "updates": t.operand(op.operands[2]), "mode": t.param("update", "string")})
+    updates = t.operand(op.operands[2])
+    [var] = t.emit(op, "scatter_nd", {"data": t.operand(op.operands[0]), "indices": wrapped,
+                                      "updates": updates, "mode": t.param("update", "string")})
+    var.scatter = (op.operands[0], wrapped, updates)
+    write_through(t, op, op.operands[0])
+
+
+def _only_use(value, names):
+    """The op that is the one use of ``value`` when its name is one of ``names``; else None."""
+    uses = list(value.uses)
+    if len(uses) != 1:
+        return None
+    owner = getattr(uses[0].owner, "operation", uses[0].owner)
+    return owner if owner.name in names else None
+
+
+def _producer(value, names):
+    owner = getattr(value.owner, "operation", value.owner)
+    return owner if getattr(owner, "name", None) in names else None
+
+
+def window_scatter(t, op, box):
+    """coreai-torch writes ``x[i].index_copy_(d, rows, v)`` (a KV-cache row into one layer of a
+    stacked cache) as where(layer mask, broadcast(reshape(scatter_nd(reshape(slice(x, box)),
+    indices, v))), x): copy the box out, scatter into the copy, put the copy back. When every
+    value between is read once, that is one scatter_nd into x whose index tuples start with the
+    box's fixed leading coordinates: written so (the slice, scatter_nd and reshapes taken back),
+    it copies no box, and a state's update is done in place (src/runtime/state_update.h).
+    ``op`` is the where, ``box`` the (begin, end) it writes. Returns whether it was written."""
+    x = op.operands[2]
+    tile = _producer(op.operands[1], ("coreai.broadcast_in_dims",))
+    if tile is None or _only_use(op.operands[1], _WHERE) is None:
+        return False
+    chain = [tile.operands[0]]  # reshape(scatter_nd(...)), scatter_nd, reshape(slice), slice
+    for names in (("coreai.reshape",), ("coreai.scatter_nd",), ("coreai.reshape",), ("coreai.slice",)):
+        owner = _producer(chain[-1], names)
+        if owner is None or len(list(chain[-1].uses)) != 1:
+            return False
+        chain.append(owner.operands[0])
+    if chain[-1] != x:
+        return False
+    scattered, window = (getattr(t.values.get(chain[i]), attr, None) for i, attr in ((1, "scatter"), (3, "window")))
+    if scattered is None or window is None or scattered[0] != chain[2] or window[0] != x:
+        return False
+    begin, end = box
+    if [list(window[1][0]), list(window[1][1])] != [list(begin), list(end)]:
+        return False
+    # The box's leading dims of extent 1 are the ones the reshape into the scatter drops.
+    extent = [e - b for b, e in zip(begin, end)]
+    data_dims = t.dims(chain[2])
+    lead = len(extent) - len(data_dims)
+    if lead < 1 or extent[:lead] != [1] * lead or extent[lead:] != list(data_dims) \
+            or list(t.dims(chain[0])) != extent:
+        return False
+    index_dims = list(t.dims(_producer(chain[1], ("coreai.scatter_nd",)).operands[1]))
+    if None in index_dims or any(begin[d] != 0 or end[d] != t.dims(x)[d] for d in range(lead, len(extent))):
+        return False
+    names = [t.values[value].name for value in chain[:4]]
+    # Each must be an op of this block of its own (not an alias of another value's name).
+    if len(set(names)) != 4 or not all(t.retractable(name) for name in names):
+        return False
+    for name in names:
+        t.retract(name)
+    leading = t.const(np.broadcast_to(np.asarray(begin[:lead], np.int32), index_dims[:-1] + [lead]).copy(), "int32")
+    tuples = t.aux("concat", {"values": f"({leading}, {scattered[1]})", "axis": t.param(-1, "int32"),
+                              "interleave": t.param(False, "bool")}, "int32", index_dims[:-1] + [index_dims[-1] + lead])
+    t.emit(op, "scatter_nd", {"data": t.operand(x), "indices": tuples.name, "updates": scattered[2],
+                              "mode": t.param("update", "string")})
+    write_through(t, op, x)
+    return True
 
 
 _SCATTER_MODES = ("update", "add", "sub", "mul", "div", "max", "min")

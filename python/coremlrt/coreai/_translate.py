@@ -163,6 +163,11 @@ class Translator:
         self.name = name
         self._kept = []       # the arrays named in the scopes' consts: their ids must stay theirs
         self.output_names = {}
+        self._written = {}    # MIL name -> (block lines, line, MIL op) of the op computing it (retract)
+        # State name -> the MLIR value the translated state holds (_ops_control.py write_through).
+        self.state_contents = {}
+        self.handle_positions = {}  # state name -> [(position, handle op)] (_ops_control.py)
+        self.position = None        # of the op being translated in the function's own block
 
     # -- errors and operands -----------------------------------------------------------
     def fail(self, message):
@@ -317,7 +322,22 @@ class Translator:
             text += "{\n" + body + ("\n" if body else "") + f"}} -> ({', '.join(outputs)})"
         self.lines.append(text + ";")
         self._scopes[-1].defined.update(names)
+        self._written[names[0]] = (self.lines, text + ";", mil_op)
         self.count(mil_op)
+
+    def retractable(self, name):
+        """Whether ``name`` is computed by an op of the current block (retract can take it back)."""
+        lines, text, _ = self._written.get(name, (None, None, None))
+        return lines is self.lines and text in lines
+
+    def retract(self, name):
+        """Takes back the op that computes ``name`` (its line in the current block, which must be
+        retractable), when a later op computes the same more directly and nothing else reads
+        it (_ops_tensor.py window_scatter)."""
+        lines, text, mil_op = self._written[name]
+        lines.remove(text)
+        self._scopes[-1].defined.discard(name)
+        self._program.histogram[f"Ios18.{mil_op}"] -= 1
 
     def emit(self, op, mil_op, arguments, dims=None, blocks=(), compressed=False):
         """Writes one MIL op computing all of ``op``'s results (in order); returns their Vars.
@@ -402,9 +422,12 @@ class Translator:
         return buffer[:count * np.dtype(numpy_dtype).itemsize].view(numpy_dtype).reshape(shape)
 
     # -- driver --------------------------------------------------------------------------
-    def run(self, operations):
-        """Translates a block's ops in order; returns its terminator (output, yield, condition)."""
-        for op in operations:
+    def run(self, operations, top=False):
+        """Translates a block's ops in order; returns its terminator (output, yield, condition).
+        ``top``: the function's own block (self.position follows its ops)."""
+        for position, op in enumerate(operations):
+            if top:
+                self.position = position
             if op.name in _TERMINATORS:
                 return op
             handler = OPS.get(op.name)
@@ -462,7 +485,8 @@ class Translator:
             self.values[argument] = Var(name, dtype, dims)
             self.inputs.append((name, FEATURE_TYPES[dtype], dims))
             self._arguments.append((mil_type(dtype, dims), name))
-        self.run(operations)
+        self.handle_positions = _ops_control.handle_positions(block, operations, self.values)
+        self.run(operations, top=True)
         self._finish(list(terminator.operands), output_names)
 
     def _finish(self, results, output_names):

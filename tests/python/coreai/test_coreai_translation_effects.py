@@ -177,24 +177,39 @@ class _LayerCaches(torch.nn.Module):
         return torch.stack(out)
 
 
-def test_a_layer_written_into_a_stacked_cache_is_a_slice_update(tmp_path):
+def test_a_row_written_into_a_stacked_cache_state_is_one_scatter_in_place(tmp_path):
+    """Each layer's index_copy_ (copy the layer out, scatter the row into it, select it back) is
+    one scatter_nd into the whole cache, written through to the state and read back
+    (_ops_tensor.py window_scatter, _ops_control.py write_through): the engine writes each row
+    in place, and the attention-like reads of every layer see the rows written before them."""
     path = convert(_LayerCaches().eval(), (torch.randn(2, 1, 4), torch.tensor([3], dtype=torch.int32)),
                    ["x", "start"], ["y"], tmp_path / "m.aimodel", states=["k_cache"])
     model = coremlrt.MLModel(path, cache_dir=tmp_path / "cache")
     (mil,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*" / "model.mil"))
     with open(mil, encoding="utf-8") as f:
         text = f.read()
-    assert _ops(text).count("slice_update") == 3
-    assert not re.search(r"tensor<fp32, \[3, 2, 8, 4\]> \w+ = (tile|select)\(", text)
+    ops = _ops(text)
+    assert "slice_update" not in ops and not re.search(r"tensor<fp32, \[3, 2, 8, 4\]> \w+ = (tile|select)\(", text)
+    assert ops.count("slice_by_index") == 3  # the layers read, no layer copied out to scatter into
+    assert len(re.findall(r"tensor<fp32, \[3, 2, 8, 4\]> \w+ = scatter_nd\(", text)) == 3
+    assert text.count("write_state(") == 3
+    scatters = [p for p in model.placements() if p["op_type"] == "scatter_nd"]
+    assert len(scatters) == 3 and all("in place" in p["reason"] for p in scatters), scatters
     state = model.make_state()
     cache = {"k_cache": np.zeros((3, 2, 8, 4), np.float32)}
     generator = np.random.default_rng(5)
-    for start in (3, 0, 7, -1):
+    for step, start in enumerate((3, 0, 7, -1)):
         feeds = {"x": generator.standard_normal((2, 1, 4)).astype(np.float32), "start": np.array([start], np.int32)}
         want = coreai_predict(path, feeds, states=cache)
+        before = coremlrt.state_traffic()
         got = model.predict(feeds, state=state)
+        after = coremlrt.state_traffic()
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(state.read_state("k_cache"), cache["k_cache"])
+        written = after["bytes_written"] - before["bytes_written"]
+        assert written == 3 * 2 * 4 * 4  # a row of 4 fp32 per layer and head
+        if step:  # the first step may find the state shared; then only what is overwritten is kept
+            assert after["bytes_copied"] - before["bytes_copied"] == written
 
 
 class _Masked(torch.nn.Module):

@@ -24,12 +24,17 @@ LAYERS, POSITIONS, DIM = 2, 8, 4
 SHAPE = (LAYERS, POSITIONS, DIM)
 TABLE = np.array([10.0, 20.0, 30.0, 40.0], np.float32)
 UPDATE_BYTES = DIM * 2  # one fp16 row
+SCATTER = ("scatter_fp16", "scatter_fp32")
+IN_PLACE = ("fp16", "fp32") + SCATTER
 
 
 def _package(directory, name, form):
     """form: "fp16" (slice_update on the fp16 state), "fp32" (casts around it, as coremltools
     writes fp32 programs), "early_read" (fp16, plus a value read before the update and used
-    after it), or "reused" (fp16, the value read is also used after the update)."""
+    after it), "reused" (fp16, the value read is also used after the update), or
+    "scatter_fp16" / "scatter_fp32": a scatter_nd (mode update) in the slice_update's place, as
+    Core AI programs write a cache row (python/coremlrt/coreai/_ops_tensor.py window_scatter);
+    it writes the row twice, kv / 2 then kv, so the last write must win."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types as mt
@@ -44,7 +49,19 @@ def _package(directory, name, form):
                         axis=0)
         early = mb.read_state(input=cache) if form == "early_read" else None
         current = mb.read_state(input=cache)
-        if form == "fp32":
+        if form.startswith("scatter"):
+            row = mb.concat(values=[np.array([0], np.int32), pos], axis=0)
+            indices = mb.stack(values=[row, row], axis=0)
+            flat = mb.reshape(x=kv, shape=[1, DIM])
+            rows = mb.concat(values=[mb.mul(x=flat, y=np.float32(0.5)), flat], axis=0)
+            if form == "scatter_fp32":
+                wide = mb.cast(x=current, dtype="fp32")
+                updated = mb.cast(x=mb.scatter_nd(data=wide, indices=indices, updates=rows, mode="update"),
+                                  dtype="fp16")
+            else:
+                updated = mb.scatter_nd(data=current, indices=indices, updates=mb.cast(x=rows, dtype="fp16"),
+                                        mode="update")
+        elif form == "fp32":
             wide = mb.cast(x=current, dtype="fp32")
             updated = mb.cast(x=mb.slice_update(x=wide, update=kv, begin=begin, end=end), dtype="fp16")
         else:
@@ -64,7 +81,7 @@ def _package(directory, name, form):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     directory = tmp_path_factory.mktemp("state_update")
-    paths = {form: _package(directory, form, form) for form in ("fp16", "fp32", "early_read", "reused")}
+    paths = {form: _package(directory, form, form) for form in ("fp16", "fp32", "early_read", "reused") + SCATTER}
     loaded = {}
     for backend in ("reference", "openvino"):
         if backend not in coremlrt.available_backends():
@@ -92,13 +109,19 @@ def _model(models, backend, form):
     return models[backend, form]
 
 
+def _writes(form):
+    """fp16 rows a step writes."""
+    return 2 if form in SCATTER else 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("form", ["fp16", "fp32"])
+@pytest.mark.parametrize("form", IN_PLACE)
 def test_chain_runs_as_one_in_place_step(models, backend, form):
     placements = _model(models, backend, form).placements()
-    chain = [p for p in placements if p["op_type"] in ("read_state", "slice_update", "write_state", "cast")
+    update = "scatter_nd" if form in SCATTER else "slice_update"
+    chain = [p for p in placements if p["op_type"] in ("read_state", update, "write_state", "cast")
              and "in place" in p["reason"]]
-    expected = {"read_state": 1, "slice_update": 1, "write_state": 1, "cast": 2 if form == "fp32" else 0}
+    expected = {"read_state": 1, update: 1, "write_state": 1, "cast": 2 if form.endswith("fp32") else 0}
     assert {t: sum(p["op_type"] == t for p in chain) for t in expected} == expected, placements
     for p in chain:
         assert p["backend"] == "reference" and "state 'cache'" in p["reason"]
@@ -113,7 +136,7 @@ def test_read_state_with_other_readers_stays(models, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("form", ["fp16", "fp32", "early_read", "reused"])
+@pytest.mark.parametrize("form", ["early_read", "reused"] + list(IN_PLACE))
 def test_cache_matches_numpy_over_steps(models, backend, form):
     model = _model(models, backend, form)
     state = model.make_state()
@@ -132,7 +155,7 @@ def test_cache_matches_numpy_over_steps(models, backend, form):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("form", ["fp16", "fp32"])
+@pytest.mark.parametrize("form", IN_PLACE)
 def test_step_copies_only_what_it_writes(models, backend, form):
     model = _model(models, backend, form)
     state = model.make_state()
@@ -144,7 +167,7 @@ def test_step_copies_only_what_it_writes(models, backend, form):
     after = coremlrt.state_traffic()
     written = after["bytes_written"] - before["bytes_written"]
     copied = after["bytes_copied"] - before["bytes_copied"]
-    assert written == steps * UPDATE_BYTES
+    assert written == steps * UPDATE_BYTES * _writes(form)
     # What is copied is the row each step overwrites, kept to restore it on failure.
     assert copied == written
 
@@ -177,7 +200,7 @@ def test_value_read_before_the_update_keeps_its_contents(models, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("form", ["fp16", "fp32"])
+@pytest.mark.parametrize("form", IN_PLACE)
 def test_failed_prediction_restores_the_rows_it_wrote(models, backend, form):
     model = _model(models, backend, form)
     state = model.make_state()
