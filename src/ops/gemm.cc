@@ -67,10 +67,14 @@ Tensor matrix_source(const Tensor& t) {
 namespace {
 
 // Block sizes. Axpy form (B rows contiguous): a [kBlockK, kBlockN] block of B stays in cache
-// across the rows of A. Dot form (B = W^T): rows of A are taken kBlockM at a time, K in
+// across the rows of A. Dot form (B = W^T): rows of A are taken kDotBlockM at a time, K in
 // blocks of kDotK floats (twice that for fp16 W read in place), W in panels of kDotRows rows.
+// A panel of W serves kDotBlockM rows of A (128 x 1024 floats of A, 512 KiB, stay in L2).
 constexpr int64_t kBlockN = 256, kBlockK = 128, kBlockM = 64;
-constexpr int64_t kDotK = 1024, kDotRows = 32;
+constexpr int64_t kDotK = 1024, kDotRows = 32, kDotBlockM = 128;
+// From this many rows of A on, fp16 rows of W are widened into a float panel once per block
+// of A rather than as every group of four rows loads them (widen_while_loading).
+constexpr int64_t kWidenPanelRows = 32;
 
 // True when the view's elements can be used as float rows in place.
 bool float_rows(const MatrixView& m) { return !m.packed && !m.half_elements && m.col == 1; }
@@ -537,12 +541,16 @@ void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, con
 
 // Whether fp16 rows of W are better widened as the dot products load them than widened into
 // a float panel first. With the F16C instruction (x86-64-v3) widening costs about as much as
-// a load, so always; with the portable integer sequence, only for very few rows of A, since
-// every row pair of A widens the rows of W again, while a panel is widened once.
+// a load, so up to kWidenPanelRows rows of A (a [16, 768] x [768, 3072] product took 0.52 ms
+// widened while loading, 0.54 ms with panels; the 6-layer fp16 decoder's 128-token prefill of
+// benchmarks/bench_compressed.py 140 ms against 134, interleaved);
+// with the portable integer sequence, only for very few rows of A, since every row pair of A
+// widens the rows of W again, while a panel is widened once. Either way each element of C
+// sums its products in the same order within a K block; the K blocks differ (gemm_dot).
 bool widen_while_loading(int64_t rows) {
 #ifdef COREMLRT_GEMM_X86_V3
   static const bool f16c = __builtin_cpu_supports("x86-64-v3");
-  if (f16c) return true;
+  if (f16c) return rows < kWidenPanelRows;
 #endif
   return rows <= 2;
 }
@@ -567,8 +575,8 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
   const int64_t panel = W.packed && M <= 4 ? 8 : kDotRows;
   for (int64_t k0 = 0; k0 < K; k0 += block_k) {
     const int64_t kk = std::min(block_k, K - k0);
-    for (int64_t i0 = 0; i0 < M; i0 += kBlockM) {
-      const int64_t mm = std::min(kBlockM, M - i0);
+    for (int64_t i0 = 0; i0 < M; i0 += kDotBlockM) {
+      const int64_t mm = std::min(kDotBlockM, M - i0);
       int64_t lda = 0;
       const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
       for (int64_t j0 = 0; j0 < N; j0 += panel) {
