@@ -73,7 +73,8 @@ namespace {
 constexpr int64_t kBlockN = 256, kBlockK = 128, kBlockM = 64;
 constexpr int64_t kDotK = 1024, kDotRows = 32, kDotBlockM = 128;
 // From this many rows of A on, fp16 rows of W are widened into a float panel once per block
-// of A rather than as every group of four rows loads them (widen_while_loading).
+// of A rather than as every group of four rows loads them, where K fits one block
+// (widen_while_loading).
 constexpr int64_t kWidenPanelRows = 32;
 
 // True when the view's elements can be used as float rows in place.
@@ -540,18 +541,20 @@ void dot_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, con
 #endif
 
 // Whether fp16 rows of W are better widened as the dot products load them than widened into
-// a float panel first. With the F16C instruction (x86-64-v3) widening costs about as much as
-// a load, so up to kWidenPanelRows rows of A (a [16, 768] x [768, 3072] product took 0.52 ms
-// widened while loading, 0.54 ms with panels; the 6-layer fp16 decoder's 128-token prefill of
-// benchmarks/bench_compressed.py 140 ms against 134, interleaved);
-// with the portable integer sequence, only for very few rows of A, since every row pair of A
-// widens the rows of W again, while a panel is widened once. Either way each element of C
-// sums its products in the same order within a K block; the K blocks differ (gemm_dot).
-bool widen_while_loading(int64_t rows) {
+// a float panel first. With the F16C instruction (x86-64-v3) widening costs about as much as a
+// load: so for fewer than kWidenPanelRows rows of A, and for K longer than one block of the
+// float panels (kDotK), whose K blocks would be half as long as fp16's read in place. (Measured
+// on [128, 768] x [768, 32000]: 127 GFLOPS widened while loading, 149 with panels; [128, 3072]
+// x [3072, 768]: 126 against 115; [16, 768] x [768, 3072]: 146 against 140.) With one K block,
+// both ways sum each element of C in the same order. With the portable integer sequence,
+// widening while loading pays only for very few rows of A, since every row pair of A widens
+// the rows of W again, while a panel is widened once.
+bool widen_while_loading(int64_t rows, int64_t K) {
 #ifdef COREMLRT_GEMM_X86_V3
   static const bool f16c = __builtin_cpu_supports("x86-64-v3");
-  if (f16c) return rows < kWidenPanelRows;
+  if (f16c) return rows < kWidenPanelRows || K > kDotK;
 #endif
+  (void)K;
   return rows <= 2;
 }
 
@@ -620,7 +623,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView
   // follow the same choice for results not to depend on how C is split. A packed fp16 W
   // follows the fp16 choice, so that its results are those of the same values stored dense.
   const bool half_w = W.packed ? W.packed->dtype() == DType::Float16 : W.half_elements && W.col == 1;
-  const bool fused = dot && half_w && widen_while_loading(M);
+  const bool fused = dot && half_w && widen_while_loading(M, K);
   auto product = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     if (dot)
       gemm_dot(i1 - i0, j1 - j0, K, A.at(i0, 0), W.at(j0, 0), C + i0 * ldc + j0, ldc, fused);
