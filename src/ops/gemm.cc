@@ -592,6 +592,15 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
         } else if (fused) {
           const half* w = static_cast<const half*>(W.data) + j0 * W.row + k0;
           dot_block(mm, nn, kk, a, lda, w, W.row, C + i0 * ldc + j0, ldc);
+        } else if (W.packed && W.packed->dtype() == DType::Float16) {
+          // fp16 values decoded into fp16, then widened: the same floats as decoding into
+          // floats, whose per-value conversions are slower for some forms (sparse palettized
+          // weights took twice the prefill time).
+          w_halves.resize(static_cast<size_t>(nn * kk));
+          w_scratch.resize(static_cast<size_t>(nn * kk));
+          W.packed->decode(W.origin_row + j0, nn, W.origin_col + k0, kk, w_halves.data(), kk);
+          widen_halves(w_halves.data(), w_scratch.data(), nn * kk);
+          dot_block(mm, nn, kk, a, lda, w_scratch.data(), kk, C + i0 * ldc + j0, ldc);
         } else {
           int64_t ldw = 0;
           const float* w = float_block(W, j0, nn, k0, kk, w_scratch, ldw);
