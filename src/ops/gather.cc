@@ -259,6 +259,18 @@ void check_updates(const KernelContext& ctx, const Shape& updates, const Shape& 
   if (updates != expected) ctx.fail("updates has shape ", shape_str(updates), "; expected ", shape_str(expected));
 }
 
+// scatter_nd's shapes: index tuples (the last dim of indices) no longer than data's rank, and
+// updates of shape indices[:-1] + data[k:]. Returns the tuples' length k.
+int64_t check_scatter_nd(const KernelContext& ctx, const Shape& data, const Shape& indices, const Shape& updates) {
+  if (indices.empty()) ctx.fail("indices must have rank >= 1");
+  const int64_t k = indices.back();
+  if (k > static_cast<int64_t>(data.size())) ctx.fail("index tuples of length ", k, " for data of rank ", data.size());
+  Shape expected(indices.begin(), indices.end() - 1);
+  expected.insert(expected.end(), data.begin() + k, data.end());
+  check_updates(ctx, updates, expected);
+  return k;
+}
+
 std::unique_ptr<Kernel> scatter(KernelBuilder& b) {
   const int data = b.input("data"), indices = b.input("indices"), updates = b.input("updates");
   const int64_t axis = b.const_int("axis", 0);
@@ -316,12 +328,7 @@ std::unique_ptr<Kernel> scatter_nd(KernelBuilder& b) {
     const Tensor& td = ctx.input(data);
     const Tensor& ti = ctx.input(indices);
     const Tensor& tu = ctx.input(updates);
-    if (ti.rank() < 1) ctx.fail("indices must have rank >= 1");
-    const int64_t k = ti.shape.back();
-    if (k > td.rank()) ctx.fail("index tuples of length ", k, " for data of rank ", td.rank());
-    Shape expected(ti.shape.begin(), ti.shape.end() - 1);
-    expected.insert(expected.end(), td.shape.begin() + k, td.shape.end());
-    check_updates(ctx, tu.shape, expected);
+    const int64_t k = check_scatter_nd(ctx, td.shape, ti.shape, tu.shape);
     const std::vector<int64_t> idx = read_ints(ti);
     const std::vector<int64_t> strides = contiguous_strides(td.shape);
     const int64_t positions = product(ti.shape, 0, ti.shape.size() - 1), chunk = product(td.shape, k, td.shape.size());
@@ -343,12 +350,7 @@ std::unique_ptr<Kernel> in_place_state_scatter_nd(KernelBuilder& b, int state_in
     const Tensor& current = ctx.input(state_input);
     const Tensor& ti = ctx.input(indices);
     const Tensor& tu = ctx.input(updates);
-    if (ti.rank() < 1) ctx.fail("indices must have rank >= 1");
-    const int64_t k = ti.shape.back();
-    if (k > current.rank()) ctx.fail("index tuples of length ", k, " for data of rank ", current.rank());
-    Shape expected(ti.shape.begin(), ti.shape.end() - 1);
-    expected.insert(expected.end(), current.shape.begin() + k, current.shape.end());
-    check_updates(ctx, tu.shape, expected);
+    const int64_t k = check_scatter_nd(ctx, current.shape, ti.shape, tu.shape);
     // The updates in the state's dtype (fp32 beside casts is written rounded to fp16, as
     // cast(scatter_nd(cast(state)), fp16) gives: src/ops/state_update.h).
     Tensor rounded;

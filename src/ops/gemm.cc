@@ -96,7 +96,7 @@ struct PortableLoads {
   // A float in every lane. (Lanes{} + x adds the zero vector: one more instruction per element
   // of A in the axpy tiles' inner loop, which the x86 versions avoid with a broadcast; x + 0
   // differs from x only for x = -0, so sums differ at most in the sign of a zero.)
-  [[gnu::always_inline]] static inline Lanes splat(float x) { return Lanes{} + x; }
+  [[gnu::always_inline]] static inline void splat(float x, Lanes& out) { out = Lanes{} + x; }
 };
 
 #ifdef COREMLRT_GEMM_X86_V3
@@ -112,7 +112,7 @@ struct X86V3Loads {
   [[gnu::target("avx,f16c")]] static inline void load(const half* p, Lanes& out) {
     out = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  [[gnu::target("avx")]] static inline Lanes splat(float x) { return _mm256_set1_ps(x); }
+  [[gnu::target("avx")]] static inline void splat(float x, Lanes& out) { out = _mm256_set1_ps(x); }
 };
 // The two versions of a multiversioned function. `flatten` inlines everything the v3 version
 // calls into it, X86V3Loads included, which a default-target template could not inline.
@@ -133,7 +133,9 @@ struct X86V4Loads {
   [[gnu::target("avx512f")]] static inline void load(const half* p, Lanes16& out) {
     out = reinterpret_cast<Lanes16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
   }
-  [[gnu::target("avx512f")]] static inline Lanes16 splat(float x) { return reinterpret_cast<Lanes16>(_mm512_set1_ps(x)); }
+  [[gnu::target("avx512f")]] static inline void splat(float x, Lanes16& out) {
+    out = reinterpret_cast<Lanes16>(_mm512_set1_ps(x));
+  }
 };
 #endif
 
@@ -239,7 +241,8 @@ template <int MR, int NV, class Loads>
     for (int v = 0; v < NV; ++v) Loads::load(B + k * ldb + v * kLanes, b[v]);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const Lanes a = Loads::splat(A[r * lda + k]);
+      Lanes a;
+      Loads::splat(A[r * lda + k], a);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
@@ -297,7 +300,8 @@ template <int MR, int NV>
     for (int v = 0; v < NV; ++v) X86V4Loads::load(B + k * ldb + v * kLanes16, b[v]);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const Lanes16 a = X86V4Loads::splat(A[r * lda + k]);
+      Lanes16 a;
+      X86V4Loads::splat(A[r * lda + k], a);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
