@@ -24,7 +24,7 @@ DIALECT_VERSION = 20260409
 _DIALECT_VERSION_BYTES = b"\x05"
 _BYTECODE_VERSION = 6
 # Bumped whenever the translation changes, so cached folders from an older one are rewritten.
-TRANSLATOR_VERSION = 5
+TRANSLATOR_VERSION = 6
 
 __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 

@@ -18,7 +18,7 @@ import numpy as np
 from ._common import (BLOB_CODES, COMPUTED, ELEMENT_TYPES, FEATURE_TYPES, NUMPY_OF_MIL, SUB_BYTE_BITS, TOKEN,
                       Complex, Error, Sparse, Var, computed_dtype, dims_of, element_kind, element_type, mil_type,
                       pack_bits, scalar_text, static_shape, unpack_bits)
-from . import _ops_compression, _ops_control, _ops_elementwise, _ops_nn, _ops_reduce, _ops_tensor
+from . import _ops_compression, _ops_control, _ops_elementwise, _ops_nn, _ops_recurrent, _ops_reduce, _ops_tensor
 
 OPS = {}
 for _family in (_ops_elementwise, _ops_tensor, _ops_reduce, _ops_nn, _ops_control, _ops_compression):
@@ -364,9 +364,11 @@ class Translator:
         self._op_text([mil_type(dtype, dims)], [var.name], mil_op, arguments, blocks)
         return var
 
-    def aux_many(self, mil_op, arguments, types, blocks=()):
-        """A MIL op of several outputs of the translation's own: their Vars."""
-        vars_ = [Var(self.fresh(mil_op), dtype, dims) for dtype, dims in types]
+    def aux_many(self, mil_op, arguments, types, blocks=(), names=None):
+        """A MIL op of several outputs of the translation's own: their Vars (``names``: per
+        output, a name to give it, or None for a fresh one)."""
+        names = names or [None] * len(types)
+        vars_ = [Var(name or self.fresh(mil_op), dtype, dims) for name, (dtype, dims) in zip(names, types)]
         self._op_text([mil_type(v.dtype, v.dims) for v in vars_], [v.name for v in vars_], mil_op, arguments,
                       blocks)
         return vars_
@@ -424,25 +426,42 @@ class Translator:
     # -- driver --------------------------------------------------------------------------
     def run(self, operations, top=False):
         """Translates a block's ops in order; returns its terminator (output, yield, condition).
-        ``top``: the function's own block (self.position follows its ops)."""
+        ``top``: the function's own block (self.position follows its ops; unrolled LSTM layers
+        in it become lstm ops, _ops_recurrent.py)."""
+        layers = _ops_recurrent.find_layers(operations) if top else {}
+        position_of = {op: i for i, op in enumerate(operations)} if layers else {}
         for position, op in enumerate(operations):
+            layer = layers.get(op)
+            if layer is not None:
+                # The layer's ops are skipped up to its last one, where the lstm op is written;
+                # where its constants rule that out, they are translated one by one there.
+                if op != layer.anchor or _ops_recurrent.translate_layer(self, layer):
+                    continue
+                for absorbed in layer.ops:
+                    self.position = position_of[absorbed]
+                    self._translate_op(absorbed)
+                self.position = position
+                continue
             if top:
                 self.position = position
             if op.name in _TERMINATORS:
                 return op
-            handler = OPS.get(op.name)
-            if handler is None:
-                self.fail(f"coremlrt cannot translate {op.name}: {REFUSED.get(op.name, 'not a known op')}")
-            for value in op.operands:
-                held = self.values.get(value)
-                if isinstance(held, Complex) and op.name not in _COMPLEX_READERS:
-                    self.fail(f"{op.name} reads a complex value: MIL has no complex element type (coremlrt "
-                              f"translates create_complex only as read back by real_part and imaginary_part)")
-                if isinstance(held, Sparse) and op.name not in _SPARSE_READERS:
-                    self.fail(f"{op.name} reads a bitmask-sparse value (only sparse_with_bitmask_to_dense and "
-                              f"lut_to_sparse_with_bitmask take one)")
-            handler(self, op)
+            self._translate_op(op)
         return None
+
+    def _translate_op(self, op):
+        handler = OPS.get(op.name)
+        if handler is None:
+            self.fail(f"coremlrt cannot translate {op.name}: {REFUSED.get(op.name, 'not a known op')}")
+        for value in op.operands:
+            held = self.values.get(value)
+            if isinstance(held, Complex) and op.name not in _COMPLEX_READERS:
+                self.fail(f"{op.name} reads a complex value: MIL has no complex element type (coremlrt "
+                          f"translates create_complex only as read back by real_part and imaginary_part)")
+            if isinstance(held, Sparse) and op.name not in _SPARSE_READERS:
+                self.fail(f"{op.name} reads a bitmask-sparse value (only sparse_with_bitmask_to_dense and "
+                          f"lut_to_sparse_with_bitmask take one)")
+        handler(self, op)
 
     def translate(self, input_names, output_names):
         block = self._graph.regions[0].blocks[0]

@@ -228,3 +228,81 @@ def test_a_where_that_is_no_slice_update_stays_a_select(tmp_path):
     _, mil = _translated(_Masked().eval(), args, tmp_path, ("x", "y"), ("a", "b"))
     ops = _ops(mil)
     assert ops.count("select") == 1 and ops.count("slice_update") == 1
+
+
+class _Lstm(torch.nn.Module):
+    """nn.LSTM returning the sequence and the final states, with or without given ones."""
+
+    def __init__(self, **options):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(**options)
+
+    def forward(self, x, *state):
+        y, (h, c) = self.lstm(x, tuple(state) if state else None)
+        return y, h, c
+
+
+@pytest.mark.parametrize("options, inputs", [
+    (dict(input_size=6, hidden_size=5, num_layers=2), [(7, 2, 6)]),
+    (dict(input_size=6, hidden_size=5, num_layers=2, batch_first=True), [(2, 7, 6)]),
+    (dict(input_size=6, hidden_size=5, bias=False), [(4, 3, 6), (1, 3, 5), (1, 3, 5)]),
+], ids=["two_layers", "batch_first", "given_states_no_bias"])
+def test_an_unrolled_lstm_layer_is_one_lstm_op(tmp_path, options, inputs):
+    torch.manual_seed(0)
+    args = tuple(torch.randn(*shape) for shape in inputs)
+    names = ("x", "h0", "c0")[:len(args)]
+    module = _Lstm(**options).eval()
+    _, mil = _translated(module, args, tmp_path, inputs=names, outputs=("y", "h", "c"))
+    ops = _ops(mil)
+    layers = options.get("num_layers", 1)
+    assert ops.count("lstm") == layers
+    assert "split" not in ops and "sigmoid" not in ops and "tanh" not in ops and "matmul" not in ops
+    # The weights are written once each, in MIL's gate order (i, f, o, g), not also as torch's.
+    assert mil.count("BLOBFILE") <= 3 * layers
+
+
+def test_a_bidirectional_lstm_runs_its_forward_direction_as_an_lstm_op(tmp_path):
+    # The backward direction reads its steps in reverse, which the lstm op's direction does not
+    # express as coreai-torch writes it: its ops stay as they are.
+    torch.manual_seed(0)
+    _, mil = _translated(_Lstm(input_size=6, hidden_size=5, bidirectional=True).eval(), (torch.randn(5, 2, 6),),
+                         tmp_path, outputs=("y", "h", "c"))
+    ops = _ops(mil)
+    assert ops.count("lstm") == 1 and ops.count("split") == 5
+
+
+class _LstmCellLoop(torch.nn.Module):
+    """An LSTM written out by hand as coreai-torch writes nn.LSTM, except that the first step's
+    hidden state is also returned: the chain's values are read outside it, so it is no layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.w_ih, self.w_hh = torch.nn.Linear(6, 20), torch.nn.Linear(5, 20)
+
+    def forward(self, x):
+        p = self.w_ih(x)
+        h, c = torch.zeros(x.shape[1], 5), torch.zeros(1, x.shape[1], 5)
+        ys = []
+        for t in range(x.shape[0]):
+            i, f, g, o = (self.w_hh(h) + p[t:t + 1]).split(5, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            ys.append(h)
+        return torch.cat(ys, 0), ys[0] * 2
+
+
+def test_an_lstm_chain_read_from_outside_stays_op_by_op(tmp_path):
+    torch.manual_seed(0)
+    _, mil = _translated(_LstmCellLoop().eval(), (torch.randn(4, 2, 6),), tmp_path, outputs=("y", "first"))
+    ops = _ops(mil)
+    assert "lstm" not in ops and ops.count("split") == 4
+
+
+def test_the_same_loop_unread_from_outside_is_one_lstm_op(tmp_path):
+    class Loop(_LstmCellLoop):
+        def forward(self, x):
+            return super().forward(x)[0]
+
+    torch.manual_seed(0)
+    _, mil = _translated(Loop().eval(), (torch.randn(4, 2, 6),), tmp_path)
+    assert _ops(mil).count("lstm") == 1
