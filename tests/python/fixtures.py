@@ -263,6 +263,43 @@ def build_fixture_doc_model(directory):
                 [({"x": x}, {"y": np.maximum(x + 1, 0)}, None)])
 
 
+def build_fixture_lstm(directory):
+    """A forward lstm op wide enough that its steps are split over threads (src/ops/recurrent.cc,
+    StepBlocks): x [5, 1, 40] fp32, hidden 136, zero initial state; output 'y' [5, 1, 136],
+    checked against numpy in float64."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(20261205)
+    hidden, inputs = 136, 40
+    w_ih = (rng.standard_normal((4 * hidden, inputs)) * 0.2).astype(np.float32)
+    w_hh = (rng.standard_normal((4 * hidden, hidden)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(4 * hidden).astype(np.float32)
+    zeros = np.zeros((1, hidden), np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(5, 1, inputs))], opset_version=ct.target.iOS18)
+    def prog(x):
+        y, _, _ = mb.lstm(x=x, initial_h=zeros, initial_c=zeros, weight_ih=w_ih, weight_hh=w_hh, bias=bias,
+                          output_sequence=True)
+        return mb.identity(x=y, name="y")
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT32)
+    model.save(os.path.join(directory, "model.mlpackage"))
+    x = rng.standard_normal((5, 1, inputs)).astype(np.float32)
+    h, c, ys = np.zeros((1, hidden)), np.zeros((1, hidden)), []
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    for step in x.astype(np.float64):
+        g = step @ w_ih.T.astype(np.float64) + h @ w_hh.T.astype(np.float64) + bias
+        i, f, o, z = np.split(g, 4, axis=1)  # MIL's gate order
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(z)
+        h = sigmoid(o) * np.tanh(c)
+        ys.append(h)
+    _write_case(directory, {"name": "fixture_lstm", "format": "mlprogram", "function_name": None,
+                            "rtol": 1e-5, "atol": 1e-5, "opsets": {"main": "CoreML8"}},
+                [({"x": x}, {"y": np.stack(ys).astype(np.float32)}, None)])
+
+
 BUILDERS = {
     "fixture_add": build_fixture_add,
     "fixture_doc_model": build_fixture_doc_model,
@@ -270,6 +307,7 @@ BUILDERS = {
     "fixture_multifunction": build_fixture_multifunction,
     "fixture_fuzz_predict": build_fixture_fuzz_predict,
     "fixture_compressed": build_fixture_compressed,
+    "fixture_lstm": build_fixture_lstm,
 }
 
 

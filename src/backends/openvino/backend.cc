@@ -153,8 +153,8 @@ int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
 //   a little slower (int8 per channel, whose values ours round to fp16 as the folded weight holds
 //   them), and OpenVINO would hold a repacked copy of the weight and its runtime beside the
 //   mapped file: about twice the memory (docs/design/compressed-weights.md).
-// Recurrent layers and convolutions are not matrix-vector work of this kind (lstm2 fp16 is faster
-// on OpenVINO) and keep the region there.
+// Recurrent layers and convolutions are not matrix-vector work of this kind (lstm ops stay on
+// our kernels for their own reason: propose).
 constexpr int64_t kMaxVectorRows = 4;
 
 bool only_matrix_vector_work(const Region& region) {
@@ -190,7 +190,20 @@ class OpenVinoBackend final : public Backend {
 
   std::vector<Verdict> propose(const FunctionView& view) const override {
     std::vector<Verdict> verdicts;
-    for (const ir::Operation* op : view.ops) verdicts.push_back(support(*op, view.values));
+    for (const ir::Operation* op : view.ops) {
+      // Our LSTM kernel (src/ops/recurrent.cc: one pass over the recurrent weight's rows per
+      // step, the gates activated where they are computed) is as fast as OpenVINO's LSTM
+      // sequence and reads the weights where the file maps them, where OpenVINO holds copies
+      // (fp32 ones of fp16 weights): docs/reports/performance.md, "Measurements behind code
+      // choices".
+      if (!options_.force && op->type == "lstm") {
+        verdicts.push_back(Verdict::refuse("our LSTM kernel runs it as fast, reading the mapped weights where "
+                                           "OpenVINO would copy them (backend=\"auto\"; backend=\"openvino\" "
+                                           "forces it)"));
+        continue;
+      }
+      verdicts.push_back(support(*op, view.values));
+    }
     return verdicts;
   }
 

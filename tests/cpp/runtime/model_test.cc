@@ -76,6 +76,35 @@ TEST(Model, ConcurrentPredictionsMatchSerialOnes) {
   EXPECT_EQ(b, std::vector<float>(b.size(), -1.25f));
 }
 
+// fixture_lstm's steps are split into blocks that the prediction's threads claim as they go
+// (src/ops/recurrent.cc, StepLoop): predictions running at once, each on several threads, give
+// the bits of one prediction on one thread. (Also run under TSan: scripts/test_sanitizers.sh.)
+TEST(Model, ConcurrentLstmPredictionsSplitStepsOverThreadsAlike) {
+  GENERATED_MODEL(path, "fixture_lstm");
+  std::vector<float> x(5 * 40);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * 2;
+  auto predict = [&](const std::shared_ptr<const Model>& model) {
+    auto y = model->predict({{"x", Tensor::view(DType::Float32, {5, 1, 40}, x.data(), nullptr)}}).at("y");
+    return std::vector<float>(y.ptr<float>(), y.ptr<float>() + y.numel());
+  };
+  LoadOptions serial;
+  serial.backend = "reference";
+  serial.threads = 1;
+  const std::vector<float> expected = predict(Model::load(path, serial));
+  ASSERT_EQ(expected.size(), 5u * 136u);
+  LoadOptions parallel = serial;
+  parallel.threads = 3;
+  auto model = Model::load(path, parallel);
+  std::vector<std::vector<float>> got(3);
+  std::vector<std::thread> threads;
+  for (auto& out : got)
+    threads.emplace_back([&] {
+      for (int round = 0; round < 10; ++round) out = predict(model);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& out : got) EXPECT_EQ(out, expected);
+}
+
 TEST(Model, RejectsWrongInputsWithClearMessages) {
   GENERATED_MODEL(path, "fixture_add");
   auto model = Model::load(path);

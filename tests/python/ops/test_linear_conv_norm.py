@@ -19,6 +19,7 @@ from coremltools.converters.mil import Builder as mb  # noqa: E402
 from coremltools.converters.mil.mil import types  # noqa: E402
 
 import backend_check  # noqa: E402
+import coremlrt  # noqa: E402
 from mil_helpers import save_program  # noqa: E402
 
 RNG = np.random.default_rng(1234)
@@ -582,6 +583,47 @@ def test_lstm_vs_torch(tmp_path, direction):
     check(out["h"], hn)
     check(out["c"], cn)
     check(out["last"], hn[None])
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("batch, hidden", [(1, 136), (2, 136), (1, 132)])
+def test_wide_lstm_steps_split_over_threads(tmp_path, direction, batch, hidden):
+    # Wide enough that each step's units are split into blocks run on several threads
+    # (src/ops/recurrent.cc, StepBlocks): batch 1 with H a multiple of 8 takes the dot-product
+    # kernels, the others gemm per block. Every thread count gives the same bits.
+    seq, inp = 6, 40
+    dirs = 2 if direction == "bidirectional" else 1
+    weights = [(rand(4 * hidden, inp) * 0.2, rand(4 * hidden, hidden) * 0.1, rand(4 * hidden)) for _ in range(dirs)]
+    x, h0, c0 = rand(seq, batch, inp), rand(batch, dirs * hidden), rand(batch, dirs * hidden)
+    params = dict(weight_ih=weights[0][0], weight_hh=weights[0][1], bias=weights[0][2])
+    if dirs == 2:
+        params.update(weight_ih_back=weights[1][0], weight_hh_back=weights[1][1], bias_back=weights[1][2])
+
+    @mb.program(input_specs=[spec(x.shape), spec(h0.shape), spec(c0.shape)], opset_version=ct.target.iOS18)
+    def prog(x, h, c):
+        seq_out, h_n, c_n = mb.lstm(x=x, initial_h=h, initial_c=c, direction=direction, output_sequence=True,
+                                    **params)
+        return mb.identity(x=seq_out, name="seq"), mb.identity(x=h_n, name="h"), mb.identity(x=c_n, name="c")
+
+    path = build(prog, tmp_path)
+    feeds = {"x": x, "h": h0, "c": c0}
+    outs = [coremlrt.MLModel(path, backend="reference", threads=n).predict(feeds) for n in (1, 2, 3)]
+    for other in outs[1:]:
+        for name in ("seq", "h", "c"):
+            np.testing.assert_array_equal(other[name], outs[0][name], err_msg=name)
+    sequences, hs, cs = [], [], []
+    for d in range(dirs):
+        wih, whh, b = (w.astype(np.float64) for w in weights[d])
+        part = slice(d * hidden, (d + 1) * hidden)
+        ys, h, c = np_lstm(x.astype(np.float64), h0[:, part].astype(np.float64), c0[:, part].astype(np.float64),
+                           wih, whh, b, np.zeros(3 * hidden), np.inf, direction == "reverse" or d == 1)
+        # A bidirectional layer aligns its backward half with input time.
+        sequences.append(ys[::-1] if d == 1 else ys)
+        hs.append(h)
+        cs.append(c)
+    check(outs[0]["seq"], np.concatenate(sequences, axis=2))
+    check(outs[0]["h"], np.concatenate(hs, axis=1))
+    check(outs[0]["c"], np.concatenate(cs, axis=1))
 
 
 def test_lstm_peephole_clip_fp16(tmp_path):
