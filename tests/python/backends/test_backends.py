@@ -209,6 +209,46 @@ def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expec
     assert {p["backend"] for p in fp32 if p["op_type"] == "linear"} == {"openvino"}
 
 
+@needs_openvino
+def test_auto_keeps_lstm_ops_over_fp32_weights_on_our_kernels(tmp_path):
+    """Our LSTM kernel runs fp32 weights as fast as OpenVINO and reads them mapped: auto keeps
+    such lstm ops, saying why; fp16 weights, the low-precision mode and forced OpenVINO go to
+    OpenVINO."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    rng = np.random.default_rng(5)
+    w_ih = (rng.standard_normal((512, 64)) / 8).astype(np.float32)
+    w_hh = (rng.standard_normal((512, 128)) / 11).astype(np.float32)
+    zeros = np.zeros((1, 128), np.float32)
+
+    def program(dtype=np.float32):
+        # fp16 weights need an fp16 program (coremltools' fp16 pass keeps lstm in fp32).
+        spec = mb.TensorSpec((16, 1, 64), dtype=types.fp16 if dtype == np.float16 else types.fp32)
+
+        @mb.program(input_specs=[spec], opset_version=ct.target.iOS18)
+        def prog(x):
+            y, _, _ = mb.lstm(x=x, initial_h=zeros.astype(dtype), initial_c=zeros.astype(dtype),
+                              weight_ih=w_ih.astype(dtype), weight_hh=w_hh.astype(dtype), output_sequence=True)
+            return mb.identity(x=y, name="y")
+
+        return prog
+
+    def lstm_backends(path, **options):
+        placed = coremlrt.MLModel(path, cache_dir=None, **options).placements()
+        return [(p["backend"], p["reason"]) for p in placed if p["op_type"] == "lstm"]
+
+    fp32 = save_program(program(), tmp_path, name="fp32")
+    ((backend, reason),) = lstm_backends(fp32, backend="auto")
+    assert backend == "reference" and "our LSTM kernel" in reason
+    assert [b for b, _ in lstm_backends(fp32, backend="openvino")] == ["openvino"]
+    fp16 = save_program(program(np.float16), tmp_path, name="fp16")
+    assert [b for b, _ in lstm_backends(fp16, backend="auto")] == ["openvino"]
+    assert [b for b, _ in lstm_backends(fp16, backend="auto", compute_units=coremlrt.ComputeUnit.CPU_AND_NE)] == \
+        ["openvino"]
+
+
 def _has_avx512():
     """Whether this CPU has the AVX-512 subsets the decode step's loops use (F, BW, DQ, VL)."""
     try:
