@@ -71,7 +71,7 @@ namespace {
 // blocks of kDotK floats (twice that for fp16 W read in place), W in panels of kDotRows rows.
 // A panel of W serves kDotBlockM rows of A (128 x 1024 floats of A, 512 KiB, stay in L2).
 constexpr int64_t kBlockN = 256, kBlockK = 128, kBlockM = 64;
-constexpr int64_t kDotK = 1024, kDotRows = 32, kDotBlockM = 128;
+constexpr int64_t kDotK = kGemmDotBlockK, kDotRows = 32, kDotBlockM = 128;
 // From this many rows of A on, fp16 rows of W are widened into a float panel once per block
 // of A rather than as every group of four rows loads them, where K fits one block
 // (widen_while_loading).

@@ -52,6 +52,10 @@ MatrixView matrix_view(const Tensor& t, int64_t offset, int64_t row_stride, int6
 // constants, which are rare and small).
 Tensor matrix_source(const Tensor& t);
 
+// The dot form (B = W^T, below) sums each element of C over K in blocks this long for fp32 W:
+// kernels that must give gemm's bits (ops/recurrent.cc, gate_dots) block K the same way.
+constexpr int64_t kGemmDotBlockK = 1024;
+
 // C[M,N] = (accumulate ? C : 0) + A[M,K] * B[K,N], with C row-major float of leading
 // dimension ldc. Any strides work; the fast paths are
 //   - B with contiguous rows (B.col == 1), e.g. conv's im2col columns or matmul's y, and

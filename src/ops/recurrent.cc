@@ -89,13 +89,10 @@ void activate(Act act, float* v, int64_t n) { activate_lanes(act, v, n); }
 
 #ifdef COREMLRT_RECURRENT_X86_V3
 #define COREMLRT_RECURRENT_DOTS 1
-// K blocks of gemm's dot form for fp32 W (kDotK in ops/gemm.cc).
-constexpr int64_t kGemmDotK = 1024;
-
 // The kernels below compute C[r, j] += dot(A[r, :], W[j, :]) for rows of a row-major W whose
 // length K is a multiple of 8, with each element summed exactly as gemm's x86-64-v3 and v4 dot
 // forms sum it (dot_tile and dot_tile_pairs in ops/gemm.cc): eight lanes, each a chain of fused
-// multiply-adds over its share of a block of kGemmDotK, the lanes then added in order to 0, and
+// multiply-adds over its share of a block of kGemmDotBlockK, the lanes then added in order to 0, and
 // that sum added to C, block after block. So their results are those of the gemm call they
 // replace; they differ in adding the lanes of eight elements at once, after a transposition,
 // where gemm adds them one element at a time.
@@ -132,8 +129,8 @@ __attribute__((target("arch=x86-64-v3"))) void gate_dots(const float* h, const f
     for (int64_t i0 = 0; i0 < n; i0 += 8) {
       const float* rows = w + (q * H + i0) * H;
       __m256 out = _mm256_loadu_ps(x + q * H + i0);
-      for (int64_t k0 = 0; k0 < H; k0 += kGemmDotK) {
-        const int64_t k1 = std::min(H, k0 + kGemmDotK);
+      for (int64_t k0 = 0; k0 < H; k0 += kGemmDotBlockK) {
+        const int64_t k1 = std::min(H, k0 + kGemmDotBlockK);
         __m256 acc[8];
         for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
         for (int64_t k = k0; k < k1; k += 8) {
@@ -201,8 +198,8 @@ __attribute__((target("arch=x86-64-v4"))) void project_dots(int64_t M, int64_t N
     const float* w = W + p * 8 * K;
     const char* next = reinterpret_cast<const char*>(w + 8 * K);
     const int64_t a0 = p * ahead_lines / panels, a1 = (p + 1) * ahead_lines / panels;
-    for (int64_t k0 = 0; k0 < K; k0 += kGemmDotK) {
-      const int64_t k1 = std::min(K, k0 + kGemmDotK);
+    for (int64_t k0 = 0; k0 < K; k0 += kGemmDotBlockK) {
+      const int64_t k1 = std::min(K, k0 + kGemmDotBlockK);
       for (int64_t t = 0; t < tiles; ++t) {
         if (k0 == 0) {  // a share of the prefetches before each tile
           if (p + 1 < panels) prefetch_lines<3>(next, t * panel_lines / tiles, (t + 1) * panel_lines / tiles);

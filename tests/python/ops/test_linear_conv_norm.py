@@ -626,6 +626,31 @@ def test_wide_lstm_steps_split_over_threads(tmp_path, direction, batch, hidden):
     check(outs[0]["c"], np.concatenate(cs, axis=1))
 
 
+def test_lstm_step_kernels_sum_as_gemm_does(tmp_path):
+    # One sequence alone takes the step kernel of its own (gate_dots, src/ops/recurrent.cc);
+    # the same sequence twice in a batch takes gemm per block. Both sum every element in gemm's
+    # order, so the results are the same bits.
+    seq, inp, hidden = 5, 40, 136
+    w_ih, w_hh, b = rand(4 * hidden, inp) * 0.2, rand(4 * hidden, hidden) * 0.1, rand(4 * hidden)
+    x = rand(seq, 1, inp)
+
+    def sequence(batch):
+        zeros = np.zeros((batch, hidden), np.float32)
+
+        @mb.program(input_specs=[spec((seq, batch, inp))], opset_version=ct.target.iOS18)
+        def prog(x):
+            y, _, _ = mb.lstm(x=x, initial_h=zeros, initial_c=zeros, weight_ih=w_ih, weight_hh=w_hh, bias=b,
+                              output_sequence=True)
+            return mb.identity(x=y, name="y")
+
+        model = coremlrt.MLModel(build(prog, tmp_path, f"b{batch}"), backend="reference", threads=2)
+        return model.predict({"x": np.repeat(x, batch, axis=1)})["y"]
+
+    one, two = sequence(1), sequence(2)
+    np.testing.assert_array_equal(two[:, 0], two[:, 1])
+    np.testing.assert_array_equal(one[:, 0], two[:, 0])
+
+
 def test_lstm_peephole_clip_fp16(tmp_path):
     seq, batch, inp, hid = 6, 2, 5, 3
     wih, whh, b = rand(4 * hid, inp), rand(4 * hid, hid), rand(4 * hid)
