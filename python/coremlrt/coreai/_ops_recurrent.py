@@ -239,17 +239,21 @@ def _transposed_weight(t, value, layer):
     return array.T if array.ndim == 2 else None
 
 
+def _state_fits(t, value, dims):
+    """Whether an initial h or c is an fp32 [B, H] or [1, B, H] value (or a constant of B * H)."""
+    held = t.values.get(value)
+    if isinstance(held, np.ndarray):
+        return held.size == int(np.prod(dims))
+    return isinstance(held, Var) and held.dtype == "fp32" and held.dims in (dims, [1] + dims)
+
+
 def _state(t, value, dims, base):
-    """An initial h or c ([B, H] or [1, B, H]) as the name of a [B, H] MIL value."""
+    """An initial h or c that _state_fits, as the name of a [B, H] MIL value."""
     held = t.values[value]
     if isinstance(held, np.ndarray):
-        if held.size != int(np.prod(dims)):
-            return None
         return t.const(np.ascontiguousarray(held.reshape(dims).astype(np.float32)), "fp32", base)
     if held.dims == dims:
         return held.name
-    if held.dims != [1] + dims:
-        return None
     return t.aux("reshape", {"x": held.name, "shape": t.param(dims, "int32")}, "fp32", dims, base).name
 
 
@@ -290,10 +294,11 @@ def translate_layer(t, layer):
         axis = t.constant(layer.concat.operands[0])
         if axis is None or int(axis.reshape(-1)[0]) != 0:
             return False
-    h0 = _state(t, first.h_prev, [batch, hidden], "initial_h")
-    c0 = _state(t, first.c_prev, [batch, hidden], "initial_c") if h0 is not None else None
-    if c0 is None:
+    if not (_state_fits(t, first.h_prev, [batch, hidden]) and _state_fits(t, first.c_prev, [batch, hidden])):
         return False
+    # Every check passed: nothing is written before this point.
+    h0 = _state(t, first.h_prev, [batch, hidden], "initial_h")
+    c0 = _state(t, first.c_prev, [batch, hidden], "initial_c")
     # torch's gate order is i, f, g, o; MIL's lstm takes i, f, o, g (z).
     order = np.concatenate([np.arange(0, 2 * hidden), np.arange(3 * hidden, gates), np.arange(2 * hidden, 3 * hidden)])
     weight = lambda a: t.const(np.ascontiguousarray(a[order].astype(np.float32)), "fp32", "lstm_weight")  # noqa: E731

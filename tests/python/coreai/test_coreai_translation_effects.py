@@ -306,3 +306,27 @@ def test_the_same_loop_unread_from_outside_is_one_lstm_op(tmp_path):
     torch.manual_seed(0)
     _, mil = _translated(Loop().eval(), (torch.randn(4, 2, 6),), tmp_path)
     assert _ops(mil).count("lstm") == 1
+
+
+class _LstmLoopOverAGivenWeight(_LstmCellLoop):
+    """The same chain with the recurrent weight given as an input: its structure is a layer's,
+    but the lstm op needs constant weights, so its ops are translated one by one after all."""
+
+    def forward(self, x, w_hh):
+        p = self.w_ih(x)
+        h, c = torch.zeros(x.shape[1], 5), torch.zeros(1, x.shape[1], 5)
+        ys = []
+        for t in range(x.shape[0]):
+            i, f, g, o = (h @ w_hh + p[t:t + 1]).split(5, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            ys.append(h)
+        return torch.cat(ys, 0)
+
+
+def test_an_lstm_chain_over_a_computed_weight_is_translated_op_by_op(tmp_path):
+    torch.manual_seed(0)
+    _, mil = _translated(_LstmLoopOverAGivenWeight().eval(), (torch.randn(4, 2, 6), torch.randn(5, 20) * 0.3),
+                         tmp_path, inputs=("x", "w_hh"))
+    ops = _ops(mil)
+    assert "lstm" not in ops and ops.count("split") == 4
