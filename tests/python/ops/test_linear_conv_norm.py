@@ -591,7 +591,7 @@ def test_wide_lstm_steps_split_over_threads(tmp_path, direction, batch, hidden):
     # Wide enough that each step's units are split into blocks run on several threads
     # (src/ops/recurrent.cc, StepBlocks): batch 1 with H a multiple of 8 takes the dot-product
     # kernels, the others gemm per block. Every thread count gives the same bits.
-    seq, inp = 6, 40
+    seq, inp = 37, 40
     dirs = 2 if direction == "bidirectional" else 1
     weights = [(rand(4 * hidden, inp) * 0.2, rand(4 * hidden, hidden) * 0.1, rand(4 * hidden)) for _ in range(dirs)]
     x, h0, c0 = rand(seq, batch, inp), rand(batch, dirs * hidden), rand(batch, dirs * hidden)
