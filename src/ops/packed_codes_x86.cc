@@ -199,8 +199,34 @@ COREMLRT_AVX512 int64_t expand512_fp32(const SparseValues& t, int64_t p, int64_t
 
 }  // namespace
 
-COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, int64_t n, float* scales, float* offsets) {
+namespace {
+
+// The offsets of groups [g, g + m) of `t` (m <= 16) as floats, zeros where it has none.
+COREMLRT_AVX512 __m512 offsets16(const ir::PackedTensor& t, int64_t g, int64_t m) {
   const ir::PackedArray& offset = t.offset;
+  const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+  if (!offset.defined()) return _mm512_setzero_ps();
+  if (offset.bits == 4 && g % 2 == 0) {  // two per byte, low nibble first
+    const __m128i bytes =
+        _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), offset.data.ptr<uint8_t>() + g / 2);
+    __m128i codes, unused;
+    split_nibbles(bytes, codes, unused);
+    if (offset.dtype == DType::Int4) codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
+    return _mm512_maskz_mov_ps(lanes, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)));
+  }
+  if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
+    const __m128i bytes = _mm_maskz_loadu_epi8(lanes, offset.data.ptr<uint8_t>() + g);
+    const __m512i wide = offset.dtype == DType::Int8 ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+    return _mm512_cvtepi32_ps(wide);
+  }
+  alignas(64) float values[16] = {};
+  for (int64_t l = 0; l < m; ++l) values[l] = array_element(offset, g + l);
+  return _mm512_load_ps(values);
+}
+
+}  // namespace
+
+COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, int64_t n, float* scales, float* offsets) {
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
@@ -208,24 +234,100 @@ COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, i
                          ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, t.scale.ptr<half>() + g0 + i))
                          : _mm512_maskz_loadu_ps(lanes, t.scale.ptr<float>() + g0 + i);
     _mm512_mask_storeu_ps(scales + i, lanes, s);
-    const int64_t g = g0 + i;
-    if (!offset.defined()) {
-      _mm512_mask_storeu_ps(offsets + i, lanes, _mm512_setzero_ps());
-    } else if (offset.bits == 4 && g % 2 == 0) {  // two per byte, low nibble first
-      const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u),
-                                                 offset.data.ptr<uint8_t>() + g / 2);
-      __m128i codes, unused;
-      split_nibbles(bytes, codes, unused);
-      if (offset.dtype == DType::Int4) codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
-      _mm512_mask_storeu_ps(offsets + i, lanes, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)));
-    } else if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
-      const __m128i bytes = _mm_maskz_loadu_epi8(lanes, offset.data.ptr<uint8_t>() + g);
-      const __m512i wide = offset.dtype == DType::Int8 ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
-      _mm512_mask_storeu_ps(offsets + i, lanes, _mm512_cvtepi32_ps(wide));
-    } else {
-      for (int64_t l = 0; l < m; ++l) offsets[i + l] = array_element(offset, g + l);
-    }
+    _mm512_mask_storeu_ps(offsets + i, lanes, offsets16(t, g0 + i, m));
   }
+}
+
+const float* fp16_products() {
+  static const std::vector<float> rows = [] {
+    std::vector<float> out(1024 * 32);
+    for (int f = 0; f < 1024; ++f)
+      for (int j = 0; j < 32; ++j)  // (1 + f / 1024) (j - 16) is exact in fp32; one rounding to fp16
+        out[f * 32 + j] = round_to_half((1.0f + static_cast<float>(f) / 1024.0f) * static_cast<float>(j - 16));
+    return out;
+  }();
+  return rows.data();
+}
+
+namespace {
+
+// fp16_product_groups for one form of offsets: `offsets(g, m, integral)` gives the offsets of
+// groups [g, g + m) as integers, and clears the lanes of `integral` whose offset is not one.
+template <class Offsets>
+COREMLRT_AVX512_INLINE inline bool product_groups(const uint16_t* scale_bits, int64_t g0, int64_t n, bool is_signed,
+                                                  const Offsets& offsets, int32_t* start, float* factor) {
+  // Codes 0..15 start at row column 16 - offset; int4 codes -8..7 at 8 - offset. Either way the
+  // sixteen columns must lie in the row's 32.
+  const int base = is_signed ? 8 : 16;
+  const __m512i lowest = _mm512_set1_epi32(base - 16), highest = _mm512_set1_epi32(base);
+  __mmask16 all = 0xffff;  // checked once at the end: no branch waits on each block's loads
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, scale_bits + g0 + i));
+    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(h, 10), _mm512_set1_epi32(31));
+    const __m512i mantissa = _mm512_and_si512(h, _mm512_set1_epi32(1023));
+    __mmask16 ok = lanes;
+    const __m512i whole = offsets(g0 + i, m, ok);
+    // Normal scales up to 2^11 (exponent field 1..26), offsets in range.
+    ok &= _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(1)) &
+          _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(26)) & _mm512_cmpge_epi32_mask(whole, lowest) &
+          _mm512_cmple_epi32_mask(whole, highest);
+    all &= static_cast<__mmask16>(ok | ~lanes);
+    const __m512i first = _mm512_add_epi32(_mm512_slli_epi32(mantissa, 5), _mm512_sub_epi32(highest, whole));
+    // The scale's sign and power of two as an fp32: exponent - 15 + 127.
+    const __m512i power = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16),
+                                          _mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(112)), 23));
+    _mm512_mask_storeu_epi32(start + i, lanes, first);
+    _mm512_mask_storeu_ps(factor + i, lanes, _mm512_castsi512_ps(power));
+  }
+  return all == 0xffff;
+}
+
+}  // namespace
+
+COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed,
+                                         int32_t* start, float* factor) {
+  if (t.scale.dtype != DType::Float16) return false;
+  const uint16_t* scales = t.scale.ptr<uint16_t>();
+  const ir::PackedArray& offset = t.offset;
+  if (!offset.defined()) {
+    auto none = [](int64_t, int64_t, __mmask16&) __attribute__((target("avx512f"), always_inline)) {
+      return _mm512_setzero_si512();
+    };
+    return product_groups(scales, g0, n, is_signed, none, start, factor);
+  }
+  if (offset.bits == 4 && g0 % 2 == 0) {  // two per byte, low nibble first
+    const uint8_t* bytes = offset.data.ptr<uint8_t>();
+    const bool signed_offsets = offset.dtype == DType::Int4;
+    auto nibbles = [&](int64_t g, int64_t m, __mmask16&)
+                       __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) {
+                         __m128i codes, unused;
+                         split_nibbles(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), bytes + g / 2),
+                                       codes, unused);
+                         if (signed_offsets)
+                           codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
+                         return _mm512_cvtepi8_epi32(codes);
+                       };
+    return product_groups(scales, g0, n, is_signed, nibbles, start, factor);
+  }
+  if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
+    const uint8_t* bytes = offset.data.ptr<uint8_t>();
+    const bool signed_offsets = offset.dtype == DType::Int8;
+    auto whole_bytes = [&](int64_t g, int64_t m, __mmask16&)
+                           __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) {
+                             const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << m) - 1u), bytes + g);
+                             return signed_offsets ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                           };
+    return product_groups(scales, g0, n, is_signed, whole_bytes, start, factor);
+  }
+  auto floats = [&](int64_t g, int64_t m, __mmask16& integral) __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) {
+    const __m512 v = offsets16(t, g, m);
+    const __m512i whole = _mm512_cvttps_epi32(v);
+    integral &= _mm512_cmpeq_ps_mask(_mm512_cvtepi32_ps(whole), v);
+    return whole;
+  };
+  return product_groups(scales, g0, n, is_signed, floats, start, factor);
 }
 
 namespace {

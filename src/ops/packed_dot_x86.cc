@@ -6,7 +6,9 @@
 //   a table of floats in one register, so a code becomes its value by one vpermps, already
 //   widened. Sixteen bytes hold 32 codes; their low nibbles are the even columns and their high
 //   nibbles the odd ones, and `a_split` holds `a` reordered the same way, so no shuffle puts the
-//   codes back in column order.
+//   codes back in column order. Where the values are fp16 rounded once from fp16 scales (int4
+//   and uint4 per block, the usual language-model form), a group's table is a row of
+//   fp16_products times a power of two (packed_codes_avx512.h): no value is rounded here.
 // - 8-bit codes: widened and mapped sixteen at a time, as the decoders do.
 // - sparse fp16 values: the mask's bits for 32 columns spread a masked load of their values
 //   into place.
@@ -26,6 +28,11 @@ namespace coremlrt::ops::packed {
 #ifdef COREMLRT_PACKED_X86
 
 namespace {
+
+// How far ahead of the 4-bit codes being read the loop asks for more: with the hardware's own
+// prefetch alone the decode step's loads waited on memory (docs/reports/performance.md, design
+// choices). A row of 768 codes is 384 bytes, so this reaches rows to come.
+constexpr int64_t kPrefetchBytes = 2048;
 
 COREMLRT_AVX512 inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -52,7 +59,8 @@ int64_t group_count(const Run& run) { return run.n <= run.first ? 1 : 1 + (run.n
 
 // The sixteen values of each of a row's groups, as floats, one group after the other. Built
 // before the products (a short loop with no branches for the usual block forms) so that the
-// products' loop only loads a group's table.
+// products' loop only loads a group's table. Rows whose tables come from fp16_products (the
+// usual fp16 block forms) do not come here.
 COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row, float* tables) {
   const bool is_signed = run.tensor->codes.dtype == DType::Int4;
   if (run.shape.map == ir::CodeMap::kLut) {
@@ -79,20 +87,65 @@ COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row
   }
 }
 
-// One row of 4-bit codes whose group tables are built.
-COREMLRT_AVX512 float dot_nibbles_row(const Run& run, const float* tables, const float* a, const float* a_split) {
+// Where the group tables of a window's rows lie in fp16_products, and the powers of two that
+// scale them (fp16_product_groups), read for all the rows at once: one row's 768 columns hold
+// only 24 groups, too few to pay for a call of their own.
+struct ProductGroups {
+  int64_t g0 = 0;  // the first row's first group
+  std::vector<int32_t> start;
+  std::vector<float> factor;
+
+  // False, with nothing promised, where a group falls outside fp16_products' range.
+  bool read(const RowRuns& rows, bool is_signed) {
+    const Run first = rows.run(rows.r0), last = rows.run(rows.r0 + rows.nr - 1);
+    g0 = first.g;
+    const int64_t count = last.g + group_count(last) - g0;
+    start.resize(static_cast<size_t>(count));
+    factor.resize(static_cast<size_t>(count));
+    return fp16_product_groups(*rows.tensor, g0, count, is_signed, start.data(), factor.data());
+  }
+};
+
+// Group tables as stored by nibble_tables.
+struct StoredTables {
+  static constexpr bool kFlipCodes = false;
+  const float* tables;
+  COREMLRT_AVX512_INLINE __m512 operator()(int64_t g) const { return _mm512_loadu_ps(tables + 16 * g); }
+};
+
+// Group tables as one row of fp16_products times the group's power of two (exact). For int4
+// codes the row holds codes -8..7 in order: code c is at lane c ^ 8, so the loop flips bit 3 of
+// every code (kFlipCodes) rather than reorder the table.
+template <bool kSigned>
+struct ProductTables {
+  static constexpr bool kFlipCodes = kSigned;
+  const float* products;
+  const int32_t* start;
+  const float* factor;
+  COREMLRT_AVX512_INLINE __m512 operator()(int64_t g) const {
+    return _mm512_mul_ps(_mm512_loadu_ps(products + start[g]), _mm512_set1_ps(factor[g]));
+  }
+};
+
+// One row of 4-bit codes, each group's table given by `table_of(g)` (g counted from the run's
+// first group).
+// kBlock32: groups of 32 columns, the first one whole (block 32, first <= 32), so that each 32
+// columns take the next group.
+template <bool kBlock32, class Tables>
+COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables& table_of, const float* a,
+                                                    const float* a_split) {
   const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
-  const __m512i low4 = _mm512_set1_epi32(15);
   // The group of each 32 columns: groups hold whole 32-column blocks (dot_simd's contract).
-  const float* table = tables;
-  int64_t left = run.first;  // columns left in the group of `table`
-  auto next_table = [&]() {
+  int64_t g = kBlock32 ? -1 : 0;
+  int64_t left = run.first;  // columns left in group g
+  auto next_table = [&]() __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline)) {
+    if (kBlock32) return table_of(++g);
     if (left == 0) {
-      table += 16;
+      ++g;
       left = run.block;
     }
     left -= 32;
-    return table;
+    return table_of(g);
   };
   // Two pairs of sums, taken by turns, so that consecutive blocks do not wait on each other's
   // multiply-adds.
@@ -100,38 +153,69 @@ COREMLRT_AVX512 float dot_nibbles_row(const Run& run, const float* tables, const
   __m512 even1 = _mm512_setzero_ps(), odd1 = _mm512_setzero_ps();
   const int64_t whole = run.n / 32 * 32;
   int64_t p = 0;
+  auto codes16 = [&](int64_t at) __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline)) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + at / 2));
+    if (Tables::kFlipCodes) b = _mm_xor_si128(b, _mm_set1_epi8(static_cast<char>(0x88)));
+    return _mm512_cvtepu8_epi32(b);
+  };
   for (; p + 64 <= whole; p += 64) {
-    const __m512 t0 = _mm512_loadu_ps(next_table());
-    const __m512 t1 = _mm512_loadu_ps(next_table());
-    const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2)));
-    const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2 + 16)));
-    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b0, low4), t0), _mm512_loadu_ps(a_split + p), even0);
+    _mm_prefetch(reinterpret_cast<const char*>(bytes + p / 2 + kPrefetchBytes), _MM_HINT_T0);
+    const __m512 t0 = next_table();
+    const __m512 t1 = next_table();
+    const __m512i b0 = codes16(p), b1 = codes16(p + 32);
+    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(b0, t0), _mm512_loadu_ps(a_split + p), even0);
     odd0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b0, 4), t0), _mm512_loadu_ps(a_split + p + 16), odd0);
-    even1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b1, low4), t1), _mm512_loadu_ps(a_split + p + 32), even1);
+    even1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(b1, t1), _mm512_loadu_ps(a_split + p + 32), even1);
     odd1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b1, 4), t1), _mm512_loadu_ps(a_split + p + 48), odd1);
   }
   if (p < whole) {
-    const __m512 t0 = _mm512_loadu_ps(next_table());
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + p / 2)));
-    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, low4), t0), _mm512_loadu_ps(a_split + p), even0);
+    const __m512 t0 = next_table();
+    const __m512i b = codes16(p);
+    even0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(b, t0), _mm512_loadu_ps(a_split + p), even0);
     odd0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), t0), _mm512_loadu_ps(a_split + p + 16), odd0);
     p += 32;
   }
   float tail = 0;  // the row's last columns, fewer than 32, all in the last group
-  const float* last = tables + 16 * (group_count(run) - 1);
-  for (; p < run.n; ++p) tail += last[(bytes[p / 2] >> (4 * (p % 2))) & 15] * a[p];
+  if (p < run.n) {
+    alignas(64) float last[16];
+    _mm512_store_ps(last, table_of(group_count(run) - 1));
+    const int flip = Tables::kFlipCodes ? 8 : 0;
+    for (; p < run.n; ++p) tail += last[((bytes[p / 2] >> (4 * (p % 2))) & 15) ^ flip] * a[p];
+  }
   return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
 }
 
 COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   thread_local RowScales row;
+  thread_local ProductGroups products;
   thread_local std::vector<float> tables;
+  const bool is_signed = rows.tensor->codes.dtype == DType::Int4;
+  // fp16 values rounded once from fp16 scales: the tables come from fp16_products where every
+  // group of the window lies in its range.
+  if (rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape) && rows.shape.half_values &&
+      products.read(rows, is_signed)) {
+    const float* product_rows = fp16_products();
+    for (int64_t r = 0; r < rows.nr; ++r) {
+      const Run run = rows.run(rows.r0 + r);
+      const int32_t* start = products.start.data() + (run.g - products.g0);
+      const float* factor = products.factor.data() + (run.g - products.g0);
+      const bool block32 = run.block == 32 && run.first <= 32;
+      if (is_signed) {
+        const ProductTables<true> tables_of{product_rows, start, factor};
+        c[r] += block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split) : dot_nibbles_row<false>(run, tables_of, a, a_split);
+      } else {
+        const ProductTables<false> tables_of{product_rows, start, factor};
+        c[r] += block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split) : dot_nibbles_row<false>(run, tables_of, a, a_split);
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows.nr; ++r) {
     const Run run = rows.run(rows.r0 + r);
     const int64_t count = group_count(run);
     tables.resize(static_cast<size_t>(16 * count));
     nibble_tables(run, count, row, tables.data());
-    c[r] += dot_nibbles_row(run, tables.data(), a, a_split);
+    c[r] += dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
   }
 }
 

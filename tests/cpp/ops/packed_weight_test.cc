@@ -162,6 +162,25 @@ std::vector<Case> cases() {
     out.push_back({"int8_per_channel_wide_" + d, shift_scale(dt, {21, 2112}, {21, 1}, DType::Int8, false, DType::Int8)});
     out.push_back({"uint8_block64_offset_" + d, shift_scale(dt, {10, 128}, {10, 2}, DType::UInt8, true, DType::UInt8)});
     out.push_back({"affine_int8_k64_" + d, shift_scale(dt, {7, 64}, {7, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
+    // Scales of both signs; and scales that the decode step's fp16 tables do not cover
+    // (packed_codes_avx512.h, fp16_product_groups: subnormal, zero, 2^12 and past), so that
+    // those rows take the stored tables.
+    ir::PackedTensor negative = shift_scale(dt, {12, 128}, {12, 4}, DType::Int4, true, DType::Int4);
+    ir::PackedTensor extremes = shift_scale(dt, {12, 128}, {12, 4}, DType::UInt4, true, DType::UInt4);
+    const float extreme[] = {3e-6f, -2e-7f, 0.0f, 4200.0f, -4300.0f, 0.02f, -0.03f, 1.5f};
+    for (int64_t i = 0; i < negative.group_count(); ++i) {
+      const float n = (i % 2 ? -1.0f : 1.0f) * (0.001f + 0.004f * static_cast<float>(i % 11));
+      const float e = extreme[i % 8];
+      if (dt == DType::Float16) {
+        negative.scale.ptr<half>()[i] = static_cast<half>(n);
+        extremes.scale.ptr<half>()[i] = static_cast<half>(e);
+      } else {
+        negative.scale.ptr<float>()[i] = n;
+        extremes.scale.ptr<float>()[i] = e;
+      }
+    }
+    out.push_back({"int4_block32_negative_scales_" + d, negative});
+    out.push_back({"uint4_block32_extreme_scales_" + d, extremes});
     out.push_back({"sparse_wide_" + d, sparse_floats(dt, {11, 2112}, 0.5)});
     out.push_back({"sparse_k64_" + d, sparse_floats(dt, {6, 64}, 0.3)});
     out.push_back({"rank4_conv_" + d, shift_scale(dt, {8, 6, 3, 3}, {8, 2, 1, 1}, DType::Int4, true, DType::Int4)});
@@ -244,7 +263,8 @@ bool taken_on_avx512(const std::string& name) {
   for (const char* form : {"lut4_grouped_rows", "lut4_blocks_cols", "int4_block32_offset", "uint4_block32",
                            "int8_per_channel", "uint8_offset", "int8_float_offset", "affine_int8", "affine_uint8_axis1",
                            "int4_block64_half_offset_wide", "uint4_per_channel_uint8_offset", "int4_block32_no_offset",
-                           "affine_int4", "uint8_block64_offset"})
+                           "affine_int4", "uint8_block64_offset", "int4_block32_negative_scales",
+                           "uint4_block32_extreme_scales"})
     if (name.rfind(form, 0) == 0) return true;
   // Sparse fp16 values, with AVX-512 VBMI2's expand-loads.
 #ifdef COREMLRT_PACKED_X86
@@ -344,6 +364,63 @@ TEST_P(PackedWeightTest, GemmReadsPackedWeightsAsTheDenseOnes) {
     }
   }
 }
+
+#ifdef COREMLRT_PACKED_X86
+// The decode step's fp16 group tables (fp16_product_groups, fp16_products) against rounding each
+// value, for every fp16 scale, offsets at and past the ends of their range, int4 and uint4
+// codes, offsets read as fp16 and as packed 4-bit codes: bit for bit where they cover a group,
+// and covering every group whose scale is normal below 2^12 with its offset in range.
+TEST(PackedWeight, Fp16GroupTablesEqualRoundingEachValue) {
+  if (packed::simd_level() != packed::SimdLevel::kAvx512) GTEST_SKIP() << "this CPU or build lacks AVX-512";
+  const int64_t groups = 65536;
+  ir::PackedTensor t = base(DType::Float16, {groups, 32}, {groups, 1});
+  t.scale = Tensor::empty(DType::Float16, {groups});
+  for (int64_t i = 0; i < groups; ++i) t.scale.ptr<uint16_t>()[i] = static_cast<uint16_t>(i);
+  const float* products = packed::fp16_products();
+  std::vector<int32_t> start(groups);
+  std::vector<float> factor(groups);
+  int64_t covered = 0;
+  for (bool is_signed : {false, true}) {
+    const int lo = is_signed ? -8 : 0, hi = is_signed ? 8 : 16;
+    for (int offset : {lo - 1, lo, lo + 1, 3, hi - 1, hi, hi + 1}) {
+      SCOPED_TRACE((is_signed ? "int4 codes, offset " : "uint4 codes, offset ") + std::to_string(offset));
+      Tensor offsets = Tensor::empty(DType::Float16, {groups});
+      for (int64_t i = 0; i < groups; ++i) offsets.ptr<half>()[i] = static_cast<half>(static_cast<float>(offset));
+      t.offset = {offsets, DType::Float16, 0, groups};
+      const bool in_range = offset >= lo && offset <= hi;
+      for (int64_t g = 0; g < groups; ++g) {
+        const bool taken = packed::fp16_product_groups(t, g, 1, is_signed, &start[g], &factor[g]);
+        const int exponent = (g >> 10) & 31;
+        ASSERT_EQ(taken, exponent >= 1 && exponent <= 26 && in_range) << "scale bits " << g;
+        if (!taken) continue;
+        ++covered;
+        const float scale = static_cast<float>(t.scale.ptr<half>()[g]);
+        for (int code = 0; code < 16; ++code) {
+          const int q = is_signed && code >= 8 ? code - 16 : code;
+          const float want = packed::round_to_half((static_cast<float>(q) - static_cast<float>(offset)) * scale);
+          const float got = products[start[g] + (is_signed ? code ^ 8 : code)] * factor[g];
+          ASSERT_TRUE(same_bits(&got, &want, sizeof got)) << "scale bits " << g << " code " << code << ": " << got
+                                                          << " != " << want;
+        }
+      }
+      // The same offsets packed as 4-bit codes, sixteen groups at a time, where they fit.
+      if (!in_range || offset > (is_signed ? 7 : 15)) continue;
+      t.offset = {pack_bits(std::vector<uint32_t>(groups, static_cast<uint32_t>(offset) & 15u), 4),
+                  is_signed ? DType::Int4 : DType::UInt4, 4, groups};
+      std::vector<int32_t> start16(groups);
+      std::vector<float> factor16(groups);
+      const int64_t normal = 1 << 10;  // exponent field 1 up to 26
+      ASSERT_TRUE(packed::fp16_product_groups(t, normal, 26 * normal, is_signed, &start16[normal], &factor16[normal]));
+      for (int64_t g = normal; g < 27 * normal; ++g) {
+        ASSERT_EQ(start16[g], start[g]) << "scale bits " << g;
+        ASSERT_EQ(factor16[g], factor[g]) << "scale bits " << g;
+      }
+      ASSERT_FALSE(packed::fp16_product_groups(t, 0, 2 * normal, is_signed, start16.data(), factor16.data()));
+    }
+  }
+  EXPECT_EQ(covered, 2 * 5 * 2 * 26 * 1024);  // both code kinds, five offsets in range, both signs
+}
+#endif
 
 TEST(PackedWeight, SubByteConstantsDecodeToOneBytePerElement) {
   const std::vector<uint32_t> raw = random_codes(37, 4);
