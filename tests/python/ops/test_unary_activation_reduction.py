@@ -278,6 +278,43 @@ def test_softmax(tmp_path, fp16):
         check(out[name], torch.softmax(t, dim=axis).numpy(), fp16)
 
 
+def softmax_rows(tmp_path, fp16, with_nan):
+    """Rows of 8-lane blocks and a tail (37) and of whole blocks (256), as a decode step's
+    attention gives them: masked (-inf) and far-below-the-max entries (-100, where e^x is under
+    the smallest normal float) get 0; with_nan: a NaN anywhere makes its row NaN."""
+    rows = []
+    for length in (37, 256):
+        x = (RNG.standard_normal((5, length)) * 6).astype(np.float32)
+        x[1, length // 2:] = -np.inf
+        x[2, ::3] = x[2].max() - 100.0
+        if with_nan:
+            x[3, length - 1] = np.nan
+            x[4, 9] = np.nan
+        rows.append(x)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=rows[0].shape), mb.TensorSpec(shape=rows[1].shape)],
+                opset_version=ct.target.iOS18)
+    def prog(x, y):
+        return mb.softmax(x=x, axis=-1, name="r37"), mb.softmax(x=y, axis=-1, name="r256")
+
+    out = run(prog, tmp_path, {"x": rows[0], "y": rows[1]}, fp16=fp16)
+    for name, x in zip(("r37", "r256"), rows):
+        want = torch.softmax(torch.from_numpy(as_ref(x, fp16)), dim=-1).numpy()
+        check(out[name], want, fp16, atol=1e-3 if fp16 else 1e-7)
+        assert (np.isnan(out[name]) == np.isnan(want)).all(), name
+        assert (out[name][1, x.shape[1] // 2:] == 0).all() and (out[name][2, ::3] == 0).all(), name
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_softmax_long_rows(tmp_path, fp16):
+    softmax_rows(tmp_path, fp16, with_nan=False)
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_softmax_long_rows_with_nan(tmp_path, fp16):
+    softmax_rows(tmp_path, fp16, with_nan=True)
+
+
 AXES = [(None, False), ([1], False), ([-1, 0], True), ([2, 0, 1], False), ([-2], True), (None, True)]
 
 
