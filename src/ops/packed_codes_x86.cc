@@ -201,24 +201,29 @@ COREMLRT_AVX512 int64_t expand512_fp32(const SparseValues& t, int64_t p, int64_t
 
 namespace {
 
+// Offsets [g, g + m) (m <= 16) of 4-bit offsets, two per byte, low nibble first, from an even g.
+COREMLRT_AVX512_INLINE inline __m512i nibble_offsets16(const uint8_t* bytes, bool is_signed, int64_t g, int64_t m) {
+  __m128i codes, unused;
+  split_nibbles(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), bytes + g / 2), codes, unused);
+  if (is_signed) codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
+  return _mm512_cvtepi8_epi32(codes);
+}
+
+// Offsets [g, g + m) (m <= 16) of 8-bit offsets.
+COREMLRT_AVX512_INLINE inline __m512i byte_offsets16(const uint8_t* bytes, bool is_signed, int64_t g, int64_t m) {
+  const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << m) - 1u), bytes + g);
+  return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+}
+
 // The offsets of groups [g, g + m) of `t` (m <= 16) as floats, zeros where it has none.
 COREMLRT_AVX512 __m512 offsets16(const ir::PackedTensor& t, int64_t g, int64_t m) {
   const ir::PackedArray& offset = t.offset;
   const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
   if (!offset.defined()) return _mm512_setzero_ps();
-  if (offset.bits == 4 && g % 2 == 0) {  // two per byte, low nibble first
-    const __m128i bytes =
-        _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), offset.data.ptr<uint8_t>() + g / 2);
-    __m128i codes, unused;
-    split_nibbles(bytes, codes, unused);
-    if (offset.dtype == DType::Int4) codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
-    return _mm512_maskz_mov_ps(lanes, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)));
-  }
-  if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
-    const __m128i bytes = _mm_maskz_loadu_epi8(lanes, offset.data.ptr<uint8_t>() + g);
-    const __m512i wide = offset.dtype == DType::Int8 ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
-    return _mm512_cvtepi32_ps(wide);
-  }
+  if (offset.bits == 4 && g % 2 == 0)
+    return _mm512_maskz_cvtepi32_ps(lanes, nibble_offsets16(offset.data.ptr<uint8_t>(), offset.dtype == DType::Int4, g, m));
+  if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8))
+    return _mm512_cvtepi32_ps(byte_offsets16(offset.data.ptr<uint8_t>(), offset.dtype == DType::Int8, g, m));
   alignas(64) float values[16] = {};
   for (int64_t l = 0; l < m; ++l) values[l] = array_element(offset, g + l);
   return _mm512_load_ps(values);
@@ -292,36 +297,29 @@ COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, 
   const uint16_t* scales = t.scale.ptr<uint16_t>();
   const ir::PackedArray& offset = t.offset;
   if (!offset.defined()) {
-    auto none = [](int64_t, int64_t, __mmask16&) __attribute__((target("avx512f"), always_inline)) {
+    // Capturing, so that no conversion to a function pointer (built without AVX-512) exists.
+    auto none = [&](int64_t, int64_t, __mmask16&) COREMLRT_AVX512_INLINE {
       return _mm512_setzero_si512();
     };
     return product_groups(scales, g0, n, is_signed, none, start, factor);
   }
-  if (offset.bits == 4 && g0 % 2 == 0) {  // two per byte, low nibble first
-    const uint8_t* bytes = offset.data.ptr<uint8_t>();
+  const uint8_t* bytes = offset.data.ptr<uint8_t>();
+  if (offset.bits == 4 && g0 % 2 == 0) {
     const bool signed_offsets = offset.dtype == DType::Int4;
-    auto nibbles = [&](int64_t g, int64_t m, __mmask16&)
-                       __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) {
-                         __m128i codes, unused;
-                         split_nibbles(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), bytes + g / 2),
-                                       codes, unused);
-                         if (signed_offsets)
-                           codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
-                         return _mm512_cvtepi8_epi32(codes);
-                       };
+    auto nibbles = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
+      return nibble_offsets16(bytes, signed_offsets, g, m);
+    };
     return product_groups(scales, g0, n, is_signed, nibbles, start, factor);
   }
   if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
-    const uint8_t* bytes = offset.data.ptr<uint8_t>();
     const bool signed_offsets = offset.dtype == DType::Int8;
-    auto whole_bytes = [&](int64_t g, int64_t m, __mmask16&)
-                           __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) {
-                             const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << m) - 1u), bytes + g);
-                             return signed_offsets ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-                           };
+    auto whole_bytes = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
+      return byte_offsets16(bytes, signed_offsets, g, m);
+    };
     return product_groups(scales, g0, n, is_signed, whole_bytes, start, factor);
   }
-  auto floats = [&](int64_t g, int64_t m, __mmask16& integral) __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) {
+  auto floats = [&](int64_t g, int64_t m, __mmask16& integral)
+                    COREMLRT_AVX512_INLINE {
     const __m512 v = offsets16(t, g, m);
     const __m512i whole = _mm512_cvttps_epi32(v);
     integral &= _mm512_cmpeq_ps_mask(_mm512_cvtepi32_ps(whole), v);
