@@ -170,26 +170,8 @@ float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
   map_lanes(y, m, [](Lanes& v) { gelu_lanes(v); });
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
-// As recurrent.cc's activate: an x86-64-v3 version holds eight lanes in one AVX register, and
-// both are built without fused multiply-adds, so that they give the same bits.
-__attribute__((target("default"))) void softmax_row(const float* x, float* out, int64_t n) {
-  softmax_row_lanes(x, out, n);
-}
-__attribute__((target("arch=x86-64-v3"), optimize("fp-contract=off"), flatten)) void softmax_row(const float* x,
-                                                                                                   float* out,
-                                                                                                   int64_t n) {
-  softmax_row_lanes(x, out, n);
-}
-__attribute__((target("default"))) void gelu_block(const float* a, float* y, int64_t m) { gelu_block_lanes(a, y, m); }
-__attribute__((target("arch=x86-64-v3"), optimize("fp-contract=off"), flatten)) void gelu_block(const float* a, float* y,
-                                                                                                  int64_t m) {
-  gelu_block_lanes(a, y, m);
-}
-#else
-void softmax_row(const float* x, float* out, int64_t n) { softmax_row_lanes(x, out, n); }
-void gelu_block(const float* a, float* y, int64_t m) { gelu_block_lanes(a, y, m); }
-#endif
+COREMLRT_LANES_VERSIONS(void softmax_row(const float* x, float* out, int64_t n) { softmax_row_lanes(x, out, n); })
+COREMLRT_LANES_VERSIONS(void gelu_block(const float* a, float* y, int64_t m) { gelu_block_lanes(a, y, m); })
 
 // log(1 + e^v) without overflow for large v or loss of precision for very negative v.
 float softplus(float v) { return std::max(v, 0.0f) + std::log1p(std::exp(-std::abs(v))); }

@@ -138,7 +138,7 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
   // The group of each 32 columns: groups hold whole 32-column blocks (dot_simd's contract).
   int64_t g = kBlock32 ? -1 : 0;
   int64_t left = run.first;  // columns left in group g
-  auto next_table = [&]() __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline)) {
+  auto next_table = [&]() COREMLRT_AVX512_INLINE {
     if (kBlock32) return table_of(++g);
     if (left == 0) {
       ++g;
@@ -153,7 +153,7 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
   __m512 even1 = _mm512_setzero_ps(), odd1 = _mm512_setzero_ps();
   const int64_t whole = run.n / 32 * 32;
   int64_t p = 0;
-  auto codes16 = [&](int64_t at) __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline)) {
+  auto codes16 = [&](int64_t at) COREMLRT_AVX512_INLINE {
     __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + at / 2));
     if (Tables::kFlipCodes) b = _mm_xor_si128(b, _mm_set1_epi8(static_cast<char>(0x88)));
     return _mm512_cvtepu8_epi32(b);
@@ -200,13 +200,12 @@ COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const floa
       const int32_t* start = products.start.data() + (run.g - products.g0);
       const float* factor = products.factor.data() + (run.g - products.g0);
       const bool block32 = run.block == 32 && run.first <= 32;
-      if (is_signed) {
-        const ProductTables<true> tables_of{product_rows, start, factor};
-        c[r] += block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split) : dot_nibbles_row<false>(run, tables_of, a, a_split);
-      } else {
-        const ProductTables<false> tables_of{product_rows, start, factor};
-        c[r] += block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split) : dot_nibbles_row<false>(run, tables_of, a, a_split);
-      }
+      auto dot = [&](const auto& tables_of) COREMLRT_AVX512_INLINE {
+        return block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split)
+                       : dot_nibbles_row<false>(run, tables_of, a, a_split);
+      };
+      c[r] += is_signed ? dot(ProductTables<true>{product_rows, start, factor})
+                        : dot(ProductTables<false>{product_rows, start, factor});
     }
     return;
   }

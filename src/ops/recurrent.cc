@@ -72,18 +72,7 @@ inline float apply(Act act, float v) {
   }
 }
 
-#ifdef COREMLRT_RECURRENT_X86_V3
-// The x86-64-v3 version holds eight lanes in one AVX register rather than two SSE ones. It is
-// built without contracting a * b + c into fused multiply-adds (which the default build
-// cannot use), so that both versions give the same bits.
-__attribute__((target("default"))) void activate(Act act, float* v, int64_t n) { activate_lanes(act, v, n); }
-__attribute__((target("arch=x86-64-v3"), optimize("fp-contract=off"), flatten)) void activate(Act act, float* v,
-                                                                                              int64_t n) {
-  activate_lanes(act, v, n);
-}
-#else
-void activate(Act act, float* v, int64_t n) { activate_lanes(act, v, n); }
-#endif
+COREMLRT_LANES_VERSIONS(void activate(Act act, float* v, int64_t n) { activate_lanes(act, v, n); })
 
 // ---- Dot products summed as gemm sums them, in fewer instructions.
 

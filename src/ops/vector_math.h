@@ -13,6 +13,20 @@
 // by value, even when it is always inlined, at the end of each file that includes it, where no
 // scoped pragma reaches; with no Lanes crossing a call by value there is nothing to report.
 
+// COREMLRT_LANES_VERSIONS(function definition): on x86-64 with GCC, the function twice, for
+// any CPU and for x86-64-v3, where eight lanes are one AVX register rather than two SSE ones.
+// The x86-64-v3 version is built without contracting a * b + c into fused multiply-adds (which
+// the other cannot use), so that both give the same bits. COREMLRT_GEMM_PORTABLE_ONLY (the TSan
+// build: CMakeLists.txt) leaves the plain one, as in ops/gemm.cc: TSan cannot run the resolver
+// that picks a version at load.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
+#define COREMLRT_LANES_VERSIONS(...)            \
+  __attribute__((target("default"))) __VA_ARGS__ \
+  __attribute__((target("arch=x86-64-v3"), optimize("fp-contract=off"), flatten)) __VA_ARGS__
+#else
+#define COREMLRT_LANES_VERSIONS(...) __VA_ARGS__
+#endif
+
 namespace coremlrt::ops {
 
 // e^x for x in [-87, 88]; smaller and larger x give e^-87 and e^88 (what sigmoid and tanh need:
