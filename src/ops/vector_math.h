@@ -1,9 +1,10 @@
 #pragma once
-// exp, sigmoid and tanh of eight floats at a time, without branches (GCC vector extensions, the
-// Lanes of half_lanes.h), for loops that apply them to whole arrays: the gates of the recurrent
-// layers (recurrent.cc), where the C library's scalar expf and tanhf took a fifth of an LSTM's
-// time. Results are within 1 unit in the last place of the exact value (exp, tanh) or 2
-// (sigmoid), as tests/cpp/ops/vector_math_test.cc measures over the float range.
+// exp, sigmoid, tanh and gelu of eight floats at a time, without branches (GCC vector
+// extensions, the Lanes of half_lanes.h), for loops that apply them to whole arrays: the gates
+// of the recurrent layers (recurrent.cc), where the C library's scalar expf and tanhf took a
+// fifth of an LSTM's time, and softmax and gelu (activation.cc). Results are within 1 unit in
+// the last place of the exact value (exp, tanh), 2 (sigmoid) or 6 (gelu), as
+// tests/cpp/ops/vector_math_test.cc measures over the float range.
 #include <cstdint>
 
 #include "ops/half_lanes.h"
@@ -80,7 +81,7 @@ namespace coremlrt::ops {
 // t = |x|: Phi(x) is 1 - Q(t) for x >= 0 and Q(t) below, so small results for negative x keep
 // their relative precision (0.5 x (1 + erf(x / sqrt 2)) in float loses them to cancellation).
 // Q(t) = e^(-t^2 / 2) g(t), g smooth from 1/2 at 0 to about 0.4 / t: g is a degree-10
-// polynomial in u = 1 / (1 + 0.4 t), fitted here by weighted least squares for relative error
+// polynomial in u = 1 / (1 + 0.4 t), fitted for this code by weighted least squares for relative error
 // over t in [0, 14] (at most 3e-7 evaluated in float). t^2 is split into its float product and
 // that product's rounding error (Dekker), which e^-x's argument needs for large t. Past t = 13
 // Q is under the smallest normal float and taken as 0. NaN stays NaN; gelu(-inf) is NaN, as the
