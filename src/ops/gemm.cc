@@ -227,8 +227,8 @@ const float* float_block(const MatrixView& m, int64_t r0, int64_t rows, int64_t 
 // C[0:MR, 0:8*NV] += A[0:MR, 0:K] * B[0:K, 0:8*NV], the tile of C held in registers
 // throughout: per k, NV loads of B and MR broadcasts of A feed MR * NV multiply-adds. Each
 // element of C still sums its products in k order, as a plain loop would.
-template <int MR, int NV, class Loads>
-[[gnu::always_inline]] inline void axpy_tile(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+template <int MR, int NV, class Loads, class BT>
+[[gnu::always_inline]] inline void axpy_tile(int64_t K, const float* A, int64_t lda, const BT* B, int64_t ldb,
                                              float* C, int64_t ldc) {
   Lanes acc[MR][NV];
 #pragma GCC unroll 8
@@ -256,10 +256,10 @@ template <int MR, int NV, class Loads>
 // C[0:M, 0:N] += A[0:M, 0:K] * B[0:K, 0:N]. Tiles of 4 rows x 16 columns (a column block of B
 // stays in L1 while the rows of A pass); fewer than 4 rows get 1 x 32 tiles, whose four
 // independent sums keep the multiply-adds busy (depthwise convolutions have M = 1, K = 9).
-// Columns left over go one row at a time.
-template <class Loads>
+// Columns left over go one row at a time. B is fp32, or fp16 widened as it is loaded.
+template <class Loads, class BT>
 [[gnu::always_inline]] inline void axpy_tiles(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                                              const float* B, int64_t ldb, float* C, int64_t ldc) {
+                                              const BT* B, int64_t ldb, float* C, int64_t ldc) {
   int64_t j = 0;
   if (M >= 4) {
     for (; j + 2 * kLanes <= N; j += 2 * kLanes) {
@@ -277,8 +277,8 @@ template <class Loads>
     const float* a = A + i * lda;
     for (int64_t k = 0; k < K; ++k) {
       const float av = a[k];
-      const float* __restrict b = B + k * ldb;
-      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * b[jj];
+      const BT* __restrict b = B + k * ldb;
+      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * element(b + jj);
     }
   }
 }
@@ -286,8 +286,8 @@ template <class Loads>
 #ifdef COREMLRT_GEMM_X86_V3
 // The sixteen-lane tile for the v4 version: as axpy_tile, so every element of C still sums
 // its products in k order with the same multiply-adds as the other versions.
-template <int MR, int NV>
-[[gnu::always_inline]] inline void axpy_tile16(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+template <int MR, int NV, class BT>
+[[gnu::always_inline]] inline void axpy_tile16(int64_t K, const float* A, int64_t lda, const BT* B, int64_t ldb,
                                                float* C, int64_t ldc) {
   Lanes16 acc[MR][NV];
 #pragma GCC unroll 8
@@ -314,8 +314,8 @@ template <int MR, int NV>
 
 // Rows [0, M) of one column strip of width 16 * NV: tiles of 8 rows (16 accumulators), then 4,
 // then single rows.
-template <int NV>
-[[gnu::always_inline]] inline void axpy_strip16(int64_t M, int64_t K, const float* A, int64_t lda, const float* B,
+template <int NV, class BT>
+[[gnu::always_inline]] inline void axpy_strip16(int64_t M, int64_t K, const float* A, int64_t lda, const BT* B,
                                                 int64_t ldb, float* C, int64_t ldc) {
   int64_t i = 0;
   for (; i + 8 <= M; i += 8) axpy_tile16<8, NV>(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
@@ -323,14 +323,16 @@ template <int NV>
   for (; i < M; ++i) axpy_tile16<1, NV>(K, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
 }
 
+template <class BT>
 [[gnu::always_inline]] inline void axpy_tiles16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                                                const float* B, int64_t ldb, float* C, int64_t ldc) {
+                                                const BT* B, int64_t ldb, float* C, int64_t ldc) {
   int64_t j = 0;
   if (M >= 4) {
     for (; j + 2 * kLanes16 <= N; j += 2 * kLanes16) axpy_strip16<2>(M, K, A, lda, B + j, ldb, C + j, ldc);
   } else {
     for (; j + 4 * kLanes16 <= N; j += 4 * kLanes16)
-      for (int64_t i = 0; i < M; ++i) axpy_tile16<1, 4>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+      for (int64_t i = 0; i < M; ++i)
+        axpy_tile16<1, 4>(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
   }
   for (; j + kLanes16 <= N; j += kLanes16) axpy_strip16<1>(M, K, A, lda, B + j, ldb, C + j, ldc);
   if (j == N) return;
@@ -339,13 +341,18 @@ template <int NV>
     const float* a = A + i * lda;
     for (int64_t k = 0; k < K; ++k) {
       const float av = a[k];
-      const float* __restrict b = B + k * ldb;
-      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * b[jj];
+      const BT* __restrict b = B + k * ldb;
+      for (int64_t jj = j; jj < N; ++jj) c[jj] += av * element(b + jj);
     }
   }
 }
 
+// One version per element type of B (and per target, on x86-64), as dot_block below.
 COREMLRT_GEMM_V4 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                                 int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles16(M, N, K, A, lda, B, ldb, C, ldc);
+}
+COREMLRT_GEMM_V4 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* B,
                                  int64_t ldb, float* C, int64_t ldc) {
   axpy_tiles16(M, N, K, A, lda, B, ldb, C, ldc);
 }
@@ -353,19 +360,54 @@ COREMLRT_GEMM_DEFAULT void axpy_block(int64_t M, int64_t N, int64_t K, const flo
                                       int64_t ldb, float* C, int64_t ldc) {
   axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
 }
+COREMLRT_GEMM_DEFAULT void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* B,
+                                      int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
+}
 COREMLRT_GEMM_V3 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                                  int64_t ldb, float* C, int64_t ldc) {
   axpy_tiles<X86V3Loads>(M, N, K, A, lda, B, ldb, C, ldc);
 }
+COREMLRT_GEMM_V3 void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const half* B,
+                                 int64_t ldb, float* C, int64_t ldc) {
+  axpy_tiles<X86V3Loads>(M, N, K, A, lda, B, ldb, C, ldc);
+}
 #else
-void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+template <class BT>
+void axpy_block(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const BT* B, int64_t ldb, float* C,
                 int64_t ldc) {
   axpy_tiles<PortableLoads>(M, N, K, A, lda, B, ldb, C, ldc);
 }
 #endif
 
+// Whether fp16 rows of B are better widened as the axpy tiles load them than widened into a
+// float block first (axpy form). For one row of A every element of B is widened once either
+// way, and the block's stores and second reads are saved (attention's probabilities times the
+// values in a decode step); with the F16C instruction a widening costs about a load, so up to
+// three rows, whose 1 x 64 tiles each widen B again, still gain. Both ways give the same floats.
+bool axpy_widens_while_loading(int64_t rows) {
+#ifdef COREMLRT_GEMM_X86_V3
+  static const bool f16c = __builtin_cpu_supports("x86-64-v3");
+  if (f16c) return rows < 4;
+#endif
+  return rows == 1;
+}
+
 void gemm_axpy(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc) {
   std::vector<float> a_scratch, b_scratch;
+  if (!B.packed && B.half_elements && B.col == 1 && axpy_widens_while_loading(M)) {
+    for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
+      const int64_t nn = std::min(kBlockN, N - n0);
+      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+        const int64_t kk = std::min(kBlockK, K - k0);
+        int64_t lda = 0;
+        const float* a = float_block(A, 0, M, k0, kk, a_scratch, lda);
+        const half* b = static_cast<const half*>(B.data) + k0 * B.row + n0;
+        axpy_block(M, nn, kk, a, lda, b, B.row, C + n0, ldc);
+      }
+    }
+    return;
+  }
   for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
     const int64_t nn = std::min(kBlockN, N - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
@@ -463,6 +505,39 @@ template <class Loads, class WT, bool kTall = false>
   out = reinterpret_cast<Lanes16>(_mm512_broadcast_f32x8(_mm256_loadu_ps(p)));
 }
 
+// C[0:8] += the sums of four pair accumulators of dot_tile_pairs (eight rows of W, eight lanes
+// each), for a K with no tail. Each sum adds its eight lanes in order to zero, as the loop in
+// dot_tile_pairs does, so the bits are the same; the eight sums just run side by side after the
+// lanes are transposed (lane l of every row into one vector), not one lane at a time.
+[[gnu::target("avx512f,avx512dq")]] inline void add_pair_sums(const Lanes16 (&acc)[4], float* C) {
+  __m256 row[8];
+  for (int p = 0; p < 4; ++p) {
+    const __m512 both = reinterpret_cast<__m512>(acc[p]);
+    row[2 * p] = _mm512_castps512_ps256(both);
+    row[2 * p + 1] = _mm512_extractf32x8_ps(both, 1);
+  }
+  // Per 128-bit half: rows 0-3 (u) and 4-7 (v) of lanes l (low half) and l + 4 (high half).
+  __m256 u[4], v[4];
+  for (int q = 0; q < 2; ++q) {
+    const __m256* r = row + 4 * q;
+    const __m256 low01 = _mm256_unpacklo_ps(r[0], r[1]), high01 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 low23 = _mm256_unpacklo_ps(r[2], r[3]), high23 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256* out = q == 0 ? u : v;
+    out[0] = _mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0));
+    out[1] = _mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2));
+    out[2] = _mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0));
+    out[3] = _mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  __m256 lane[8];
+  for (int l = 0; l < 4; ++l) {
+    lane[l] = _mm256_permute2f128_ps(u[l], v[l], 0x20);
+    lane[l + 4] = _mm256_permute2f128_ps(u[l], v[l], 0x31);
+  }
+  __m256 sum = _mm256_setzero_ps();
+  for (int l = 0; l < 8; ++l) sum = _mm256_add_ps(sum, lane[l]);
+  _mm256_storeu_ps(C, _mm256_add_ps(_mm256_loadu_ps(C), sum));
+}
+
 template <int MR, int NP, class WT>
 [[gnu::always_inline]] inline void dot_tile_pairs(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                                                   float* C, int64_t ldc) {
@@ -482,6 +557,13 @@ template <int MR, int NP, class WT>
       load_row_pair(W + 2 * p * ldw + k, W + (2 * p + 1) * ldw + k, w);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) acc[r][p] += a[r] * w;
+    }
+  }
+  if constexpr (NP == 4) {
+    if (k == K) {
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) add_pair_sums(acc[r], C + r * ldc);
+      return;
     }
   }
 #pragma GCC unroll 8
@@ -618,6 +700,9 @@ void gemm_dot(int64_t M, int64_t N, int64_t K, const MatrixView& A, const Matrix
 // The least work (multiply-adds) worth a range of its own on another thread: waking a pool
 // thread costs a few microseconds.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// The same for a range of whole small products (gemm_each), which gemm cannot block well: an
+// attention head of a decode step, [1, 64] x [64, 256] in fp16, takes about a microsecond.
+constexpr int64_t kBatchRangeMacs = int64_t{1} << 14;
 
 }  // namespace
 
@@ -660,6 +745,15 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView
     if (by_columns) product(0, M, begin * col_unit, std::min(N, end * col_unit));
     else product(begin * row_unit, std::min(M, end * row_unit), 0, N);
   });
+}
+
+void gemm_each(int64_t count, int64_t macs_each, RangeFunction products) {
+  if (count <= 1 || macs_each >= 2 * kMinParallelMacs) {
+    products(0, count);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kBatchRangeMacs / std::max<int64_t>(1, macs_each));
+  parallel_for(count, grain, products);
 }
 
 }  // namespace coremlrt::ops

@@ -12,6 +12,7 @@
 
 #include "coremlrt/tensor.h"
 #include "ops/packed_weight.h"
+#include "ops/thread_pool.h"
 
 namespace coremlrt::ops {
 
@@ -64,5 +65,12 @@ constexpr int64_t kGemmDotBlockK = 1024;
 // Scratch memory is per call and bounded by the block sizes, not by the operands.
 void gemm(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc,
           bool accumulate);
+
+// Runs products(begin, end) over [0, count): `count` independent products of macs_each
+// multiply-adds each (a batched matmul's matrices, each one gemm call). Products too small for
+// gemm to split among threads are spread over the threads whole, a range of them per thread;
+// larger ones run in turn, each split by gemm itself. Either way every product is computed by
+// one gemm call, so results do not depend on the number of threads.
+void gemm_each(int64_t count, int64_t macs_each, RangeFunction products);
 
 }  // namespace coremlrt::ops

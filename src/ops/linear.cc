@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "ops/gemm.h"
 #include "ops/register.h"
@@ -245,10 +247,17 @@ std::unique_ptr<Kernel> make_matmul(KernelBuilder& b) {
       // One shared y: all x rows form a single [batch*M, K] operand.
       gemm(shape_numel(batch) * M, N, K, matrix_view(txs, 0, K), matrix_view(tys, 0, b_row, b_col), op, N, false);
     } else {
-      for_each_broadcast(batch, sx, sy, [&](int64_t i, int64_t ox, int64_t oy) {
-        gemm(M, N, K, matrix_view(txs, ox, a_row, a_col), matrix_view(tys, oy, b_row, b_col), op + i * M * N, N,
-             false);
-      });
+      std::vector<std::pair<int64_t, int64_t>> offsets;
+      offsets.reserve(static_cast<size_t>(shape_numel(batch)));
+      for_each_broadcast(batch, sx, sy, [&](int64_t, int64_t ox, int64_t oy) { offsets.emplace_back(ox, oy); });
+      auto products = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const auto [ox, oy] = offsets[static_cast<size_t>(i)];
+          gemm(M, N, K, matrix_view(txs, ox, a_row, a_col), matrix_view(tys, oy, b_row, b_col), op + i * M * N, N,
+               false);
+        }
+      };
+      gemm_each(static_cast<int64_t>(offsets.size()), M * N * K, products);
     }
     if (int_out) {
       int32_t* o = out.ptr<int32_t>();

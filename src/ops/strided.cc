@@ -1,7 +1,9 @@
 #include "ops/strided.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "ops/thread_pool.h"
 #include "ops/util.h"
 
 namespace coremlrt::ops {
@@ -43,35 +45,65 @@ std::vector<Dim> coalesce(const Shape& shape, const StridedView& from, const Str
 
 StridedView contiguous_view(const Shape& shape, int64_t offset) { return {offset, contiguous_strides(shape)}; }
 
-void copy_strided(size_t elem_size, const Shape& shape, const void* src, const StridedView& from, void* dst,
-                  const StridedView& to) {
-  if (shape_numel(shape) == 0) return;
-  std::vector<Dim> dims = coalesce(shape, from, to);
-  if (dims.empty()) dims.push_back({1, 1, 1});
+namespace {
+
+// Copies the index space `dims` (outermost first) from s to o, the innermost dim in one run.
+template <class T>
+void copy_dims(const std::vector<Dim>& dims, const T* s, T* o) {
   const size_t rank = dims.size();
   const Dim inner = dims.back();
+  std::vector<int64_t> index(rank - 1, 0);
+  while (true) {
+    if (inner.from == 1 && inner.to == 1) {
+      std::memcpy(o, s, static_cast<size_t>(inner.size) * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < inner.size; ++i) o[i * inner.to] = s[i * inner.from];
+    }
+    size_t d = rank - 1;
+    for (; d-- > 0;) {
+      s += dims[d].from;
+      o += dims[d].to;
+      if (++index[d] < dims[d].size) break;
+      s -= dims[d].from * dims[d].size;
+      o -= dims[d].to * dims[d].size;
+      index[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) return;
+  }
+}
+
+// Copies of at least this many bytes are split along their outermost dim over the threads: one
+// core alone streams memory at a fraction of what two do (a decode step slices each layer's
+// 384 KiB of cached keys and values out of a state that the weights have pushed out of cache).
+constexpr int64_t kParallelCopyBytes = int64_t{1} << 17;
+
+}  // namespace
+
+void copy_strided(size_t elem_size, const Shape& shape, const void* src, const StridedView& from, void* dst,
+                  const StridedView& to) {
+  const int64_t count = shape_numel(shape);
+  if (count == 0) return;
+  std::vector<Dim> dims = coalesce(shape, from, to);
+  if (dims.empty()) dims.push_back({1, 1, 1});
+  // Ranges of the outermost dim write disjoint elements unless some dim writes in place.
+  const bool disjoint = std::all_of(dims.begin(), dims.end(), [](const Dim& d) { return d.to != 0; });
+  const int64_t bytes = count * static_cast<int64_t>(elem_size);
   dispatch_size(elem_size, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* s = static_cast<const T*>(src) + from.offset;
     T* o = static_cast<T*>(dst) + to.offset;
-    std::vector<int64_t> index(rank - 1, 0);
-    while (true) {
-      if (inner.from == 1 && inner.to == 1) {
-        std::memcpy(o, s, static_cast<size_t>(inner.size) * sizeof(T));
-      } else {
-        for (int64_t i = 0; i < inner.size; ++i) o[i * inner.to] = s[i * inner.from];
-      }
-      size_t d = rank - 1;
-      for (; d-- > 0;) {
-        s += dims[d].from;
-        o += dims[d].to;
-        if (++index[d] < dims[d].size) break;
-        s -= dims[d].from * dims[d].size;
-        o -= dims[d].to * dims[d].size;
-        index[d] = 0;
-      }
-      if (d == static_cast<size_t>(-1)) return;
+    const Dim outer = dims.front();
+    if (!disjoint || bytes < 2 * kParallelCopyBytes || outer.size < 2 || available_threads() <= 1) {
+      copy_dims(dims, s, o);
+      return;
     }
+    const int64_t bytes_per_index = bytes / outer.size;
+    const int64_t grain = std::max<int64_t>(1, kParallelCopyBytes / std::max<int64_t>(1, bytes_per_index));
+    parallel_for(outer.size, grain, [&](int64_t begin, int64_t end) {
+      std::vector<Dim> part = dims;
+      part.front().size = end - begin;
+      copy_dims(part, s + begin * outer.from, o + begin * outer.to);
+    });
   });
 }
 

@@ -300,3 +300,38 @@ def test_size_one_and_rank_zero(tmp_path, target):
     check_all(out, expected)
     np.testing.assert_allclose(out["vector_matrix"], v.astype(np.float64) @ w, rtol=1e-6, atol=1e-6)
     assert out["vector_matrix"].shape == (2,)
+
+
+# ----------------------------------------------------------------------------- large copies
+
+
+def test_large_copies_split_over_threads(tmp_path):
+    # Copies of 256 KiB and more are split along their outermost dim over the threads
+    # (src/ops/strided.cc, copy_strided): slices with steps, reversed or squeezed, a transpose,
+    # a concat and a slice update must still move every element exactly.
+    x = RNG.standard_normal((6, 12, 256, 64)).astype(np.float32)
+    update = RNG.standard_normal((12, 256, 64)).astype(np.float32)
+
+    @mb.program(input_specs=[spec(x), spec(update)], opset_version=ct.target.iOS18)
+    def prog(x, update):
+        return (
+            mb.slice_by_index(x=x, begin=[2, 0, 0, 0], end=[3, 12, 256, 64], squeeze_mask=[True, False, False, False],
+                              name="layer"),
+            mb.slice_by_index(x=x, begin=[5, 11, 255, 1], end=[0, 0, 0, 64], stride=[-2, -1, -3, 2],
+                              end_mask=[False, True, True, False], name="reversed_steps"),
+            mb.transpose(x=x, perm=[2, 0, 3, 1], name="transposed"),
+            mb.concat(values=[x, x], axis=2, name="joined"),
+            mb.slice_update(x=x, update=update, begin=[4, 0, 0, 0], end=[5, 12, 256, 64],
+                            squeeze_mask=[True, False, False, False], name="updated"),
+        )
+
+    updated = x.copy()
+    updated[4] = update
+    expected = {
+        "layer": x[2],
+        "reversed_steps": x[5:0:-2, ::-1, ::-3, 1::2],
+        "transposed": x.transpose(2, 0, 3, 1),
+        "joined": np.concatenate([x, x], axis=2),
+        "updated": updated,
+    }
+    check_all(run(prog, tmp_path, {"x": x, "update": update}, ct.target.iOS18), expected)

@@ -131,6 +131,40 @@ def test_matmul_shapes_and_transposes(tmp_path):
     check(out["shared_y"], d @ m)
 
 
+def test_decode_attention_matmuls_fp16(tmp_path):
+    # A decode step's attention: one query row per head against fp16 keys and values. One row
+    # widens the fp16 values as the tiles load them, four rows widen them into a block first
+    # (src/ops/gemm.cc, axpy_widens_while_loading); the heads are spread over threads whole
+    # (gemm_each). Every way sums each element in the same order, so the bits are the same.
+    heads, length, depth = 12, 256, 64
+    q = (rand(heads, 4, depth) * 0.2).astype(np.float16)
+    k = (rand(heads, length, depth) * 0.2).astype(np.float16)
+    v = rand(heads, length, depth).astype(np.float16)
+
+    def attend(rows, threads):
+        @mb.program(input_specs=[spec((heads, rows, depth), types.fp16), spec(k.shape, types.fp16),
+                                 spec(v.shape, types.fp16)], opset_version=ct.target.iOS18)
+        def prog(q, k, v):
+            scores = mb.matmul(x=q, y=k, transpose_y=True, name="scores")
+            return scores, mb.matmul(x=mb.softmax(x=scores, axis=-1), y=v, name="out")
+
+        model = coremlrt.MLModel(build(prog, tmp_path, f"attend{rows}"), backend="reference", threads=threads)
+        return model.predict({"q": q[:, :rows], "k": k, "v": v})
+
+    one, four, four_alone = attend(1, 2), attend(4, 2), attend(4, 1)
+    for name in ("scores", "out"):
+        assert_fp16_values(four[name])
+        np.testing.assert_array_equal(one[name], four[name][:, :1], err_msg=name)
+        np.testing.assert_array_equal(four_alone[name], four[name], err_msg=name)
+    scores = np.matmul(q.astype(np.float64), np.swapaxes(k.astype(np.float64), -1, -2))
+    check(four["scores"], scores, rtol=2e-3, atol=2e-3)
+    # The probabilities are rounded to fp16 before the second product, as the program says.
+    probs = four["scores"].astype(np.float64)
+    probs = np.exp(probs - probs.max(-1, keepdims=True))
+    probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float16).astype(np.float64)
+    check(four["out"], probs @ v.astype(np.float64), rtol=1e-2, atol=1e-2)
+
+
 def test_matmul_const_operands_and_int32(tmp_path):
     x = rand(2, 3, 8)
     wy = rand(6, 8)  # const y, transposed
