@@ -16,6 +16,8 @@
 
 #include "coremlrt/error.h"
 #include "coremlrt/threads.h"
+#include "ops/gemm.h"
+#include "ops/strided.h"
 
 namespace coremlrt::ops {
 namespace {
@@ -157,6 +159,45 @@ TEST_F(ThreadPool, RethrowsTheFirstErrorAfterEveryRangeFinished) {
 // A child process forked while pool threads exist gets a fresh pool of the same size: its
 // loops still use several threads and finish, and resizing works. (Not in the TSan run:
 // ThreadSanitizer does not support threads started after a multithreaded fork.)
+// copy_strided splits copies of 256 KiB and more along their outermost dim
+// (src/ops/strided.cc): a transposed, stepped view of 1 MiB copied on four threads must equal
+// the element-by-element copy.
+TEST_F(ThreadPool, StridedCopiesSplitOverThreads) {
+  set_num_threads(4);
+  const Shape shape{16, 64, 256};
+  std::vector<float> src(16 * 64 * 256 * 2);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  // out[a, b, c] = src[3 + 2a + 2048b + 32c]: no two dims merge, the outermost is stepped.
+  const StridedView from{3, {2, 2048, 32}};
+  std::vector<float> out(16 * 64 * 256), expected(out.size());
+  copy_strided(sizeof(float), shape, src.data(), from, out.data(), contiguous_view(shape));
+  size_t n = 0;
+  for (int64_t a = 0; a < 16; ++a)
+    for (int64_t b = 0; b < 64; ++b)
+      for (int64_t c = 0; c < 256; ++c) expected[n++] = src[static_cast<size_t>(3 + a * 2 + b * 2048 + c * 32)];
+  EXPECT_EQ(out, expected);
+}
+
+// gemm_each spreads small products over threads whole: each result equals that product
+// computed alone.
+TEST_F(ThreadPool, SmallProductsSpreadOverThreadsWhole) {
+  set_num_threads(4);
+  const int64_t count = 24, M = 1, N = 64, K = 256;
+  std::vector<float> a(count * K), b(count * K * N), c(count * N), alone(N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.25f - 2.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 29) * 0.125f - 1.5f;
+  auto products = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      gemm(M, N, K, MatrixView(a.data() + i * K, K), MatrixView(b.data() + i * K * N, N), c.data() + i * N, N, false);
+  };
+  gemm_each(count, M * N * K, products);
+  for (int64_t i = 0; i < count; ++i) {
+    ThreadLimit one(1);
+    gemm(M, N, K, MatrixView(a.data() + i * K, K), MatrixView(b.data() + i * K * N, N), alone.data(), N, false);
+    for (int64_t j = 0; j < N; ++j) ASSERT_EQ(c[i * N + j], alone[j]) << "product " << i << ", column " << j;
+  }
+}
+
 TEST(ThreadPoolFork, ChildProcessGetsAFreshPool) {
   set_num_threads(2);
   expect_each_index_once(100000, 10);  // starts the parent's pool thread
