@@ -95,9 +95,10 @@ struct ProductGroups {
   std::vector<int32_t> start;
   std::vector<float> factor;
 
-  // False, with nothing promised, where a group falls outside fp16_products' range.
-  bool read(const RowRuns& rows, bool is_signed) {
-    const Run first = rows.run(rows.r0), last = rows.run(rows.r0 + rows.nr - 1);
+  // The groups of rows [r0, r0 + nr). False, with nothing promised, where a group falls outside
+  // fp16_products' range.
+  bool read(const RowRuns& rows, int64_t r0, int64_t nr, bool is_signed) {
+    const Run first = rows.run(r0), last = rows.run(r0 + nr - 1);
     g0 = first.g;
     const int64_t count = last.g + group_count(last) - g0;
     start.resize(static_cast<size_t>(count));
@@ -185,36 +186,52 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
   return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
 }
 
+// The groups whose indices and factors one window of dot_nibbles reads at once: 4 KiB of them.
+constexpr int64_t kProductWindowGroups = 512;
+
+// Rows [w0, w0 + wn) of dot_nibbles through fp16_products, their groups read into `products`.
+COREMLRT_AVX512_INLINE inline void dot_nibbles_products(const RowRuns& rows, int64_t w0, int64_t wn,
+                                                        const ProductGroups& products, bool is_signed, const float* a,
+                                                        const float* a_split, float* c) {
+  const float* product_rows = fp16_products();
+  for (int64_t r = w0; r < w0 + wn; ++r) {
+    const Run run = rows.run(rows.r0 + r);
+    const int32_t* start = products.start.data() + (run.g - products.g0);
+    const float* factor = products.factor.data() + (run.g - products.g0);
+    const bool block32 = run.block == 32 && run.first <= 32;
+    auto dot = [&](const auto& tables_of) COREMLRT_AVX512_INLINE {
+      return block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split)
+                     : dot_nibbles_row<false>(run, tables_of, a, a_split);
+    };
+    c[r] += is_signed ? dot(ProductTables<true>{product_rows, start, factor})
+                      : dot(ProductTables<false>{product_rows, start, factor});
+  }
+}
+
 COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   thread_local RowScales row;
   thread_local ProductGroups products;
   thread_local std::vector<float> tables;
   const bool is_signed = rows.tensor->codes.dtype == DType::Int4;
-  // fp16 values rounded once from fp16 scales: the tables come from fp16_products where every
-  // group of the window lies in its range.
-  if (rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape) && rows.shape.half_values &&
-      products.read(rows, is_signed)) {
-    const float* product_rows = fp16_products();
-    for (int64_t r = 0; r < rows.nr; ++r) {
-      const Run run = rows.run(rows.r0 + r);
-      const int32_t* start = products.start.data() + (run.g - products.g0);
-      const float* factor = products.factor.data() + (run.g - products.g0);
-      const bool block32 = run.block == 32 && run.first <= 32;
-      auto dot = [&](const auto& tables_of) COREMLRT_AVX512_INLINE {
-        return block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split)
-                       : dot_nibbles_row<false>(run, tables_of, a, a_split);
-      };
-      c[r] += is_signed ? dot(ProductTables<true>{product_rows, start, factor})
-                        : dot(ProductTables<false>{product_rows, start, factor});
+  // fp16 values rounded once from fp16 scales: the tables come from fp16_products for each
+  // window of rows whose groups all lie in its range, else from nibble_tables. Windows are
+  // small so that the groups' indices and factors stay in L1 between being written and read
+  // (a thread's whole share of a large weight at once filled L2 with them).
+  const bool product_form = rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape) && rows.shape.half_values;
+  const int64_t window = std::max<int64_t>(1, kProductWindowGroups / std::max<int64_t>(1, rows.nc / 32));
+  for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
+    const int64_t wn = std::min(window, rows.nr - w0);
+    if (product_form && products.read(rows, rows.r0 + w0, wn, is_signed)) {
+      dot_nibbles_products(rows, w0, wn, products, is_signed, a, a_split, c);
+      continue;
     }
-    return;
-  }
-  for (int64_t r = 0; r < rows.nr; ++r) {
-    const Run run = rows.run(rows.r0 + r);
-    const int64_t count = group_count(run);
-    tables.resize(static_cast<size_t>(16 * count));
-    nibble_tables(run, count, row, tables.data());
-    c[r] += dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
+    for (int64_t r = w0; r < w0 + wn; ++r) {
+      const Run run = rows.run(rows.r0 + r);
+      const int64_t count = group_count(run);
+      tables.resize(static_cast<size_t>(16 * count));
+      nibble_tables(run, count, row, tables.data());
+      c[r] += dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
+    }
   }
 }
 

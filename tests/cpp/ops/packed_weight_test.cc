@@ -180,6 +180,10 @@ std::vector<Case> cases() {
       }
     }
     out.push_back({"int4_block32_negative_scales_" + d, negative});
+    // More groups than one window of the decode step's fp16 product tables (packed_dot_x86.cc,
+    // kProductWindowGroups), each shared by two rows: windows start inside a pair of rows.
+    out.push_back({"int4_block32_row_pairs_" + d,
+                   shift_scale(dt, {72, 1024}, {36, 32}, DType::Int4, true, DType::Int4)});
     out.push_back({"uint4_block32_extreme_scales_" + d, extremes});
     out.push_back({"sparse_wide_" + d, sparse_floats(dt, {11, 2112}, 0.5)});
     out.push_back({"sparse_k64_" + d, sparse_floats(dt, {6, 64}, 0.3)});
@@ -264,7 +268,7 @@ bool taken_on_avx512(const std::string& name) {
                            "int8_per_channel", "uint8_offset", "int8_float_offset", "affine_int8", "affine_uint8_axis1",
                            "int4_block64_half_offset_wide", "uint4_per_channel_uint8_offset", "int4_block32_no_offset",
                            "affine_int4", "uint8_block64_offset", "int4_block32_negative_scales",
-                           "uint4_block32_extreme_scales"})
+                           "uint4_block32_extreme_scales", "int4_block32_row_pairs"})
     if (name.rfind(form, 0) == 0) return true;
   // Sparse fp16 values, with AVX-512 VBMI2's expand-loads.
 #ifdef COREMLRT_PACKED_X86
@@ -289,8 +293,13 @@ TEST_P(PackedWeightTest, DecodeStepDotProductsMatchTheValues) {
     EXPECT_EQ(decoded_in_registers(m), avx512 && taken_on_avx512(c.name));
     EXPECT_EQ(PackedMatrix::decodes_in_registers(c.tensor), avx512 && taken_on_avx512(c.name));
     for (int trial = 0; trial < 24; ++trial) {
-      int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;  // whole rows first, then windows
-      if (trial > 0) {
+      // Whole rows first, then all rows but the first (whole windows of rows, each starting
+      // one row later), then random windows.
+      int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;
+      if (trial == 1) {
+        r0 = rows > 1 ? 1 : 0;
+        nr = rows - r0;
+      } else if (trial > 1) {
         r0 = rng() % rows;
         nr = 1 + rng() % (rows - r0);
         c0 = rng() % cols;
