@@ -29,7 +29,8 @@ from position 0 and its decode step the token after it, on a state the prefill f
 prefill takes seconds a run: it gets a fifth of --runs (at least 3).
 
 Load and memory, each in a fresh process (this file's --worker mode, OPENBLAS_NUM_THREADS=1,
-threads = the most asked for): cold load (cache_dir=None; both functions of a decoder; OpenVINO:
+threads = the most asked for), also for coremlrt with backend "openvino" (every region compiled
+by OpenVINO; not for lm1b, whose fp16 weights OpenVINO would widen to fp32, 4.3 GB): cold load (cache_dir=None; both functions of a decoder; OpenVINO:
 compile_model of the IR), cached load (the second of two processes given the same new cache
 folder: the first fills it), and RssAnon / RssFile of /proc/self/status before loading (the
 interpreter and the runtime's libraries), after loading, and after a prefill and 100 greedy
@@ -68,6 +69,9 @@ import compressed_models as cm  # noqa: E402
 
 ROOT = bench_peers.ROOT
 CONTENDERS = ("coremlrt auto", "coremlrt reference", "openvino", "torch eager")
+# Load and memory are also measured with backend="openvino" (every region compiled by
+# OpenVINO, which keeps its own copy of the weights it repacks), except for lm1b.
+LOAD_CONTENDERS = ("coremlrt auto", "coremlrt reference", "coremlrt openvino", "openvino")
 DECODE_STEPS = 100
 CNN_PREDICTIONS = 20
 MB = 2 ** 20
@@ -306,6 +310,12 @@ def _cache_shape(manifest):
     return [c["layers"], c["heads"], c["max_len"], c["dim"] // c["heads"]]
 
 
+def _load_contenders(manifest, form):
+    return [c for c in LOAD_CONTENDERS
+            if not (c == "openvino" and form not in manifest["openvino"])
+            and not (c == "coremlrt openvino" and manifest["model"] == "lm1b")]
+
+
 def loads_and_memory(manifest, forms, threads):
     """{(form, contender): {"cold_s", "cached_s", "rss_mb"}}, {label: error}."""
     kind = manifest["kind"]
@@ -314,9 +324,7 @@ def loads_and_memory(manifest, forms, threads):
         base.update(prompt=manifest["config"]["prompt"], cache_shape=_cache_shape(manifest))
     out, errors = {}, {}
     for form in forms:
-        for contender in ("coremlrt auto", "coremlrt reference", "openvino"):
-            if contender == "openvino" and form not in manifest["openvino"]:
-                continue
+        for contender in _load_contenders(manifest, form):
             path = manifest["openvino" if contender == "openvino" else "coreml"][form]
             task = dict(base, contender=contender, path=path)
             try:
@@ -393,9 +401,7 @@ def model_report(name, r, threads_list, tiny):
     lines.append("")
     rows = []
     for form in forms:
-        for contender in ("coremlrt auto", "coremlrt reference", "openvino"):
-            if contender == "openvino" and form not in manifest["openvino"]:
-                continue
+        for contender in _load_contenders(manifest, form):
             kind = "openvino" if contender == "openvino" else "coreml"
             l = loads.get((form, contender))
             rss = lambda k: f"{l['rss_mb'][k]['anon']:.0f} / {l['rss_mb'][k]['file']:.0f}" if l else "—"  # noqa: E731
@@ -430,9 +436,7 @@ def model_report(name, r, threads_list, tiny):
     headers += ["memory / budget", "cold load / OpenVINO", "cached load / OpenVINO"]
     rows = []
     for form in forms:
-        for contender in ("coremlrt auto", "coremlrt reference", "openvino"):
-            if contender == "openvino" and form not in manifest["openvino"]:
-                continue
+        for contender in _load_contenders(manifest, form):
             row = [form, contender]
             for t in threads_list:
                 times = latency.get(t, {})

@@ -23,9 +23,19 @@
 #include "ops/packed_weight.h"
 #include "ops/util.h"
 
+namespace ov {
+// Exported by libopenvino (transformations/rt_info/decompression.hpp, not among the SDK's
+// headers): marks a Convert of a constant as weight decompression.
+void mark_as_decompression(const std::shared_ptr<Node>& node);
+}  // namespace ov
+
 namespace coremlrt::backends::openvino {
 
 namespace {
+
+// fp16 constants of at least this many elements reach an fp32 region as fp16 views
+// (RegionBuilder::dense_constant); smaller ones are widened, which costs nothing worth a node.
+constexpr int64_t kDecompressedElements = 1024;
 
 // The cost rule of backend "auto", from measurements on this project's 2-core machine
 // (docs/reports/performance.md, "Measurements behind code choices"): one OpenVINO call costs
@@ -382,7 +392,19 @@ class RegionBuilder {
     std::optional<ov::element::Type> type = element_type(t.dtype);
     if (!type || !t.defined()) fail("constant '", name, "' has dtype ", dtype_name(t.dtype), ", which has no OpenVINO type");
     Value node;
-    if (compute_type(t.dtype) != *type) {
+    if (compute_type(t.dtype) != *type && t.numel() >= kDecompressedElements) {
+      // A large fp16 constant computed in fp32: a view of it (in the mapped weight file),
+      // widened by a Convert marked as weight decompression, as OpenVINO's IR reader marks
+      // fp16-compressed weights. Unmarked, the plugin folded the Convert into an fp32 copy that
+      // lived as long as the compiled model, beside its own repacked weights: a 6-layer decoder's
+      // fp16 function took 5 times its weight bytes, 3 times marked (docs/reports/performance.md,
+      // "Measurements behind code choices"). The plugin folds the marks it does not use itself.
+      ov::Tensor view(*type, ov::Shape(t.shape.begin(), t.shape.end()), t.data);
+      kept_.push_back(t);
+      auto convert = std::make_shared<ov::op::v0::Convert>(std::make_shared<ov::op::v0::Constant>(view), ov::element::f32);
+      ov::mark_as_decompression(convert);
+      node = convert;
+    } else if (compute_type(t.dtype) != *type) {
       // fp16 computed in fp32: the constant widened once, here, with the vectorized conversion
       // (an element-by-element loop took most of resnet18 fp16's cached load).
       auto widened = std::make_shared<ov::op::v0::Constant>(ov::element::f32, ov::Shape(t.shape.begin(), t.shape.end()));
