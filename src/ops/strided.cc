@@ -72,9 +72,10 @@ void copy_dims(const std::vector<Dim>& dims, const T* s, T* o) {
   }
 }
 
-// Copies of at least this many bytes are split along their outermost dim over the threads: one
-// core alone streams memory at a fraction of what two do (a decode step slices each layer's
-// 384 KiB of cached keys and values out of a state that the weights have pushed out of cache).
+// Copies of at least twice this many bytes are split along their outermost dim over the
+// threads, in ranges of at least this many: one core alone streams memory at a fraction of what
+// two do (a decode step slices each layer's 384 KiB of cached keys and values out of a state
+// that the weights have pushed out of cache).
 constexpr int64_t kParallelCopyBytes = int64_t{1} << 17;
 
 }  // namespace
