@@ -528,6 +528,11 @@ def main(argv=None):
     # Smoke test: small models through every code path (compressed_models.TINY_*).
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    import coremlrt
+
+    # The package measured is whichever Python imports (an installed wheel before a build tree
+    # unless PYTHONPATH names it): say which, so that a stale install is not taken for the code.
+    print(f"measuring coremlrt from {os.path.dirname(coremlrt.__file__)}", flush=True)
     names = [n for n in args.only if not (args.skip_1b and n == "lm1b")]
     results, errors = {}, {}
     for name in names:
