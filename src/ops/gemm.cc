@@ -395,30 +395,23 @@ bool axpy_widens_while_loading(int64_t rows) {
 
 void gemm_axpy(int64_t M, int64_t N, int64_t K, const MatrixView& A, const MatrixView& B, float* C, int64_t ldc) {
   std::vector<float> a_scratch, b_scratch;
-  if (!B.packed && B.half_elements && B.col == 1 && axpy_widens_while_loading(M)) {
-    for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
-      const int64_t nn = std::min(kBlockN, N - n0);
-      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
-        const int64_t kk = std::min(kBlockK, K - k0);
-        int64_t lda = 0;
-        const float* a = float_block(A, 0, M, k0, kk, a_scratch, lda);
-        const half* b = static_cast<const half*>(B.data) + k0 * B.row + n0;
-        axpy_block(M, nn, kk, a, lda, b, B.row, C + n0, ldc);
-      }
-    }
-    return;
-  }
+  const bool half_b_in_place = !B.packed && B.half_elements && B.col == 1 && axpy_widens_while_loading(M);
   for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
     const int64_t nn = std::min(kBlockN, N - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
       const int64_t kk = std::min(kBlockK, K - k0);
       int64_t ldb = 0;
-      const float* b = float_block(B, k0, kk, n0, nn, b_scratch, ldb);
+      const float* b = half_b_in_place ? nullptr : float_block(B, k0, kk, n0, nn, b_scratch, ldb);
       for (int64_t i0 = 0; i0 < M; i0 += kBlockM) {
         const int64_t mm = std::min(kBlockM, M - i0);
         int64_t lda = 0;
         const float* a = float_block(A, i0, mm, k0, kk, a_scratch, lda);
-        axpy_block(mm, nn, kk, a, lda, b, ldb, C + i0 * ldc + n0, ldc);
+        if (half_b_in_place) {
+          const half* b_half = static_cast<const half*>(B.data) + k0 * B.row + n0;
+          axpy_block(mm, nn, kk, a, lda, b_half, B.row, C + i0 * ldc + n0, ldc);
+        } else {
+          axpy_block(mm, nn, kk, a, lda, b, ldb, C + i0 * ldc + n0, ldc);
+        }
       }
     }
   }
