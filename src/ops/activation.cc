@@ -44,6 +44,11 @@ std::unique_ptr<Kernel> pointwise(KernelBuilder& b, Fn fn) {
   });
 }
 
+template <class Block>
+void add_blocks(KernelRegistry& registry, const char* name, Block block) {
+  registry.add(name, kFloat, [block](KernelBuilder& b) { return pointwise_blocks(b, block); });
+}
+
 template <class Fn>
 void add_pointwise(KernelRegistry& registry, const char* name, Fn fn) {
   registry.add(name, kFloat, [fn](KernelBuilder& b) { return pointwise(b, fn); });
@@ -117,16 +122,24 @@ inline const float* src_floats(const half* src, int64_t n, float* buf) {
   half_to_float(src, buf, n);
   return buf;
 }
+inline void load_floats(const float* src, float* dst, int64_t n) { std::copy_n(src, n, dst); }
+inline void load_floats(const half* src, float* dst, int64_t n) { half_to_float(src, dst, n); }
 inline void store_floats(const float* values, float* dst, int64_t n) { std::copy_n(values, n, dst); }
 inline void store_floats(const float* values, half* dst, int64_t n) { float_to_half(values, dst, n); }
 
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+// e^(v - max), a softmax's numerators. Below -87.33 e^v is under the smallest normal float, so 0
+// (exp_lanes alone stops at e^-87).
+[[gnu::always_inline]] inline void exp_below_max(Lanes& v, const Lanes& max) {
+  v -= max;
+  const SignedBits underflow = v < -87.33f;
+  exp_lanes(v);
+  v = underflow ? Lanes{} : v;
+}
 
 // One row of a softmax in floats: out = e^(x - max(x)) / sum, eight lanes at a time with
 // vector_math.h's exp (within 1 unit in the last place; the C library's scalar expf took most
-// of a decode step's softmax). Below -87.33 e^v is under the smallest normal float, so 0
-// (exp_lanes alone stops at e^-87). A NaN, or an infinity the max cannot cancel, makes the sum
-// NaN and with it the row, as the scalar loop gave.
+// of a decode step's softmax). A NaN, or an infinity the max cannot cancel, makes the sum NaN
+// and with it the row, as the scalar loop gave.
 [[gnu::always_inline]] inline void softmax_row_lanes(const float* x, float* out, int64_t n) {
   const int64_t whole = n / kLanes * kLanes;
   Lanes m = Lanes{} - INFINITY;
@@ -139,13 +152,11 @@ float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
   for (int l = 0; l < kLanes; ++l) max = std::max(max, m[l]);
   for (int64_t i = whole; i < n; ++i) max = std::max(max, x[i]);
   Lanes sum{};
+  const Lanes max_lanes = Lanes{} + max;
   auto exp_block = [&](const float* from, float* to) {
     Lanes v;
     __builtin_memcpy(&v, from, sizeof v);
-    v -= max;
-    const SignedBits underflow = v < -87.33f;
-    exp_lanes(v);
-    v = underflow ? Lanes{} : v;
+    exp_below_max(v, max_lanes);
     sum += v;
     __builtin_memcpy(to, &v, sizeof v);
   };
@@ -163,15 +174,77 @@ float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
   for (int64_t i = 0; i < n; ++i) out[i] *= scale;
 }
 
-// gelu (exact form) of a[0, m) into y, eight lanes at a time (vector_math.h, gelu_lanes: within
-// 6 units in the last place; the C library's scalar erf cost 4.5 to 19 ns a value).
-[[gnu::always_inline]] inline void gelu_block_lanes(const float* a, float* y, int64_t m) {
-  std::copy_n(a, m, y);
-  map_lanes(y, m, [](Lanes& v) { gelu_lanes(v); });
+COREMLRT_LANES_VERSIONS(void softmax_row(const float* x, float* out, int64_t n) { softmax_row_lanes(x, out, n); })
+
+// Softmax down the columns of a [len, width] block of floats (width a multiple of kLanes), each
+// column one softmax computed as softmax_row computes a row, eight columns at a time; the sums
+// in double, as the scalar loop before it summed. out may be x.
+[[gnu::always_inline]] inline void softmax_columns_lanes(const float* x, float* out, int64_t len, int64_t width) {
+  typedef double Doubles __attribute__((vector_size(8 * kLanes)));
+  for (int64_t c = 0; c < width; c += kLanes) {
+    Lanes m = Lanes{} - INFINITY;
+    for (int64_t j = 0; j < len; ++j) {
+      Lanes v;
+      __builtin_memcpy(&v, x + j * width + c, sizeof v);
+      m = v > m ? v : m;
+    }
+    Doubles sum{};
+    for (int64_t j = 0; j < len; ++j) {
+      Lanes v;
+      __builtin_memcpy(&v, x + j * width + c, sizeof v);
+      exp_below_max(v, m);
+      sum += __builtin_convertvector(v, Doubles);
+      __builtin_memcpy(out + j * width + c, &v, sizeof v);
+    }
+    const Lanes scale = __builtin_convertvector(1.0 / sum, Lanes);
+    for (int64_t j = 0; j < len; ++j) {
+      Lanes v;
+      __builtin_memcpy(&v, out + j * width + c, sizeof v);
+      v *= scale;
+      __builtin_memcpy(out + j * width + c, &v, sizeof v);
+    }
+  }
 }
 
-COREMLRT_LANES_VERSIONS(void softmax_row(const float* x, float* out, int64_t n) { softmax_row_lanes(x, out, n); })
-COREMLRT_LANES_VERSIONS(void gelu_block(const float* a, float* y, int64_t m) { gelu_block_lanes(a, y, m); })
+COREMLRT_LANES_VERSIONS(void softmax_columns(const float* x, float* out, int64_t len, int64_t width) {
+  softmax_columns_lanes(x, out, len, width);
+})
+
+// f of a[0, m) into y, eight lanes at a time.
+template <class F>
+[[gnu::always_inline]] inline void lanes_block(const float* a, float* y, int64_t m, F f) {
+  std::copy_n(a, m, y);
+  map_lanes(y, m, f);
+}
+
+// Activations (and the exp and tanh ops) through vector_math.h rather than the C library's
+// scalar functions, which cost 4.5 to 19 ns a value (erff), 6 (expf) and 22 (tanhf):
+// docs/reports/performance.md, design choices.
+COREMLRT_LANES_VERSIONS(void gelu_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { gelu_lanes(v); });
+})
+COREMLRT_LANES_VERSIONS(void gelu_tanh_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { gelu_tanh_lanes(v); });
+})
+COREMLRT_LANES_VERSIONS(void gelu_sigmoid_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { gelu_sigmoid_lanes(v); });
+})
+COREMLRT_LANES_VERSIONS(void sigmoid_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { sigmoid_lanes(v); });
+})
+COREMLRT_LANES_VERSIONS(void silu_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) {
+    Lanes s = v;
+    sigmoid_lanes(s);
+    v = v * s;
+  });
+})
+COREMLRT_LANES_VERSIONS(void tanh_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { tanh_lanes(v); });
+})
+COREMLRT_LANES_VERSIONS(void exp_block(const float* a, float* y, int64_t m) {
+  lanes_block(a, y, m, [](Lanes& v) { exp_op_lanes(v); });
+})
 
 // log(1 + e^v) without overflow for large v or loss of precision for very negative v.
 float softplus(float v) { return std::max(v, 0.0f) + std::log1p(std::exp(-std::abs(v))); }
@@ -179,13 +252,10 @@ float softplus(float v) { return std::max(v, 0.0f) + std::log1p(std::exp(-std::a
 std::unique_ptr<Kernel> make_gelu(KernelBuilder& b) {
   const std::string mode = b.const_string("mode", "EXACT");
   if (mode == "EXACT") return pointwise_blocks(b, [](const float* a, float* y, int64_t m) { gelu_block(a, y, m); });
-  if (mode == "TANH_APPROXIMATION") {
-    return pointwise(b, [](float v) {
-      const float k = static_cast<float>(std::sqrt(2.0 / M_PI));
-      return 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
-    });
-  }
-  if (mode == "SIGMOID_APPROXIMATION") return pointwise(b, [](float v) { return v * sigmoid(1.702f * v); });
+  if (mode == "TANH_APPROXIMATION")
+    return pointwise_blocks(b, [](const float* a, float* y, int64_t m) { gelu_tanh_block(a, y, m); });
+  if (mode == "SIGMOID_APPROXIMATION")
+    return pointwise_blocks(b, [](const float* a, float* y, int64_t m) { gelu_sigmoid_block(a, y, m); });
   b.fail("unsupported mode '", mode, "' (expected EXACT, TANH_APPROXIMATION or SIGMOID_APPROXIMATION)");
 }
 
@@ -220,34 +290,45 @@ std::unique_ptr<Kernel> make_softmax(KernelBuilder& b) {
         });
         return;
       }
-      std::vector<float> e(static_cast<size_t>(len));
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t k = 0; k < inner; ++k) {
-          const T* src = in.ptr<T>() + o * len * inner + k;
-          T* dst = out.ptr<T>() + o * len * inner + k;
-          float m = -INFINITY;
-          for (int64_t j = 0; j < len; ++j) m = std::max(m, static_cast<float>(src[j * inner]));
-          double sum = 0;
+      // Columns (an axis before the last): each of the inner positions is one softmax down len
+      // rows. Blocks of kSoftmaxColumns positions are widened into a [len, columns] float block,
+      // ranges of blocks spread over the pool.
+      constexpr int64_t kSoftmaxColumns = 64;
+      const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
+      const int64_t blocks_per_range = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(len * kSoftmaxColumns, 1));
+      parallel_for(outer * blocks, blocks_per_range, [&](int64_t begin, int64_t end) {
+        std::vector<float> block(static_cast<size_t>(len * kSoftmaxColumns));
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t o = b / blocks, k0 = b % blocks * kSoftmaxColumns;
+          const int64_t width = std::min(kSoftmaxColumns, inner - k0);
+          const int64_t padded = (width + kLanes - 1) / kLanes * kLanes;  // lanes past width are not stored
+          const T* src = in.ptr<T>() + o * len * inner + k0;
+          T* dst = out.ptr<T>() + o * len * inner + k0;
           for (int64_t j = 0; j < len; ++j) {
-            e[j] = std::exp(static_cast<float>(src[j * inner]) - m);
-            sum += e[j];
+            float* row = block.data() + j * padded;
+            std::fill(row + width, row + padded, 0.0f);
+            load_floats(src + j * inner, row, width);
           }
-          const float scale = static_cast<float>(1.0 / sum);
-          for (int64_t j = 0; j < len; ++j) dst[j * inner] = static_cast<T>(e[j] * scale);
+          softmax_columns(block.data(), block.data(), len, padded);
+          for (int64_t j = 0; j < len; ++j) store_floats(block.data() + j * padded, dst + j * inner, width);
         }
-      }
+      });
     });
   });
 }
 
 }  // namespace
 
+void softmax_floats(const float* x, float* out, int64_t n) { softmax_row(x, out, n); }
+
 void register_activation_kernels(KernelRegistry& registry) {
   // std::max/min return their first argument when it is NaN, so NaN passes through.
   add_pointwise(registry, "relu", [](float v) { return std::max(v, 0.0f); });
   add_pointwise(registry, "relu6", [](float v) { return std::min(std::max(v, 0.0f), 6.0f); });
-  add_pointwise(registry, "sigmoid", sigmoid);
-  add_pointwise(registry, "silu", [](float v) { return v * sigmoid(v); });
+  add_blocks(registry, "sigmoid", [](const float* a, float* y, int64_t m) { sigmoid_block(a, y, m); });
+  add_blocks(registry, "silu", [](const float* a, float* y, int64_t m) { silu_block(a, y, m); });
+  add_blocks(registry, "tanh", [](const float* a, float* y, int64_t m) { tanh_block(a, y, m); });
+  add_blocks(registry, "exp", [](const float* a, float* y, int64_t m) { exp_block(a, y, m); });
   add_pointwise(registry, "softplus", softplus);
   add_pointwise(registry, "softsign", [](float v) { return v / (1.0f + std::abs(v)); });
 

@@ -85,13 +85,13 @@ void register_elementwise_unary_kernels(KernelRegistry& registry) {
   add_plain<Types::F>(registry, "tan", [](auto v) { return std::tan(v); });
   add_plain<Types::F>(registry, "cosh", [](auto v) { return std::cosh(v); });
   add_plain<Types::F>(registry, "sinh", [](auto v) { return std::sinh(v); });
-  add_plain<Types::F>(registry, "tanh", [](auto v) { return std::tanh(v); });
+  // tanh: activation.cc, eight lanes at a time (vector_math.h), as exp below.
   add_plain<Types::F>(registry, "ceil", [](auto v) { return std::ceil(v); });
   add_plain<Types::F>(registry, "floor", [](auto v) { return std::floor(v); });
   // nearbyint in the default rounding mode (to nearest) rounds halves to even, like NumPy.
   add_plain<Types::F>(registry, "round", [](auto v) { return std::nearbyint(v); });
   add_plain<Types::F>(registry, "erf", [](auto v) { return std::erf(v); });
-  add_plain<Types::F>(registry, "exp", [](auto v) { return std::exp(v); });
+  // exp: activation.cc, eight lanes at a time (vector_math.h).
   add_plain<Types::F>(registry, "sqrt", [](auto v) { return std::sqrt(v); });
 
   // FI functions: the lambdas also see int32_t.

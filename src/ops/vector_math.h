@@ -2,9 +2,10 @@
 // exp, sigmoid, tanh and gelu of eight floats at a time, without branches (GCC vector
 // extensions, the Lanes of half_lanes.h), for loops that apply them to whole arrays: the gates
 // of the recurrent layers (recurrent.cc), where the C library's scalar expf and tanhf took a
-// fifth of an LSTM's time, and softmax and gelu (activation.cc). Results are within 1 unit in
-// the last place of the exact value (exp, tanh), 2 (sigmoid) or 6 (gelu), as
-// tests/cpp/ops/vector_math_test.cc measures over the float range.
+// fifth of an LSTM's time, and the activations, softmax and attention (activation.cc,
+// attention.cc). Results are within 1 unit in the last place of the exact value (exp, tanh), 2
+// (sigmoid, gelu's tanh and sigmoid forms, from their arguments as computed in float) or 6
+// (gelu), as tests/cpp/ops/vector_math_test.cc measures over the float range.
 #include <cstdint>
 
 #include "ops/half_lanes.h"
@@ -30,32 +31,63 @@
 
 namespace coremlrt::ops {
 
-// e^x for x in [-87, 88]; smaller and larger x give e^-87 and e^88 (what sigmoid and tanh need:
-// both saturate long before). NaN stays NaN. x = n ln2 + r with |r| <= ln2 / 2, ln2 split in a
-// part exact in float and a remainder; e^r by Cephes' degree-6 polynomial for expf; 2^n written
-// into the exponent bits.
-[[gnu::always_inline]] inline void exp_lanes(Lanes& x) {
-  const Lanes zero{};
-  x = x < -87.0f ? zero - 87.0f : x;
-  x = x > 88.0f ? zero + 88.0f : x;
+// e^x = p 2^n for x in [-105, 89]: x = n ln2 + r with |r| <= ln2 / 2, ln2 split in a part
+// exact in float and a remainder; p = e^r by Cephes' degree-6 polynomial for expf.
+[[gnu::always_inline]] inline void exp_reduce(const Lanes& x, Lanes& n, Lanes& p) {
   // Adding 1.5 * 2^23 leaves x / ln2 rounded to the nearest integer in the low mantissa bits.
-  const Lanes n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const Lanes r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  Lanes p = zero + 1.9875691500e-4f;
+  p = Lanes{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const SignedBits exponent = (__builtin_convertvector(n, SignedBits) + 127) << 23;
-  x = p * __builtin_bit_cast(Lanes, exponent);
 }
 
+// x times 2^n for integral n in [-126, 127] (2^n written into the exponent bits).
+[[gnu::always_inline]] inline void scale_by_power_of_two(Lanes& x, const SignedBits& n) {
+  x *= __builtin_bit_cast(Lanes, (n + 127) << 23);
+}
+
+// e^x for x in [-87, 88]; smaller and larger x give e^-87 and e^88 (what sigmoid and tanh need:
+// both saturate long before). NaN stays NaN.
+[[gnu::always_inline]] inline void exp_lanes(Lanes& x) {
+  const Lanes zero{};
+  x = x < -87.0f ? zero - 87.0f : x;
+  x = x > 88.0f ? zero + 88.0f : x;
+  Lanes n, p;
+  exp_reduce(x, n, p);
+  x = p;
+  scale_by_power_of_two(x, __builtin_convertvector(n, SignedBits));
+}
+
+// e^x over the whole float range, as the exp op needs it: past 88.72 the result overflows to
+// inf, and below -87.33 it falls through the subnormal floats to 0 (2^n as two factors, each a
+// normal float, so that the second product rounds once into the subnormal range). -inf gives 0,
+// inf gives inf, NaN stays NaN.
+[[gnu::always_inline]] inline void exp_op_lanes(Lanes& x) {
+  const Lanes zero{};
+  x = x < -105.0f ? zero - 105.0f : x;  // e^-105 rounds to 0
+  x = x > 89.0f ? zero + 89.0f : x;     // e^89 overflows
+  Lanes n, p;
+  exp_reduce(x, n, p);
+  x = p;
+  const SignedBits whole = __builtin_convertvector(n, SignedBits);
+  const SignedBits half = whole >> 1;
+  scale_by_power_of_two(x, half);
+  scale_by_power_of_two(x, whole - half);
+}
+
+// 1 / (1 + e^-x). Below -87.33 the result is under the smallest normal float and taken as 0
+// (exp_lanes stops at e^88, which would hold it near 6e-39), so sigmoid(-inf) is 0.
 [[gnu::always_inline]] inline void sigmoid_lanes(Lanes& x) {
+  const SignedBits underflow = x < -87.33f;
   Lanes e = -x;
   exp_lanes(e);
   x = 1.0f / (1.0f + e);
+  x = underflow ? Lanes{} : x;
 }
 
 // tanh: below |x| = 0.625 Cephes' odd polynomial for tanhf (1 - 2 / (e^2|x| + 1) would lose the
@@ -112,6 +144,28 @@ namespace coremlrt::ops {
   q = t > 13.0f ? Lanes{} : q;
   x = x * (x < 0.0f ? q : 1.0f - q);
 }
+
+// GELU's tanh form, x/2 (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
+// x sigmoid(2u): 1 + tanh(u) is 2 sigmoid(2u), and that form keeps the relative precision of the
+// small results of negative x, which 1 + tanh(u) in float cancels away. Where sigmoid(2u) is
+// taken as 0 (x below about -10), so is the result, as the float tanh form gives it; gelu(-inf)
+// is NaN (-inf times 0), as that form gives it too.
+[[gnu::always_inline]] inline void gelu_tanh_lanes(Lanes& x) {
+  Lanes s = 1.5957691216f * (x + 0.044715f * x * x * x);  // 2 sqrt(2/pi) (...)
+  sigmoid_lanes(s);
+  x = x * s;
+}
+
+// GELU's sigmoid form, x sigmoid(1.702 x).
+[[gnu::always_inline]] inline void gelu_sigmoid_lanes(Lanes& x) {
+  Lanes s = 1.702f * x;
+  sigmoid_lanes(s);
+  x = x * s;
+}
+
+// One row of a softmax in floats, out = e^(x - max(x)) / sum, with exp_lanes (activation.cc,
+// whose softmax op computes its rows so); out may be x.
+void softmax_floats(const float* x, float* out, int64_t n);
 
 // f(Lanes&) applied in place to v[0, n), eight at a time (the tail through a padded block).
 template <class F>

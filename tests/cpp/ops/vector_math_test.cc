@@ -72,15 +72,71 @@ TEST(VectorMath, ExpWithinOneUlpOnItsRange) {
   EXPECT_LE(worst, 1) << "at x = " << at;
 }
 
+void exp_op_of(Lanes& x) { exp_op_lanes(x); }
+
+TEST(VectorMath, ExpOpOverTheWholeFloatRange) {
+  // Within 1 ulp of e^x rounded to float wherever that is finite, the subnormal results below
+  // -87.33 included (1 ulp there is the smallest subnormal); inf from 88.73 up.
+  float at = 0;
+  const int64_t worst = worst_ulps(sample(-110.0f, 88.72f), exp_op_of, exact_exp, &at);
+  EXPECT_LE(worst, 1) << "at x = " << at;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {88.73f, 89.0f, 100.0f, 1e30f, inf, -inf, -1e30f, -105.0f,
+                          std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, 88.72f};
+  map_lanes(v.data(), static_cast<int64_t>(v.size()), exp_op_of);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(v[i], inf) << i;
+  for (int i = 5; i < 8; ++i) EXPECT_EQ(v[i], 0.0f) << i;
+  EXPECT_TRUE(std::isnan(v[8]));
+  EXPECT_EQ(v[9], 1.0f);
+  EXPECT_EQ(v[10], 1.0f);
+  EXPECT_TRUE(std::isfinite(v[11]));  // the largest x whose e^x is finite is about 88.7228
+  EXPECT_LE(ulps_apart(v[11], static_cast<float>(std::exp(static_cast<double>(88.72f)))), 1);
+}
+
 TEST(VectorMath, SigmoidWithinTwoUlps) {
-  // Down to -87, where sigmoid is e^x to float precision; beyond, it is held at e^-87 (about
-  // 1.6e-38) instead of falling towards 0, an absolute difference below 2e-38.
+  // Down to -87, where sigmoid is e^x to float precision; below -87.33 the result is under the
+  // smallest normal float and taken as 0.
   float at = 0;
   const int64_t worst = worst_ulps(sample(-87.0f, 100.0f), sigmoid_of, exact_sigmoid, &at);
   EXPECT_LE(worst, 2) << "at x = " << at;
-  std::vector<float> tail = {-88.0f, -100.0f, -1e30f, -std::numeric_limits<float>::infinity()};
+  std::vector<float> tail = {-87.34f, -88.0f, -100.0f, -1e30f, -std::numeric_limits<float>::infinity()};
   map_lanes(tail.data(), static_cast<int64_t>(tail.size()), sigmoid_of);
-  for (float y : tail) EXPECT_LT(y, 2e-38f);
+  for (float y : tail) EXPECT_EQ(y, 0.0f);
+}
+
+// The approximations' sigmoid arguments as the lanes compute them in float (their rounding,
+// which e^-v magnifies, belongs to the formula evaluated in float, as PyTorch evaluates it),
+// then the rest exactly.
+double exact_gelu_tanh(double x) {
+  const float f = static_cast<float>(x);
+  const float twice_u = 1.5957691216f * (f + 0.044715f * f * f * f);
+  return x / (1.0 + std::exp(-static_cast<double>(twice_u)));
+}
+double exact_gelu_sigmoid(double x) { return x / (1.0 + std::exp(-static_cast<double>(1.702f * static_cast<float>(x)))); }
+void gelu_tanh_of(Lanes& x) { gelu_tanh_lanes(x); }
+void gelu_sigmoid_of(Lanes& x) { gelu_sigmoid_lanes(x); }
+
+TEST(VectorMath, GeluApproximationsWithinFewUlps) {
+  // The tanh form down to x = -9.5 (its sigmoid's argument, -2u, is then about 76; the
+  // result, about -2e-32, still a normal float), the sigmoid form down to -50 (about -1e-35).
+  // Below, the sigmoid is taken as 0 and the result with it, as the float tanh form gives it.
+  float at = 0;
+  int64_t worst = worst_ulps(sample(-9.5f, 100.0f), gelu_tanh_of, exact_gelu_tanh, &at);
+  EXPECT_LE(worst, 2) << "tanh form, at x = " << at;
+  worst = worst_ulps(sample(-50.0f, 100.0f), gelu_sigmoid_of, exact_gelu_sigmoid, &at);
+  EXPECT_LE(worst, 2) << "sigmoid form, at x = " << at;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (void (*gelu)(Lanes&) : {gelu_tanh_of, gelu_sigmoid_of}) {
+    std::vector<float> v = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.0f, 1e30f, -60.0f, -1e30f};
+    map_lanes(v.data(), static_cast<int64_t>(v.size()), gelu);
+    EXPECT_EQ(v[0], inf);
+    EXPECT_TRUE(std::isnan(v[1]));  // -inf times 0, as x/2 (1 + tanh(u)) gives it
+    EXPECT_TRUE(std::isnan(v[2]));
+    EXPECT_EQ(v[3], 0.0f);
+    EXPECT_EQ(v[4], 1e30f);
+    EXPECT_EQ(v[5], 0.0f);
+    EXPECT_EQ(v[6], 0.0f);
+  }
 }
 
 TEST(VectorMath, TanhWithinOneUlp) {
@@ -124,7 +180,7 @@ TEST(VectorMath, SpecialValues) {
   EXPECT_EQ(t[7], 1.0f);
   EXPECT_EQ(t[8], -1.0f);
   EXPECT_EQ(s[0], 1.0f);
-  EXPECT_LT(s[1], 2e-38f);
+  EXPECT_EQ(s[1], 0.0f);
   EXPECT_TRUE(std::isnan(s[2]));
   EXPECT_EQ(s[3], 0.5f);
   EXPECT_EQ(s[4], 0.5f);

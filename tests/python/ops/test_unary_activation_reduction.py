@@ -315,6 +315,44 @@ def test_softmax_long_rows_with_nan(tmp_path, fp16):
     softmax_rows(tmp_path, fp16, with_nan=True)
 
 
+def softmax_columns(tmp_path, fp16, with_nan):
+    """Softmax over an axis before the last (a segmentation map's classes): the positions after
+    the axis are softmaxes of their own, computed eight at a time in blocks of 64 and a padded
+    tail (117 = 64 + 53 positions). Masked (-inf) entries get 0; with_nan: a column of -inf
+    only, and a column holding a NaN, are NaN. 1 and 2 threads give the same bits."""
+    x = (RNG.standard_normal((2, 21, 9, 13)) * 6).astype(np.float32)
+    x[0, :10, 4, 5] = -np.inf
+    x[0, 7, 2, 2] = 1000.0  # needs the max subtraction
+    if with_nan:
+        x[1, :, 8, 12] = -np.inf
+        x[1, 3, 0, 0] = np.nan
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=x.shape)], opset_version=ct.target.iOS18)
+    def prog(x):
+        return mb.softmax(x=x, axis=1, name="classes"), mb.softmax(x=x, axis=2, name="rows")
+
+    path = save_program(prog, tmp_path, fp16=fp16)
+    one = backend_check.load(path, threads=1).predict({"x": x})
+    two = backend_check.load(path, threads=2).predict({"x": x})
+    t = torch.from_numpy(as_ref(x, fp16))
+    for name, axis in (("classes", 1), ("rows", 2)):
+        want = torch.softmax(t, dim=axis).numpy()
+        np.testing.assert_array_equal(one[name], two[name])
+        check(two[name], want, fp16, atol=1e-3 if fp16 else 1e-7)
+        assert (np.isnan(two[name]) == np.isnan(want)).all(), name
+    assert (two["classes"][0, :10, 4, 5] == 0).all()
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_softmax_down_columns(tmp_path, fp16):
+    softmax_columns(tmp_path, fp16, with_nan=False)
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_softmax_down_columns_with_nan(tmp_path, fp16):
+    softmax_columns(tmp_path, fp16, with_nan=True)
+
+
 AXES = [(None, False), ([1], False), ([-1, 0], True), ([2, 0, 1], False), ([-2], True), (None, True)]
 
 
