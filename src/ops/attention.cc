@@ -1,5 +1,6 @@
 // scaled_dot_product_attention (docs/design/coreml-format.md, "scaled_dot_product_attention"):
-// softmax(Q K^T / sqrt(E) + mask) V over the last axis, computed in float per batch matrix.
+// softmax(Q K^T / sqrt(E) + mask) V over the last axis, computed in float per batch matrix,
+// the softmax rows as the softmax op computes them (vector_math.h, softmax_floats).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,6 +8,7 @@
 #include "ops/gemm.h"
 #include "ops/register.h"
 #include "ops/util.h"
+#include "ops/vector_math.h"
 
 namespace coremlrt::ops {
 
@@ -74,27 +76,40 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
     const std::vector<int64_t> batch_mask_strides(mask_strides.begin(), mask_strides.end() - 2);
     const int64_t ms_l = mask_strides[rank - 2], ms_s = mask_strides[rank - 1];
 
-    // Q, K and V are read in place by the GEMM (K^T is K with swapped strides).
-    std::vector<float> os, scores(static_cast<size_t>(L * S));
+    // The mask's offset for the matrix at flat batch index i.
+    auto mask_offset = [&](int64_t i) {
+      int64_t offset = 0;
+      for (size_t d = batch.size(); d-- > 0;) {
+        offset += i % batch[d] * batch_mask_strides[d];
+        i /= batch[d];
+      }
+      return offset;
+    };
+
+    // Q, K and V are read in place by the GEMM (K^T is K with swapped strides). Each matrix
+    // (an attention head) is computed whole by one thread, so results do not depend on the
+    // number of threads: spread over the threads when there are enough of them (a decode
+    // step's heads are a microsecond each, too small for gemm to split), else one after the
+    // other, each product split by gemm itself.
+    std::vector<float> os;
     float* op = float_output(out, os);
     const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-    for_each_broadcast(batch, batch_mask_strides, batch_mask_strides, [&](int64_t i, int64_t mask_base, int64_t) {
-      gemm(L, S, E, matrix_view(tq, i * L * E, E), matrix_view(tk, i * S * E, 1, E), scores.data(), S, false);
-      for (int64_t l = 0; l < L; ++l) {
-        float* row = scores.data() + l * S;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < S; ++s) {
-          row[s] *= scale;
-          if (mask >= 0) row[s] += mask_values[mask_base + l * ms_l + s * ms_s];
-          mx = std::max(mx, row[s]);
+    const int64_t count = shape_numel(batch);
+    auto heads = [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(static_cast<size_t>(L * S));
+      for (int64_t i = begin; i < end; ++i) {
+        gemm(L, S, E, matrix_view(tq, i * L * E, E), matrix_view(tk, i * S * E, 1, E), scores.data(), S, false);
+        const float* m = mask >= 0 ? mask_values.data() + mask_offset(i) : nullptr;
+        for (int64_t l = 0; l < L; ++l) {
+          float* row = scores.data() + l * S;
+          for (int64_t s = 0; s < S; ++s) row[s] = m ? row[s] * scale + m[l * ms_l + s * ms_s] : row[s] * scale;
+          softmax_floats(row, row, S);  // a fully masked row yields NaN, as in PyTorch
         }
-        float sum = 0;
-        for (int64_t s = 0; s < S; ++s) sum += row[s] = std::exp(row[s] - mx);
-        const float inv = 1.0f / sum;  // a fully masked row yields NaN, as in PyTorch
-        for (int64_t s = 0; s < S; ++s) row[s] *= inv;
+        gemm(L, EV, S, MatrixView(scores.data(), S), matrix_view(tv, i * S * EV, EV), op + i * L * EV, EV, false);
       }
-      gemm(L, EV, S, MatrixView(scores.data(), S), matrix_view(tv, i * S * EV, EV), op + i * L * EV, EV, false);
-    });
+    };
+    if (count >= available_threads()) parallel_for(count, 1, heads);
+    else heads(0, count);
     commit_float_output(out, op);
   });
 }

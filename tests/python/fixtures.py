@@ -300,6 +300,37 @@ def build_fixture_lstm(directory):
                 [({"x": x}, {"y": np.stack(ys).astype(np.float32)}, None)])
 
 
+def build_fixture_attention(directory):
+    """scaled_dot_product_attention over twelve heads (src/ops/attention.cc spreads them over the
+    threads, each computed whole by one): q [1, 12, 5, 16], k [1, 12, 40, 16], v [1, 12, 40, 8]
+    fp32 and an additive mask [1, 12, 5, 40] of each head's own; output 'y' [1, 12, 5, 8],
+    checked against numpy in float64."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    rng = np.random.default_rng(20261205)
+    q_shape, k_shape, v_shape, m_shape = (1, 12, 5, 16), (1, 12, 40, 16), (1, 12, 40, 8), (1, 12, 5, 40)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=q_shape), mb.TensorSpec(shape=k_shape),
+                             mb.TensorSpec(shape=v_shape), mb.TensorSpec(shape=m_shape)],
+                opset_version=ct.target.iOS18)
+    def prog(q, k, v, m):
+        return mb.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=m, name="y")
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+                       compute_precision=ct.precision.FLOAT32)
+    model.save(os.path.join(directory, "model.mlpackage"))
+    feed = {n: rng.standard_normal(shape).astype(np.float32)
+            for n, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape), ("m", m_shape))}
+    q, k, v, m = (feed[n].astype(np.float64) for n in "qkvm")
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(16) + m
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    _write_case(directory, {"name": "fixture_attention", "format": "mlprogram", "function_name": None,
+                            "rtol": 1e-5, "atol": 1e-5, "opsets": {"main": "CoreML8"}},
+                [(feed, {"y": (weights @ v).astype(np.float32)}, None)])
+
+
 BUILDERS = {
     "fixture_add": build_fixture_add,
     "fixture_doc_model": build_fixture_doc_model,
@@ -308,6 +339,7 @@ BUILDERS = {
     "fixture_fuzz_predict": build_fixture_fuzz_predict,
     "fixture_compressed": build_fixture_compressed,
     "fixture_lstm": build_fixture_lstm,
+    "fixture_attention": build_fixture_attention,
 }
 
 

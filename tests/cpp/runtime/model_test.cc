@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -76,22 +77,16 @@ TEST(Model, ConcurrentPredictionsMatchSerialOnes) {
   EXPECT_EQ(b, std::vector<float>(b.size(), -1.25f));
 }
 
-// fixture_lstm's steps are split into blocks that the prediction's threads claim as they go
-// (src/ops/recurrent.cc, StepLoop): predictions running at once, each on several threads, give
-// the bits of one prediction on one thread. (Also run under TSan: scripts/test_sanitizers.sh.)
-TEST(Model, ConcurrentLstmPredictionsSplitStepsOverThreadsAlike) {
-  GENERATED_MODEL(path, "fixture_lstm");
-  std::vector<float> x(5 * 40);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * 2;
-  auto predict = [&](const std::shared_ptr<const Model>& model) {
-    auto y = model->predict({{"x", Tensor::view(DType::Float32, {5, 1, 40}, x.data(), nullptr)}}).at("y");
-    return std::vector<float>(y.ptr<float>(), y.ptr<float>() + y.numel());
-  };
+// Predictions running at once on a model loaded for 3 threads (ten rounds from each of 3
+// threads) must give the bits of one prediction on a model loaded for 1: `predict` runs one
+// prediction and returns its output, of `size` values.
+void expect_concurrent_predictions_alike(const std::string& path, size_t size,
+                                         const std::function<std::vector<float>(const std::shared_ptr<const Model>&)>& predict) {
   LoadOptions serial;
   serial.backend = "reference";
   serial.threads = 1;
   const std::vector<float> expected = predict(Model::load(path, serial));
-  ASSERT_EQ(expected.size(), 5u * 136u);
+  ASSERT_EQ(expected.size(), size);
   LoadOptions parallel = serial;
   parallel.threads = 3;
   auto model = Model::load(path, parallel);
@@ -103,6 +98,36 @@ TEST(Model, ConcurrentLstmPredictionsSplitStepsOverThreadsAlike) {
     });
   for (auto& t : threads) t.join();
   for (const auto& out : got) EXPECT_EQ(out, expected);
+}
+
+std::vector<float> floats_of(const Tensor& t) { return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()); }
+
+// fixture_lstm's steps are split into blocks that the prediction's threads claim as they go
+// (src/ops/recurrent.cc, StepLoop). (Also run under TSan: scripts/test_sanitizers.sh.)
+TEST(Model, ConcurrentLstmPredictionsSplitStepsOverThreadsAlike) {
+  GENERATED_MODEL(path, "fixture_lstm");
+  std::vector<float> x(5 * 40);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * 2;
+  expect_concurrent_predictions_alike(path, 5 * 136, [&](const std::shared_ptr<const Model>& model) {
+    return floats_of(model->predict({{"x", Tensor::view(DType::Float32, {5, 1, 40}, x.data(), nullptr)}}).at("y"));
+  });
+}
+
+// fixture_attention's twelve heads are spread over a prediction's threads, each computed whole by
+// one (src/ops/attention.cc). (Also run under TSan: scripts/test_sanitizers.sh.)
+TEST(Model, ConcurrentAttentionPredictionsSpreadHeadsOverThreadsAlike) {
+  GENERATED_MODEL(path, "fixture_attention");
+  std::vector<float> q(12 * 5 * 16), k(12 * 40 * 16), v(12 * 40 * 8), m(12 * 5 * 40);
+  for (auto* values : {&q, &k, &v, &m})
+    for (size_t i = 0; i < values->size(); ++i) (*values)[i] = std::sin(0.37f * i + values->size()) * 2;
+  expect_concurrent_predictions_alike(path, 12 * 5 * 8, [&](const std::shared_ptr<const Model>& model) {
+    return floats_of(model
+                         ->predict({{"q", Tensor::view(DType::Float32, {1, 12, 5, 16}, q.data(), nullptr)},
+                                    {"k", Tensor::view(DType::Float32, {1, 12, 40, 16}, k.data(), nullptr)},
+                                    {"v", Tensor::view(DType::Float32, {1, 12, 40, 8}, v.data(), nullptr)},
+                                    {"m", Tensor::view(DType::Float32, {1, 12, 5, 40}, m.data(), nullptr)}})
+                         .at("y"));
+  });
 }
 
 TEST(Model, RejectsWrongInputsWithClearMessages) {

@@ -7,7 +7,7 @@ import coremlrt
 from corpus import load_case, mismatches, model_path, step_arrays, step_states
 
 CASES = ["fixture_add", "fixture_stateful_accumulator", "fixture_multifunction/adapter_a",
-         "fixture_multifunction/adapter_b", "fixture_fuzz_predict", "fixture_lstm"]
+         "fixture_multifunction/adapter_b", "fixture_fuzz_predict", "fixture_lstm", "fixture_attention"]
 
 
 @pytest.mark.parametrize("name", CASES)

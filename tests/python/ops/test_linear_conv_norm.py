@@ -548,6 +548,29 @@ def test_sdpa_fp16_rank3(tmp_path):
     check(y, ref.numpy(), rtol=1e-2, atol=1e-2)
 
 
+def test_sdpa_heads_over_threads(tmp_path):
+    # Twelve heads, each with a mask of its own or all sharing a causal one: computed whole by
+    # one thread each, the results must be the same bits at 1 and 2 threads, and PyTorch's.
+    q, k, v = rand(2, 6, 9, 16), rand(2, 6, 33, 16), rand(2, 6, 33, 8)
+    per_head = rand(2, 6, 9, 33)
+    causal = np.triu(np.full((9, 33), -np.inf, np.float32), 25)
+
+    @mb.program(input_specs=[spec(q.shape), spec(k.shape), spec(v.shape), spec(per_head.shape), spec(causal.shape)],
+                opset_version=ct.target.iOS18)
+    def prog(q, k, v, r, c):
+        return (mb.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=r, name="per_head"),
+                mb.scaled_dot_product_attention(query=q, key=k, value=v, attn_mask=c, name="causal"))
+
+    path = build(prog, tmp_path)
+    feed = {"q": q, "k": k, "v": v, "r": per_head, "c": causal}
+    one = coremlrt.MLModel(path, backend="reference", threads=1).predict(feed)
+    two = coremlrt.MLModel(path, backend="reference", threads=2).predict(feed)
+    sdpa = F.scaled_dot_product_attention
+    for name, mask in (("per_head", per_head), ("causal", causal)):
+        np.testing.assert_array_equal(one[name], two[name])
+        check(two[name], sdpa(t(q), t(k), t(v), attn_mask=t(mask)).numpy())
+
+
 # ---------------------------------------------------------------------------------------------
 # recurrent layers
 
