@@ -78,6 +78,19 @@ Slice resolve_slice(const KernelContext& ctx, const Shape& x, const std::vector<
   return s;
 }
 
+// Whether the selected elements are one run of x's memory, in order: every dim that selects
+// more than one element steps as a contiguous tensor of the selected shape would.
+bool one_run(const Slice& s) {
+  int64_t expected = 1;
+  for (size_t d = s.shape.size(); d-- > 0;) {
+    if (s.shape[d] == 0) return false;
+    if (s.shape[d] == 1) continue;
+    if (s.view.strides[d] != expected) return false;
+    expected *= s.shape[d];
+  }
+  return true;
+}
+
 std::unique_ptr<Kernel> slice_by_index(KernelBuilder& b) {
   const int x = b.input("x"), begin = b.optional_input("begin"), end = b.optional_input("end");
   const SliceMasks masks = read_masks(b);
@@ -85,6 +98,14 @@ std::unique_ptr<Kernel> slice_by_index(KernelBuilder& b) {
     const Tensor& in = ctx.input(x);
     const Slice s = resolve_slice(ctx, in.shape, begin < 0 ? std::vector<int64_t>{} : read_ints(ctx.input(begin)),
                                   end < 0 ? std::vector<int64_t>{} : read_ints(ctx.input(end)), masks);
+    if (in.dtype != DType::String && one_run(s)) {
+      // A view of x, as reshape gives one (misc.cc): a decode step's per-layer block of its
+      // KV cache is read where the state holds it rather than copied out first.
+      Tensor view = in;
+      view.shape = s.out_shape;
+      view.data = static_cast<char*>(in.data) + s.view.offset * static_cast<int64_t>(dtype_size(in.dtype));
+      return ctx.set_output(0, std::move(view));
+    }
     Tensor& out = ctx.allocate_output(0, in.dtype, s.out_shape);
     copy_strided(dtype_size(in.dtype), s.shape, in.data, s.view, out.data, contiguous_view(s.shape));
   });

@@ -122,6 +122,35 @@ def test_slices(tmp_path):
     })
 
 
+def test_slices_of_one_run_view_their_input_yet_outputs_are_the_callers_own(tmp_path):
+    # Slices that select one run of memory are views of x (src/ops/slice.cc): of the caller's
+    # input, of an engine buffer that is itself an output, and read by a later op. Outputs must
+    # still be arrays of their own.
+    x = rand(4, 6, 8)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=x.shape)], opset_version=ct.target.iOS18)
+    def prog(x):
+        y = mb.add(x=x, y=np.float32(1.0), name="y")
+        rows = mb.slice_by_index(x=y, begin=[1, 0, 0], end=[3, 6, 8], name="rows")
+        doubled = mb.mul(x=x, y=np.float32(2.0))  # not an output: its slice is the one view of it
+        return (y, rows, mb.relu(x=rows, name="relu_rows"),
+                mb.slice_by_index(x=doubled, begin=[3, 0, 0], end=[4, 6, 8], name="doubled_last"),
+                mb.slice_by_index(x=x, begin=[2, 0, 0], end=[3, 6, 8], squeeze_mask=[True, False, False], name="layer"),
+                mb.slice_by_index(x=x, begin=[0, 3, 0], end=[4, 4, 8], name="not_one_run"))
+
+    original = x.copy()
+    out = run(prog, tmp_path, {"x": x})
+    expected = {"y": original + 1, "rows": original[1:3] + 1, "relu_rows": np.maximum(original[1:3] + 1, 0),
+                "doubled_last": original[3:4] * 2,
+                "layer": original[2], "not_one_run": original[:, 3:4]}
+    check(out, expected)
+    x[:] = 0  # the caller's input changes after the prediction: no output sees it
+    check(out, expected)
+    for a in out:
+        for b in out:
+            assert a >= b or not np.shares_memory(out[a], out[b]), (a, b)
+
+
 def test_reshape_ios15_zero_rule_and_runtime_shapes(tmp_path):
     x = rand(2, 3, 4)
     n = np.array([7], dtype=np.int32)

@@ -31,7 +31,9 @@ IN_PLACE = ("fp16", "fp32") + SCATTER
 def _package(directory, name, form):
     """form: "fp16" (slice_update on the fp16 state), "fp32" (casts around it, as coremltools
     writes fp32 programs), "early_read" (fp16, plus a value read before the update and used
-    after it), "reused" (fp16, the value read is also used after the update), or
+    after it), "early_slice" (the same with layer 0 of the value read, a slice that is a view of
+    the state's buffer: src/ops/slice.cc), "reused" (fp16, the value read is also used after the
+    update), or
     "scatter_fp16" / "scatter_fp32": a scatter_nd (mode update) in the slice_update's place, as
     Core AI programs write a cache row (python/coremlrt/coreai/_ops_tensor.py window_scatter);
     it writes the row twice, kv / 2 then kv, so the last write must win."""
@@ -47,7 +49,9 @@ def _package(directory, name, form):
         begin = mb.concat(values=[np.array([0], np.int32), pos, np.array([0], np.int32)], axis=0)
         end = mb.concat(values=[np.array([1], np.int32), mb.add(x=pos, y=np.int32(1)), np.array([DIM], np.int32)],
                         axis=0)
-        early = mb.read_state(input=cache) if form == "early_read" else None
+        early = mb.read_state(input=cache) if form in ("early_read", "early_slice") else None
+        if form == "early_slice":
+            early = mb.slice_by_index(x=early, begin=[0, 0, 0], end=[1, POSITIONS, DIM])
         current = mb.read_state(input=cache)
         if form.startswith("scatter"):
             row = mb.concat(values=[np.array([0], np.int32), pos], axis=0)
@@ -68,7 +72,7 @@ def _package(directory, name, form):
             updated = mb.slice_update(x=current, update=mb.cast(x=kv, dtype="fp16"), begin=begin, end=end)
         new = mb.coreml_update_state(state=cache, value=updated)
         outputs = [mb.cast(x=new, dtype="fp32", name="cache_out")]
-        if form == "early_read":
+        if form in ("early_read", "early_slice"):
             outputs.append(mb.cast(x=early, dtype="fp32", name="before"))
         if form == "reused":
             outputs.append(mb.cast(x=current, dtype="fp32", name="before"))
@@ -81,7 +85,7 @@ def _package(directory, name, form):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     directory = tmp_path_factory.mktemp("state_update")
-    paths = {form: _package(directory, form, form) for form in ("fp16", "fp32", "early_read", "reused") + SCATTER}
+    paths = {form: _package(directory, form, form) for form in ("fp16", "fp32", "early_read", "early_slice", "reused") + SCATTER}
     loaded = {}
     for backend in ("reference", "openvino"):
         if backend not in coremlrt.available_backends():
@@ -184,19 +188,27 @@ def test_update_while_the_value_read_is_still_used_copies_the_state(models, back
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_value_read_before_the_update_keeps_its_contents(models, backend):
-    """`early` views the state's buffer when the update runs: the update writes a copy."""
-    model = _model(models, backend, "early_read")
+@pytest.mark.parametrize("form", ["early_read", "early_slice"])
+def test_value_read_before_the_update_keeps_its_contents(models, backend, form):
+    """`early` (or its layer 0) views the state's buffer when the update runs: the update writes
+    a copy."""
+    model = _model(models, backend, form)
     state = model.make_state()
     first = _rows(5, 1)[0]
     _step(model, state, first, 2)
     before = coremlrt.state_traffic()
     out = _step(model, state, _rows(6, 1)[0], 2)
     after = coremlrt.state_traffic()
-    expected_before = np.zeros(SHAPE, np.float32)
+    expected_before = np.zeros(SHAPE if form == "early_read" else (1, POSITIONS, DIM), np.float32)
     expected_before[0, 2] = first[0, 0]
     np.testing.assert_array_equal(out["before"], expected_before)
-    assert after["bytes_copied"] - before["bytes_copied"] == np.prod(SHAPE) * 2
+    copied = after["bytes_copied"] - before["bytes_copied"]
+    if form == "early_slice" and backend == "openvino":
+        # The slice and its cast run in an OpenVINO region before the update, which then finds
+        # no other view of the buffer and writes in place (keeping the row it overwrites).
+        assert copied == UPDATE_BYTES
+    else:
+        assert copied == np.prod(SHAPE) * 2
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
