@@ -158,6 +158,11 @@ int64_t matrix_rows(const ir::Operation& op, const ValueInfo& values) {
 //   gpt2_decode fp16 runs faster on our kernels alone than with all-OpenVINO regions. (Keeping
 //   the fp16 weights behind a Convert marked as decompression, rt_info "decompression", did not
 //   help with this CPU plugin; docs/reports/performance.md, "Measurements behind code choices".)
+// - or in fp32 (an fp32 program): our kernels read the mapped weights at about OpenVINO's speed
+//   over its repacked copy (gpt2_decode fp32, 2 threads: 10.6 against 11.1 ms; 1 thread: 15.9
+//   against 15.1 ms), without that copy's memory; and where the copies limit gave OpenVINO only
+//   some of a decoder's layers, the step ran slower than either backend alone (11.9 and 17.2 ms:
+//   docs/reports/performance.md, "Measurements behind code choices");
 // - or compressed (a packed constant, any program), for one row: our kernels decode its codes in
 //   registers (src/ops/packed_dot_x86.cc, where the CPU and the form allow) about as fast as OpenVINO's compressed kernels (int4 per block) or
 //   a little slower (int8 per channel, whose values ours round to fp16 as the folded weight holds
@@ -183,7 +188,8 @@ bool only_matrix_vector_work(const Region& region) {
         continue;
       }
     auto x = op->inputs.find("x");
-    if (region.values.type(x->second[0]).dtype != DType::Float16) return false;
+    const DType dtype = region.values.type(x->second[0]).dtype;
+    if (dtype != DType::Float16 && dtype != DType::Float32) return false;
     any = true;
   }
   return any;
@@ -269,9 +275,8 @@ class OpenVinoBackend final : public Backend {
     if (!options_.low_precision && only_matrix_vector_work(region))
       return Verdict::refuse("every multiply-add of the region is in matrix-vector products (at most " +
                              std::to_string(kMaxVectorRows) +
-                             " rows) over fp16 or compressed weights, which our kernels read as stored: OpenVINO would "
-                             "read fp16 weights widened to fp32 and hold copies of compressed ones (backend=\"auto\"; "
-                             "backend=\"openvino\" forces it)");
+                             " rows), which our kernels run reading the weights as stored: OpenVINO would hold copies of "
+                             "them, fp16 ones widened to fp32 (backend=\"auto\"; backend=\"openvino\" forces it)");
     if (total_macs >= kMinRegionMacs || elements >= kMinRegionElements) return Verdict::claim();
     return Verdict::refuse("the region does about " + std::to_string(static_cast<int64_t>(total_macs)) +
                            " multiply-adds over " + std::to_string(static_cast<int64_t>(elements)) +

@@ -180,33 +180,29 @@ def test_states_stay_ours_with_reasons_and_runtime_indices_are_checked(tmp_path,
 
 @needs_openvino
 @pytest.mark.parametrize("rows, expected", [(1, "reference"), (4, "reference"), (5, "openvino")])
-def test_auto_keeps_fp16_matrix_vector_work_on_our_kernels(tmp_path, rows, expected):
-    """A decode-like fp16 step (linear layers on a few rows) is memory-bound: auto keeps it on our
-    kernels, which read the fp16 weights; with more rows OpenVINO takes it. The fp32 program
-    goes to OpenVINO either way, and forced OpenVINO takes the fp16 one too."""
+@pytest.mark.parametrize("fp16", [True, False], ids=["fp16", "fp32"])
+def test_auto_keeps_matrix_vector_work_on_our_kernels(tmp_path, rows, expected, fp16):
+    """A decode-like step (linear layers on a few rows) is memory-bound: auto keeps it on our
+    kernels, which read the weights as stored (fp16 or fp32); with more rows OpenVINO takes it.
+    Forced OpenVINO takes it either way."""
     from coremltools.converters.mil import Builder as mb
 
     rng = np.random.default_rng(4)
     w1 = (rng.standard_normal((1024, 256)) / 16).astype(np.float32)
     w2 = (rng.standard_normal((256, 1024)) / 32).astype(np.float32)
 
-    def program():  # a fresh one per conversion: coremltools' passes rewrite the program they convert
-        @mb.program(input_specs=[mb.TensorSpec((rows, 256))])
-        def prog(x):
-            return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
+    @mb.program(input_specs=[mb.TensorSpec((rows, 256))])
+    def prog(x):
+        return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
 
-        return prog
-
-    fp16 = save_program(program(), tmp_path, name="fp16", fp16=True)
-    placed = coremlrt.MLModel(fp16, backend="auto", cache_dir=None).placements()
+    path = save_program(prog, tmp_path, name="model", fp16=fp16)
+    placed = coremlrt.MLModel(path, backend="auto", cache_dir=None).placements()
     linear = [p for p in placed if p["op_type"] == "linear"]
     assert {p["backend"] for p in linear} == {expected}
     if expected == "reference":
         assert all("matrix-vector" in p["reason"] for p in linear)
-    forced = coremlrt.MLModel(fp16, backend="openvino", cache_dir=None).placements()
+    forced = coremlrt.MLModel(path, backend="openvino", cache_dir=None).placements()
     assert {p["backend"] for p in forced if p["op_type"] == "linear"} == {"openvino"}
-    fp32 = coremlrt.MLModel(save_program(program(), tmp_path, name="fp32"), backend="auto", cache_dir=None).placements()
-    assert {p["backend"] for p in fp32 if p["op_type"] == "linear"} == {"openvino"}
 
 
 @needs_openvino
