@@ -86,7 +86,7 @@ ModelFiles locate_in_package(const fs::path& package) {
   fs::path model_file = package / "Data" / relative;
   COREMLRT_CHECK(fs::is_regular_file(model_file), "model package '", package.string(),
                  "': root model file 'Data/", relative.string(), "' does not exist");
-  return {model_file.string(), model_file.parent_path().string(), true};
+  return {model_file.string(), model_file.parent_path().string(), true, false, false, {}};
 }
 
 // The folder `p` lies in ("a/b.mlpackage/" -> "a").
@@ -99,7 +99,7 @@ std::string folder_of(const fs::path& p) {
 }  // namespace
 
 ModelFiles locate_model(const std::string& path) {
-  if (find_memory_model(path)) return {path, path, false, false, true};
+  if (find_memory_model(path)) return {path, path, false, false, true, {}};
   std::error_code ec;
   fs::path p(path);
   fs::file_status status = fs::status(p, ec);
@@ -118,7 +118,7 @@ ModelFiles locate_model(const std::string& path) {
   }
   COREMLRT_CHECK(fs::is_regular_file(status), "model path '", path,
                  "' is neither a folder nor a regular file");
-  ModelFiles files{p.string(), p.parent_path().string(), false};
+  ModelFiles files{p.string(), p.parent_path().string(), false, false, false, {}};
   files.location = folder_of(p);
   return files;
 }
