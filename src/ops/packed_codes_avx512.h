@@ -2,6 +2,8 @@
 // The AVX-512 pieces that the decoders (packed_codes_x86.cc) and the decode step's dot products
 // (packed_dot_x86.cc) share: one group's values sixteen lanes at a time, as packed::value_of
 // computes them (packed_codes.h). Internal to src/ops; only for builds with the x86 loops.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "ops/packed_codes.h"
@@ -33,6 +35,32 @@ constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #define COREMLRT_AVX512_VBMI2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,f16c,popcnt")))
 
 COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, kNearest)); }
+
+// Rounding to fp16 by splitting (Veltkamp's): with c = v * 8193, c - (c - v) is v rounded to its
+// leading 11 bits, to nearest, ties to even: the same float as round_half16(v) for every v in
+// fp16's normal range (|v| from 2^-14 to 65504), in three plain float operations instead of two
+// conversions (the int8 decode step's loop ran faster by a third: docs/reports/performance.md,
+// design choices). Used where v = x * scale is an exact product (split_rounding_exact); there
+// c = x * (scale * 8193) and c - v = fma(-x, scale, c), so v itself is never formed. The
+// explicitly rounded forms keep GCC from fusing the multiply or the last subtraction into an
+// fma, which would skip a rounding the split relies on.
+COREMLRT_AVX512 inline __m512 split_round_half16(__m512 x, __m512 scale, __m512 scale_8193) {
+  const __m512 c = _mm512_mul_round_ps(x, scale_8193, kNearest);
+  return _mm512_sub_round_ps(c, _mm512_fnmadd_ps(x, scale, c), kNearest);
+}
+
+// Whether split_round_half16 gives round_to_half(x * scale) for every x = code - offset of byte
+// codes (int8 when is_signed, else uint8): scale * 8193 is exact (scale has at most 11
+// significant bits, as an fp16 scale has), so x * scale is exact for the integers x; the offset
+// is an integer; and every nonzero value lies in fp16's normal range.
+inline bool split_rounding_exact(float scale, float offset, bool is_signed) {
+  const float scale_8193 = scale * 8193.0f;
+  if (!std::isfinite(scale_8193) || std::fma(scale, 8193.0f, -scale_8193) != 0.0f) return false;
+  if (offset != std::nearbyint(offset) || std::fabs(offset) > 256.0f) return false;
+  const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+  const float widest = std::max(std::fabs(lo - offset), std::fabs(hi - offset));
+  return std::fabs(scale) >= 0x1p-14f && std::fabs(scale) * widest <= 65504.0f;
+}
 
 // value_of for sixteen codes (as floats) of one group; kShiftScale and kAffine.
 // kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.

@@ -36,21 +36,25 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 COREMLRT_AVX512 inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// The scales and offsets of a row's groups, as floats, read for the whole row at once
-// (group_at's conversions, one group at a time, cost more than the products of a 32-column
-// block). Not for palettes.
+// The scales and offsets of groups [g0, g0 + count), as floats, read at once: a row's groups, or
+// a window of rows' (group_at's conversions, one group at a time, cost more than the products of
+// a 32-column block). Not for palettes.
 struct RowScales {
+  int64_t g0 = 0;
   std::vector<float> scales, offsets;
 
-  void read(const Run& run, int64_t count) {
+  void read(const ir::PackedTensor& t, int64_t first, int64_t count) {
+    g0 = first;
     scales.resize(static_cast<size_t>(count));
     offsets.resize(static_cast<size_t>(count));
-    scales_and_offsets(*run.tensor, run.g, count, scales.data(), offsets.data());
+    scales_and_offsets(t, first, count, scales.data(), offsets.data());
   }
+  void read(const Run& run, int64_t count) { read(*run.tensor, run.g, count); }
+  // Group g of the tensor, which must lie in what was read.
   Group group(const Group& shape, int64_t g) const {
     Group out = shape;
-    out.scale = scales[static_cast<size_t>(g)];
-    out.offset = offsets[static_cast<size_t>(g)];
+    out.scale = scales[static_cast<size_t>(g - g0)];
+    out.offset = offsets[static_cast<size_t>(g - g0)];
     return out;
   }
 };
@@ -71,7 +75,7 @@ COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row
   row.read(run, count);
   if (!rounded_once(run.shape)) {
     for (int64_t g = 0; g < count; ++g)
-      _mm512_storeu_ps(tables + 16 * g, nibble_values16<true>(row.group(run.shape, g), is_signed));
+      _mm512_storeu_ps(tables + 16 * g, nibble_values16<true>(row.group(run.shape, run.g + g), is_signed));
     return;
   }
   const __m512 codes = is_signed ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1)
@@ -255,11 +259,38 @@ COREMLRT_AVX512_INLINE inline void bytes_rounded_once(const uint8_t* codes, cons
   if (i + 16 <= n) sum0 = _mm512_fmadd_ps(value(codes + i), _mm512_loadu_ps(a + i), sum0);
 }
 
+// bytes_rounded_once with values rounded to fp16 by split_round_half16, for groups where
+// split_rounding_exact holds.
+template <bool kSigned, bool kOffset>
+COREMLRT_AVX512_INLINE inline void bytes_split_rounded(const uint8_t* codes, const float* a, int64_t n, float scale,
+                                                       float offset, __m512& sum0, __m512& sum1) {
+  const __m512 s = _mm512_set1_ps(scale), s_8193 = _mm512_set1_ps(scale * 8193.0f), o = _mm512_set1_ps(offset);
+  auto value = [&](const uint8_t* p) __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"), always_inline)) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m512 code = _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+    return split_round_half16(kOffset ? _mm512_sub_ps(code, o) : code, s, s_8193);
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    sum0 = _mm512_fmadd_ps(value(codes + i), _mm512_loadu_ps(a + i), sum0);
+    sum1 = _mm512_fmadd_ps(value(codes + i + 16), _mm512_loadu_ps(a + i + 16), sum1);
+  }
+  if (i + 16 <= n) sum0 = _mm512_fmadd_ps(value(codes + i), _mm512_loadu_ps(a + i), sum0);
+}
+
 // bytes_rounded_once for the form at hand: whether codes are signed, values rounded to fp16,
 // and an offset subtracted (none for symmetric codes).
 COREMLRT_AVX512 void bytes_rounded_once_as(bool is_signed, bool round, bool offset, const uint8_t* codes,
                                            const float* a, int64_t n, float scale, float offset_value, __m512& sum0,
                                            __m512& sum1) {
+  if (round && split_rounding_exact(scale, offset_value, is_signed)) {
+    if (is_signed) {
+      return offset ? bytes_split_rounded<true, true>(codes, a, n, scale, offset_value, sum0, sum1)
+                    : bytes_split_rounded<true, false>(codes, a, n, scale, offset_value, sum0, sum1);
+    }
+    return offset ? bytes_split_rounded<false, true>(codes, a, n, scale, offset_value, sum0, sum1)
+                  : bytes_split_rounded<false, false>(codes, a, n, scale, offset_value, sum0, sum1);
+  }
   const int form = (is_signed ? 4 : 0) | (round ? 2 : 0) | (offset ? 1 : 0);
   switch (form) {
     case 0: return bytes_rounded_once<false, false, false>(codes, a, n, scale, offset_value, sum0, sum1);
@@ -283,7 +314,7 @@ COREMLRT_AVX512 float dot_bytes_row(const Run& run, const RowScales& row, const 
   int64_t done = 0;
   for (int64_t g = 0, len = run.first; done < run.n; len = run.block, ++g) {
     len = std::min(len, run.n - done);
-    const Group group = row.group(run.shape, g);
+    const Group group = row.group(run.shape, run.g + g);
     const int64_t whole = len / 16 * 16;
     if (!fast) {
       for (int64_t i = 0; i < whole; i += 16)
@@ -303,11 +334,15 @@ COREMLRT_AVX512 float dot_bytes_row(const Run& run, const RowScales& row, const 
 }
 
 COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
-  thread_local RowScales row;
-  for (int64_t r = 0; r < rows.nr; ++r) {
-    const Run run = rows.run(rows.r0 + r);
-    row.read(run, group_count(run));
-    c[r] += dot_bytes_row(run, row, a);
+  // The scales and offsets of a window of rows read at once (a row per channel has one group,
+  // too few to pay for a call of its own), windows small enough to stay in L1 as dot_nibbles'.
+  thread_local RowScales groups;
+  const int64_t window = std::max<int64_t>(1, kProductWindowGroups / group_count(rows.run(rows.r0)));
+  for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
+    const int64_t wn = std::min(window, rows.nr - w0);
+    const Run first = rows.run(rows.r0 + w0), last = rows.run(rows.r0 + w0 + wn - 1);
+    groups.read(*rows.tensor, first.g, last.g + group_count(last) - first.g);
+    for (int64_t r = w0; r < w0 + wn; ++r) c[r] += dot_bytes_row(rows.run(rows.r0 + r), groups, a);
   }
 }
 

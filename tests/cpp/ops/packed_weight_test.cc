@@ -429,6 +429,60 @@ TEST(PackedWeight, Fp16GroupTablesEqualRoundingEachValue) {
   }
   EXPECT_EQ(covered, 2 * 5 * 2 * 26 * 1024);  // both code kinds, five offsets in range, both signs
 }
+
+// Sixteen values x * scale rounded to fp16 by split_round_half16.
+COREMLRT_AVX512 void split_round16(const float* x, float scale, float* out) {
+  _mm512_storeu_ps(out, packed::split_round_half16(_mm512_loadu_ps(x), _mm512_set1_ps(scale), _mm512_set1_ps(scale * 8193.0f)));
+}
+
+// Byte codes' values rounded to fp16 by splitting (split_round_half16, the int8 decode step's
+// loop) equal the conversion's rounding bit for bit, for every code of every fp16 scale that
+// split_rounding_exact takes, with integer offsets; and it takes every normal scale whose values
+// stay finite, and no scale or offset that would need more bits.
+TEST(PackedWeight, SplitRoundingEqualsConvertingEachValue) {
+  if (packed::simd_level() != packed::SimdLevel::kAvx512) GTEST_SKIP() << "this CPU or build lacks AVX-512";
+  auto check = [](float scale, float offset, bool is_signed) {
+    const int lo = is_signed ? -128 : 0;
+    for (int first = lo; first < lo + 256; first += 16) {
+      float codes[16], got[16];
+      for (int i = 0; i < 16; ++i) codes[i] = static_cast<float>(first + i) - offset;
+      split_round16(codes, scale, got);
+      for (int i = 0; i < 16; ++i) {
+        const float want = packed::round_to_half(codes[i] * scale);
+        ASSERT_TRUE(same_bits(&got[i], &want, sizeof want))
+            << "scale " << scale << " offset " << offset << " code " << first + i << ": " << got[i] << " != " << want;
+      }
+    }
+  };
+  for (bool is_signed : {true, false}) {
+    for (float offset : {0.0f, -3.0f, 5.0f, 128.0f, 256.0f}) {
+      int64_t covered = 0;
+      for (uint32_t bits = 0; bits < 65536; ++bits) {
+        const uint16_t raw = static_cast<uint16_t>(bits);
+        half value;
+        std::memcpy(&value, &raw, sizeof value);
+        const float scale = static_cast<float>(value);
+        if (!packed::split_rounding_exact(scale, offset, is_signed)) continue;
+        ++covered;
+        check(scale, offset, is_signed);
+        if (HasFatalFailure()) return;
+      }
+      // Normal scales (exponent field 1 and up) whose widest value |code - offset| |scale| is
+      // at most 65504: the exponent field's last taken value, widest * 2^(e - 15) * 2047/1024.
+      const double widest = std::max(std::abs((is_signed ? -128.0 : 0.0) - offset), std::abs((is_signed ? 127.0 : 255.0) - offset));
+      int64_t expected = 0;
+      for (int e = 1; e <= 30; ++e)
+        for (int m = 0; m < 1024; ++m)
+          if (widest * std::ldexp(1.0 + m / 1024.0, e - 15) <= 65504.0) expected += 2;  // both signs
+      EXPECT_EQ(covered, expected) << (is_signed ? "int8" : "uint8") << " codes, offset " << offset;
+    }
+  }
+  EXPECT_FALSE(packed::split_rounding_exact(0.01f, 0.5f, true));                  // a fractional offset
+  EXPECT_FALSE(packed::split_rounding_exact(0.01f, 0.0f, true));                  // 0.01f has 24 significant bits
+  EXPECT_FALSE(packed::split_rounding_exact(std::ldexp(1.0f, -15), 0.0f, true));  // values below fp16's normal range
+  EXPECT_FALSE(packed::split_rounding_exact(1024.0f, 0.0f, true));                // values past 65504
+  EXPECT_FALSE(packed::split_rounding_exact(0.25f, 300.0f, false));               // an offset past 256
+}
 #endif
 
 TEST(PackedWeight, SubByteConstantsDecodeToOneBytePerElement) {
