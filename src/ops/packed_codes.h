@@ -152,11 +152,14 @@ struct RowRuns {
 // = a[32q + 2j + 1], j < 16) and the rows' groups keep whole 32-column blocks (every run's k
 // even, first == n or first and block multiples of 32). Otherwise codes are int8 or uint8,
 // kShiftScale or kAffine, or a mask over fp16 values (kIdentity; first_code set; AVX-512
-// VBMI2), each 32 columns' values spread into place by their mask bits. False, with c
+// VBMI2 or BITALG), each 32 columns' values spread into place by their mask bits. False, with c
 // untouched, when this CPU or build has no such loop.
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
-// Whether dot_simd runs on this CPU and build (for sparse values: with their expand instructions).
+// Whether dot_simd runs on this CPU and build (for sparse values: with AVX-512 BITALG or VBMI2).
 bool dot_simd_available(bool sparse);
+// Tests: true makes sparse values go through VBMI2's expand instructions even where the CPU has
+// BITALG (spread_by_permute), so that both ways are tested on one machine; default false.
+void prefer_expand(bool expand);
 
 // The instruction sets the loops above may use: kAvx512, kAvx2 or kPortable (none), capped by
 // what the CPU has. For tests, which run every level the machine offers; default kAvx512.

@@ -23,6 +23,13 @@ namespace coremlrt::ops::packed {
 // Whether the CPU has AVX-512 VBMI2 (expand-loads of 16-bit lanes); asked only where AVX-512
 // itself is usable.
 bool has_vbmi2();
+// Whether the CPU has AVX-512 BITALG (per-lane popcounts); asked only where AVX-512 is usable.
+bool has_bitalg();
+// Whether sparse fp16 values are put into place by spread_halves32 (BITALG's per-lane popcounts
+// and a permute) rather than by VBMI2's expand instructions: on AMD CPUs with BITALG, where the
+// expand measured 2.5 times slower (Zen 4: docs/reports/performance.md, design choices), unless
+// prefer_expand(true) turned it off. Elsewhere the expand, as measured before.
+bool spread_by_permute();
 
 // Mask bits [position, position + 64) of a sparse tensor (zeros past the mask's end).
 uint64_t mask_bits(const SparseValues& s, int64_t position);
@@ -33,6 +40,15 @@ constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 // The per-group loops, inlined into the drivers that walk a run of groups.
 #define COREMLRT_AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,fma,popcnt"), always_inline))
 #define COREMLRT_AVX512_VBMI2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,f16c,popcnt")))
+// The decode step's sparse loop, which inlines either way of spreading values (VBMI2 and
+// BITALG: every CPU with one has the other, Intel's since Ice Lake and AMD's since Zen 4, and
+// the loop runs only where both are present).
+#define COREMLRT_AVX512_SPARSE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,avx512bitalg,f16c,fma,popcnt")))
+#define COREMLRT_AVX512_SPARSE_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi2,avx512bitalg,f16c,fma,popcnt"), always_inline))
+#define COREMLRT_AVX512_BITALG __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bitalg,f16c,fma,popcnt")))
+#define COREMLRT_AVX512_BITALG_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bitalg,f16c,fma,popcnt"), always_inline))
 
 COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, kNearest)); }
 
@@ -47,6 +63,33 @@ COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_m
 COREMLRT_AVX512 inline __m512 split_round_half16(__m512 x, __m512 scale, __m512 scale_8193) {
   const __m512 c = _mm512_mul_round_ps(x, scale_8193, kNearest);
   return _mm512_sub_round_ps(c, _mm512_fnmadd_ps(x, scale, c), kNearest);
+}
+
+// The 32 positions of a sparse run of fp16 values whose mask bits are m: lane j takes value
+// number popcount(m & (2^j - 1)) of `values` where bit j is set, else 0 (as an expand-load
+// gives them). Each lane's count of the mask bits below it comes from a per-lane popcount of
+// the mask's half with bits at and above the lane cleared, plus, in the upper sixteen lanes, the
+// lower half's count; then one permute. The values are read by a plain load of 32 where that
+// stays before `end` (the tensor's last value), else by a masked load of only those used: AMD
+// Zen 4's masked loads took most of the decode step's sparse loop (docs/reports/performance.md).
+COREMLRT_AVX512_BITALG_INLINE inline __m512i spread_halves32(uint32_t m, const half* values, const half* end) {
+  const __m512i below = _mm512_set_epi16(0x7fff, 0x3fff, 0x1fff, 0x0fff, 0x07ff, 0x03ff, 0x01ff, 0x00ff, 0x7f, 0x3f,
+                                         0x1f, 0x0f, 0x07, 0x03, 0x01, 0x00, 0x7fff, 0x3fff, 0x1fff, 0x0fff, 0x07ff,
+                                         0x03ff, 0x01ff, 0x00ff, 0x7f, 0x3f, 0x1f, 0x0f, 0x07, 0x03, 0x01, 0x00);
+  constexpr __mmask32 kUpper = 0xffff0000u;
+  const uint32_t low = m & 0xffffu;
+  const __m512i halves = _mm512_mask_blend_epi16(kUpper, _mm512_set1_epi16(static_cast<short>(low)),
+                                                 _mm512_set1_epi16(static_cast<short>(m >> 16)));
+  __m512i index = _mm512_popcnt_epi16(_mm512_and_si512(halves, below));
+  index = _mm512_mask_add_epi16(index, kUpper, index, _mm512_set1_epi16(static_cast<short>(__builtin_popcount(low))));
+  __m512i packed;
+  if (end - values >= 32) {
+    packed = _mm512_loadu_si512(values);
+  } else {
+    const int used = __builtin_popcount(m);
+    packed = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(used == 32 ? ~0u : (1u << used) - 1u), values);
+  }
+  return _mm512_maskz_permutexvar_epi16(m, index, packed);
 }
 
 // Whether split_round_half16 gives round_to_half(x * scale) for every x = code - offset of byte

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -60,6 +61,35 @@ bool has_vbmi2() {
   }();
   return yes;
 }
+
+// CPUID leaf 7, ECX bit 12, as has_vbmi2.
+bool has_bitalg() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 12)) != 0;
+  }();
+  return yes;
+}
+
+namespace {
+std::atomic<bool> expand_preferred{false};
+
+bool is_amd() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    return std::strcmp(vendor, "AuthenticAMD") == 0;
+  }();
+  return yes;
+}
+}  // namespace
+
+void prefer_expand(bool expand) { expand_preferred.store(expand, std::memory_order_relaxed); }
+bool spread_by_permute() { return is_amd() && has_bitalg() && !expand_preferred.load(std::memory_order_relaxed); }
 
 // Mask bits [position, position + 64) (zeros past the mask's end).
 uint64_t mask_bits(const SparseValues& s, int64_t position) {
@@ -158,6 +188,33 @@ COREMLRT_AVX512_INLINE inline void bytes512(const Group& g, const uint8_t* codes
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, map16(g, byte_codes16(codes + k + i, is_signed)));
   byte_tail(g, codes, is_signed, k, i, n, out);
+}
+
+// expand512 with spread_halves32 in place of the expand-loads (spread_by_permute).
+COREMLRT_AVX512_BITALG int64_t permute512(const SparseValues& t, int64_t p, int64_t k, int64_t n, half* out) {
+  const half* codes = static_cast<const half*>(t.values);
+  const int64_t first = k;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const uint32_t m = static_cast<uint32_t>(mask_bits(t, p + i));
+    _mm512_storeu_si512(out + i, spread_halves32(m, codes + k, codes + t.count));
+    k += __builtin_popcount(m);
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
+}
+
+COREMLRT_AVX512_BITALG int64_t permute512(const SparseValues& t, int64_t p, int64_t k, int64_t n, float* out) {
+  const half* codes = static_cast<const half*>(t.values);
+  const int64_t first = k;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const uint32_t m = static_cast<uint32_t>(mask_bits(t, p + i));
+    const __m512i v = spread_halves32(m, codes + k, codes + t.count);
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_castsi512_si256(v)));
+    _mm512_storeu_ps(out + i + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)));
+    k += __builtin_popcount(m);
+  }
+  return expand_tail(t, codes, p, k, i, n, out) - first;
 }
 
 COREMLRT_AVX512_VBMI2 int64_t expand512(const SparseValues& t, int64_t p, int64_t k, int64_t n, half* out) {
@@ -648,6 +705,7 @@ bool bytes_simd(const Run& run, float* out) { return bytes_at_level(run, out); }
 int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t n, half* out) {
   if (t.dtype != DType::Float16) return -1;
   const SimdLevel l = level();
+  if (l == SimdLevel::kAvx512 && spread_by_permute()) return permute512(t, position, k, n, out);
   if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
   if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
   return -1;
@@ -656,6 +714,7 @@ int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t 
 int64_t expand_simd(const SparseValues& t, int64_t position, int64_t k, int64_t n, float* out) {
   const SimdLevel l = level();
   if (t.dtype == DType::Float16) {
+    if (l == SimdLevel::kAvx512 && spread_by_permute()) return permute512(t, position, k, n, out);
     if (l == SimdLevel::kAvx512 && has_vbmi2()) return expand512(t, position, k, n, out);
     if (l >= SimdLevel::kAvx2) return expand256(t, position, k, n, out);
     return -1;

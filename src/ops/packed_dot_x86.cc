@@ -346,19 +346,35 @@ COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
   }
 }
 
-// One row of a sparse fp16 tensor: each 32 columns' mask bits spread that many values into their
-// lanes (zeros elsewhere, as the folded weight holds them).
-COREMLRT_AVX512_VBMI2 float dot_sparse_row(const SparseValues& s, int64_t position, int64_t k, int64_t n,
-                                           const float* a) {
-  const half* values = static_cast<const half*>(s.values) + k;
-  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-  auto add32 = [&](uint32_t m, int64_t i) __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt"), always_inline)) {
-    // The run's values by a masked load (it touches no byte past them), then spread between
-    // registers, which measured a little faster here than the expand-load from memory.
+// The 32 positions of a sparse run whose mask bits are m, by VBMI2's expand: the run's values by
+// a masked load (it touches no byte past them), then spread between registers, which measured a
+// little faster than the expand-load from memory.
+struct ExpandSpread {
+  COREMLRT_AVX512_SPARSE_INLINE __m512i operator()(uint32_t m, const half* values, const half*) const {
     const int used = __builtin_popcount(m);
     const __mmask32 first = static_cast<__mmask32>(used == 32 ? ~0u : (1u << used) - 1u);
-    const __m512i v = _mm512_maskz_expand_epi16(m, _mm512_maskz_loadu_epi16(first, values));
-    values += used;
+    return _mm512_maskz_expand_epi16(m, _mm512_maskz_loadu_epi16(first, values));
+  }
+};
+
+// The same by spread_halves32 (BITALG), where spread_by_permute.
+struct PermuteSpread {
+  COREMLRT_AVX512_SPARSE_INLINE __m512i operator()(uint32_t m, const half* values, const half* end) const {
+    return spread_halves32(m, values, end);
+  }
+};
+
+// One row of a sparse fp16 tensor: each 32 columns' mask bits spread that many values into their
+// lanes (zeros elsewhere, as the folded weight holds them).
+template <class Spread>
+COREMLRT_AVX512_SPARSE_INLINE inline float dot_sparse_row(const SparseValues& s, int64_t position, int64_t k, int64_t n,
+                                                   const float* a, Spread spread) {
+  const half* values = static_cast<const half*>(s.values) + k;
+  const half* end = static_cast<const half*>(s.values) + s.count;
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  auto add32 = [&](uint32_t m, int64_t i) COREMLRT_AVX512_SPARSE_INLINE {
+    const __m512i v = spread(m, values, end);
+    values += __builtin_popcount(m);
     sum0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_loadu_ps(a + i), sum0);
     sum1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), _mm512_loadu_ps(a + i + 16), sum1);
   };
@@ -377,15 +393,23 @@ COREMLRT_AVX512_VBMI2 float dot_sparse_row(const SparseValues& s, int64_t positi
   return sum16(_mm512_add_ps(sum0, sum1)) + tail;
 }
 
-COREMLRT_AVX512_VBMI2 void dot_sparse(const RowRuns& rows, const float* a, float* c) {
+template <class Spread>
+COREMLRT_AVX512_SPARSE_INLINE inline void dot_sparse_rows(const RowRuns& rows, const float* a, float* c, Spread spread) {
   const SparseValues s = SparseValues::of(*rows.tensor);
   for (int64_t r = 0; r < rows.nr; ++r)
-    c[r] += dot_sparse_row(s, (rows.r0 + r) * rows.cols + rows.c0, rows.first_code[r], rows.nc, a);
+    c[r] += dot_sparse_row(s, (rows.r0 + r) * rows.cols + rows.c0, rows.first_code[r], rows.nc, a, spread);
+}
+
+COREMLRT_AVX512_SPARSE void dot_sparse(const RowRuns& rows, const float* a, float* c) {
+  if (spread_by_permute()) dot_sparse_rows(rows, a, c, PermuteSpread{});
+  else dot_sparse_rows(rows, a, c, ExpandSpread{});
 }
 
 }  // namespace
 
-bool dot_simd_available(bool sparse) { return simd_level() == SimdLevel::kAvx512 && (!sparse || has_vbmi2()); }
+bool dot_simd_available(bool sparse) {
+  return simd_level() == SimdLevel::kAvx512 && (!sparse || (has_vbmi2() && has_bitalg()));
+}
 
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   if (!dot_simd_available(rows.tensor->mask.defined())) return false;

@@ -20,7 +20,12 @@ namespace {
 
 bool bit_set(const uint8_t* mask, int64_t p) { return (mask[p / 8] >> (p % 8)) & 1u; }
 
-// Set bits of the mask in [begin, end).
+// Set bits of the mask in [begin, end). On x86 also built with the popcnt instruction, chosen
+// at load where the CPU has it: the baseline build counts through a library call, which took 6 %
+// of a sparse palettized decoder's decode step.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
 int64_t count_set(const uint8_t* mask, int64_t begin, int64_t end) {
   int64_t n = 0;
   while (begin < end && begin % 64) n += bit_set(mask, begin++);

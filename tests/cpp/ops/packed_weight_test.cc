@@ -198,15 +198,26 @@ std::vector<Case> cases() {
 
 bool same_bits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 
+// One level of the x86 loops, and for AVX-512 which way sparse values are spread into place
+// (packed::spread_by_permute; expand: VBMI2's instructions even where the permute would run).
+struct Loops {
+  packed::SimdLevel level;
+  bool expand = false;
+};
+
 // Runs each test at one level of the x86 loops; skipped where the CPU lacks it.
-class PackedWeightTest : public ::testing::TestWithParam<packed::SimdLevel> {
+class PackedWeightTest : public ::testing::TestWithParam<Loops> {
  protected:
   void SetUp() override {
     packed::limit_simd(packed::SimdLevel::kAvx512);
-    if (packed::simd_level() < GetParam()) GTEST_SKIP() << "this CPU or build lacks these instructions";
-    packed::limit_simd(GetParam());
+    if (packed::simd_level() < GetParam().level) GTEST_SKIP() << "this CPU or build lacks these instructions";
+    packed::limit_simd(GetParam().level);
+    packed::prefer_expand(GetParam().expand);
   }
-  void TearDown() override { packed::limit_simd(packed::SimdLevel::kAvx512); }
+  void TearDown() override {
+    packed::limit_simd(packed::SimdLevel::kAvx512);
+    packed::prefer_expand(false);
+  }
 };
 
 TEST_P(PackedWeightTest, DenseDecodeMatchesElementByElement) {
@@ -270,9 +281,9 @@ bool taken_on_avx512(const std::string& name) {
                            "affine_int4", "uint8_block64_offset", "int4_block32_negative_scales",
                            "uint4_block32_extreme_scales", "int4_block32_row_pairs"})
     if (name.rfind(form, 0) == 0) return true;
-  // Sparse fp16 values, with AVX-512 VBMI2's expand-loads.
+  // Sparse fp16 values, where the CPU has AVX-512 VBMI2 and BITALG.
 #ifdef COREMLRT_PACKED_X86
-  if (packed::has_vbmi2())
+  if (packed::has_vbmi2() && packed::has_bitalg())
     for (const char* form : {"sparse_wide_fp16", "sparse_k64_fp16", "sparse_fp16", "sparse_dense_rows_fp16"})
       if (name == form) return true;
 #endif
@@ -514,11 +525,14 @@ TEST(PackedWeight, MalformedTensorsAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loops, PackedWeightTest,
-                         ::testing::Values(packed::SimdLevel::kAvx512, packed::SimdLevel::kAvx2, packed::SimdLevel::kPortable),
-                         [](const ::testing::TestParamInfo<packed::SimdLevel>& info) {
-                           return info.param == packed::SimdLevel::kAvx512 ? "avx512"
-                                  : info.param == packed::SimdLevel::kAvx2 ? "avx2"
-                                                                           : "portable";
+                         ::testing::Values(Loops{packed::SimdLevel::kAvx512}, Loops{packed::SimdLevel::kAvx512, true},
+                                           Loops{packed::SimdLevel::kAvx2}, Loops{packed::SimdLevel::kPortable}),
+                         [](const ::testing::TestParamInfo<Loops>& info) {
+                           const packed::SimdLevel level = info.param.level;
+                           return std::string(level == packed::SimdLevel::kAvx512 ? "avx512"
+                                              : level == packed::SimdLevel::kAvx2 ? "avx2"
+                                                                                  : "portable") +
+                                  (info.param.expand ? "_expand" : "");
                          });
 
 }  // namespace
