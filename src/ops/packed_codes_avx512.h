@@ -174,21 +174,17 @@ COREMLRT_AVX512 inline __m256i rounded_values16(float scale, float offset, bool 
 // more than the products of a 32-column block).
 COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, int64_t n, float* scales, float* offsets);
 
-// A fp16 group's sixteen values without rounding each of them. For an fp16 scale
-// s = ±2^e (1 + f/1024) and an integer difference d = code - offset, |d| <= 16, s d is exact in
-// fp32, and while it is a normal fp16 (e in [-14, 11]) rounding it to fp16 keeps 11 significant
-// bits whatever e is: round(s d) = ±2^e round((1 + f/1024) d). fp16_products() holds those
-// rounded products, a row of 32 floats for each f, d = -16..15 (128 KiB, built once); a group's
-// table is then sixteen consecutive floats of row f times ±2^e, exact. The decode step's
-// products (packed_dot_x86.cc) read it instead of rounding sixteen values per block of 32 codes,
-// which had cost as much as the products themselves.
-const float* fp16_products();
-// For groups [g0, g0 + n) of `t` (4-bit codes, rounded_once, fp16 values): the index in
-// fp16_products() of each group's first value (code 0, or code -8 for int4 codes) and its
-// factor ±2^e. False where the scales are not fp16, or a group's scale is subnormal or at least
-// 2^12, or its offset is not an integer that keeps the sixteen values in the row.
-bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed, int32_t* start,
-                         float* factor);
+// For groups [g0, g0 + n) of `t` (4-bit codes, rounded_once, fp16 values): each group's scale
+// s, s * 8193 and offset as floats, for tables of sixteen values computed by
+// split_round_half16 (packed_dot_x86.cc). False where the scales are not fp16, or a group's
+// scale is subnormal or at least 2^12, or its offset is not an integer within 16 of every code.
+// Where true, each difference d = code - offset is an integer with |d| <= 16, s d is exact in
+// fp32 and, when not 0, lies in fp16's normal range (2^-14 <= |s d| <= 4094 * 16 = 65504), so
+// the split rounds it as the conversion to fp16 would. Computed in registers, the tables cost
+// the decode step less than reading them from a table of rounded products (128 KiB, half of L2,
+// and a dependent load per group: docs/reports/performance.md, design choices).
+bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed, float* scale,
+                         float* scale_8193, float* offset);
 
 }  // namespace coremlrt::ops::packed
 

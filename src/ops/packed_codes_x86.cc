@@ -258,17 +258,40 @@ COREMLRT_AVX512 int64_t expand512_fp32(const SparseValues& t, int64_t p, int64_t
 
 namespace {
 
+// The first m (at most 16) elements at p: a plain load where all sixteen lie in range, else a
+// masked one. The scales and offsets of a decode step's groups are read sixteen at a time, and
+// AMD Zen 4's masked loads and stores cost several times a plain one (docs/reports/performance.md,
+// design choices).
+COREMLRT_AVX512_INLINE inline __m128i load_bytes16(const uint8_t* p, int64_t m) {
+  return m == 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                 : _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << m) - 1u), p);
+}
+COREMLRT_AVX512_INLINE inline __m256i load_halves16(const void* p, int64_t m) {
+  return m == 16 ? _mm256_loadu_si256(static_cast<const __m256i*>(p))
+                 : _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << m) - 1u), p);
+}
+COREMLRT_AVX512_INLINE inline __m512 load_floats16(const float* p, int64_t m) {
+  return m == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1u), p);
+}
+COREMLRT_AVX512_INLINE inline void store_floats16(float* p, int64_t m, __m512 v) {
+  if (m == 16) _mm512_storeu_ps(p, v);
+  else _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << m) - 1u), v);
+}
+
 // Offsets [g, g + m) (m <= 16) of 4-bit offsets, two per byte, low nibble first, from an even g.
 COREMLRT_AVX512_INLINE inline __m512i nibble_offsets16(const uint8_t* bytes, bool is_signed, int64_t g, int64_t m) {
   __m128i codes, unused;
-  split_nibbles(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((m + 1) / 2)) - 1u), bytes + g / 2), codes, unused);
+  const int64_t count = (m + 1) / 2;
+  split_nibbles(count == 8 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + g / 2))
+                           : _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << count) - 1u), bytes + g / 2),
+                codes, unused);
   if (is_signed) codes = _mm_sub_epi8(_mm_xor_si128(codes, _mm_set1_epi8(8)), _mm_set1_epi8(8));
   return _mm512_cvtepi8_epi32(codes);
 }
 
 // Offsets [g, g + m) (m <= 16) of 8-bit offsets.
 COREMLRT_AVX512_INLINE inline __m512i byte_offsets16(const uint8_t* bytes, bool is_signed, int64_t g, int64_t m) {
-  const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << m) - 1u), bytes + g);
+  const __m128i b = load_bytes16(bytes + g, m);
   return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
 }
 
@@ -291,44 +314,30 @@ COREMLRT_AVX512 __m512 offsets16(const ir::PackedTensor& t, int64_t g, int64_t m
 COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, int64_t n, float* scales, float* offsets) {
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
-    const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-    const __m512 s = t.scale.dtype == DType::Float16
-                         ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, t.scale.ptr<half>() + g0 + i))
-                         : _mm512_maskz_loadu_ps(lanes, t.scale.ptr<float>() + g0 + i);
-    _mm512_mask_storeu_ps(scales + i, lanes, s);
-    _mm512_mask_storeu_ps(offsets + i, lanes, offsets16(t, g0 + i, m));
+    const __m512 s = t.scale.dtype == DType::Float16 ? _mm512_cvtph_ps(load_halves16(t.scale.ptr<half>() + g0 + i, m))
+                                                     : load_floats16(t.scale.ptr<float>() + g0 + i, m);
+    store_floats16(scales + i, m, s);
+    store_floats16(offsets + i, m, offsets16(t, g0 + i, m));
   }
-}
-
-const float* fp16_products() {
-  static const std::vector<float> rows = [] {
-    std::vector<float> out(1024 * 32);
-    for (int f = 0; f < 1024; ++f)
-      for (int j = 0; j < 32; ++j)  // (1 + f / 1024) (j - 16) is exact in fp32; one rounding to fp16
-        out[f * 32 + j] = round_to_half((1.0f + static_cast<float>(f) / 1024.0f) * static_cast<float>(j - 16));
-    return out;
-  }();
-  return rows.data();
 }
 
 namespace {
 
-// fp16_product_groups for one form of offsets: `offsets(g, m, integral)` gives the offsets of
+// fp16_rounded_groups for one form of offsets: `offsets(g, m, integral)` gives the offsets of
 // groups [g, g + m) as integers, and clears the lanes of `integral` whose offset is not one.
 template <class Offsets>
-COREMLRT_AVX512_INLINE inline bool product_groups(const uint16_t* scale_bits, int64_t g0, int64_t n, bool is_signed,
-                                                  const Offsets& offsets, int32_t* start, float* factor) {
-  // Codes 0..15 start at row column 16 - offset; int4 codes -8..7 at 8 - offset. Either way the
-  // sixteen columns must lie in the row's 32.
+COREMLRT_AVX512_INLINE inline bool rounded_groups(const uint16_t* scale_bits, int64_t g0, int64_t n, bool is_signed,
+                                                  const Offsets& offsets, float* scale, float* scale_8193,
+                                                  float* offset) {
+  // Codes 0..15 less offsets 0..16, or int4 codes -8..7 less offsets -8..8: differences within 16.
   const int base = is_signed ? 8 : 16;
   const __m512i lowest = _mm512_set1_epi32(base - 16), highest = _mm512_set1_epi32(base);
   __mmask16 all = 0xffff;  // checked once at the end: no branch waits on each block's loads
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, scale_bits + g0 + i));
+    const __m512i h = _mm512_cvtepu16_epi32(load_halves16(scale_bits + g0 + i, m));
     const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(h, 10), _mm512_set1_epi32(31));
-    const __m512i mantissa = _mm512_and_si512(h, _mm512_set1_epi32(1023));
     __mmask16 ok = lanes;
     const __m512i whole = offsets(g0 + i, m, ok);
     // Normal scales up to 2^11 (exponent field 1..26), offsets in range.
@@ -336,20 +345,18 @@ COREMLRT_AVX512_INLINE inline bool product_groups(const uint16_t* scale_bits, in
           _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(26)) & _mm512_cmpge_epi32_mask(whole, lowest) &
           _mm512_cmple_epi32_mask(whole, highest);
     all &= static_cast<__mmask16>(ok | ~lanes);
-    const __m512i first = _mm512_add_epi32(_mm512_slli_epi32(mantissa, 5), _mm512_sub_epi32(highest, whole));
-    // The scale's sign and power of two as an fp32: exponent - 15 + 127.
-    const __m512i power = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16),
-                                          _mm512_slli_epi32(_mm512_add_epi32(exponent, _mm512_set1_epi32(112)), 23));
-    _mm512_mask_storeu_epi32(start + i, lanes, first);
-    _mm512_mask_storeu_ps(factor + i, lanes, _mm512_castsi512_ps(power));
+    const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+    store_floats16(scale + i, m, s);
+    store_floats16(scale_8193 + i, m, _mm512_mul_ps(s, _mm512_set1_ps(8193.0f)));  // exact: 11 bits
+    store_floats16(offset + i, m, _mm512_cvtepi32_ps(whole));
   }
   return all == 0xffff;
 }
 
 }  // namespace
 
-COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed,
-                                         int32_t* start, float* factor) {
+COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed,
+                                         float* scale, float* scale_8193, float* offset_out) {
   if (t.scale.dtype != DType::Float16) return false;
   const uint16_t* scales = t.scale.ptr<uint16_t>();
   const ir::PackedArray& offset = t.offset;
@@ -358,7 +365,7 @@ COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, 
     auto none = [&](int64_t, int64_t, __mmask16&) COREMLRT_AVX512_INLINE {
       return _mm512_setzero_si512();
     };
-    return product_groups(scales, g0, n, is_signed, none, start, factor);
+    return rounded_groups(scales, g0, n, is_signed, none, scale, scale_8193, offset_out);
   }
   const uint8_t* bytes = offset.data.ptr<uint8_t>();
   if (offset.bits == 4 && g0 % 2 == 0) {
@@ -366,14 +373,14 @@ COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, 
     auto nibbles = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
       return nibble_offsets16(bytes, signed_offsets, g, m);
     };
-    return product_groups(scales, g0, n, is_signed, nibbles, start, factor);
+    return rounded_groups(scales, g0, n, is_signed, nibbles, scale, scale_8193, offset_out);
   }
   if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
     const bool signed_offsets = offset.dtype == DType::Int8;
     auto whole_bytes = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
       return byte_offsets16(bytes, signed_offsets, g, m);
     };
-    return product_groups(scales, g0, n, is_signed, whole_bytes, start, factor);
+    return rounded_groups(scales, g0, n, is_signed, whole_bytes, scale, scale_8193, offset_out);
   }
   auto floats = [&](int64_t g, int64_t m, __mmask16& integral)
                     COREMLRT_AVX512_INLINE {
@@ -382,7 +389,7 @@ COREMLRT_AVX512 bool fp16_product_groups(const ir::PackedTensor& t, int64_t g0, 
     integral &= _mm512_cmpeq_ps_mask(_mm512_cvtepi32_ps(whole), v);
     return whole;
   };
-  return product_groups(scales, g0, n, is_signed, floats, start, factor);
+  return rounded_groups(scales, g0, n, is_signed, floats, scale, scale_8193, offset_out);
 }
 
 namespace {

@@ -7,11 +7,12 @@
 //   widened. Sixteen bytes hold 32 codes; their low nibbles are the even columns and their high
 //   nibbles the odd ones, and `a_split` holds `a` reordered the same way, so no shuffle puts the
 //   codes back in column order. Where the values are fp16 rounded once from fp16 scales (int4
-//   and uint4 per block, the usual language-model form), a group's table is a row of
-//   fp16_products times a power of two (packed_codes_avx512.h): no value is rounded here.
-// - 8-bit codes: widened and mapped sixteen at a time, as the decoders do.
-// - sparse fp16 values: the mask's bits for 32 columns spread a masked load of their values
-//   into place.
+//   and uint4 per block, the usual language-model form), a group's table is computed in
+//   registers from its scale and offset, rounded by splitting (packed_codes_avx512.h,
+//   fp16_rounded_groups and split_round_half16).
+// - 8-bit codes: widened and mapped sixteen at a time, rounded to fp16 by splitting where exact.
+// - sparse fp16 values: the mask's bits for 32 columns spread their values into place (a
+//   permute or VBMI2's expand: spread_by_permute).
 //
 // Values are those of the decoders (packed_weight_test.cc compares them); the products are
 // summed in another order than the panel path's, so results differ from the folded weight's
@@ -63,8 +64,8 @@ int64_t group_count(const Run& run) { return run.n <= run.first ? 1 : 1 + (run.n
 
 // The sixteen values of each of a row's groups, as floats, one group after the other. Built
 // before the products (a short loop with no branches for the usual block forms) so that the
-// products' loop only loads a group's table. Rows whose tables come from fp16_products (the
-// usual fp16 block forms) do not come here.
+// products' loop only loads a group's table. Rows whose tables are computed in registers (the
+// usual fp16 block forms: ComputedTables) do not come here.
 COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row, float* tables) {
   const bool is_signed = run.tensor->codes.dtype == DType::Int4;
   if (run.shape.map == ir::CodeMap::kLut) {
@@ -91,23 +92,24 @@ COREMLRT_AVX512 void nibble_tables(const Run& run, int64_t count, RowScales& row
   }
 }
 
-// Where the group tables of a window's rows lie in fp16_products, and the powers of two that
-// scale them (fp16_product_groups), read for all the rows at once: one row's 768 columns hold
-// only 24 groups, too few to pay for a call of their own.
-struct ProductGroups {
+// The scales and offsets of a window's rows' groups for tables computed in registers
+// (fp16_rounded_groups), read for all the rows at once: one row's 768 columns hold only 24
+// groups, too few to pay for a call of their own.
+struct RoundedGroups {
   int64_t g0 = 0;  // the first row's first group
-  std::vector<int32_t> start;
-  std::vector<float> factor;
+  std::vector<float> scale, scale_8193, offset;
 
-  // The groups of rows [r0, r0 + nr). False, with nothing promised, where a group falls outside
-  // fp16_products' range.
+  // The groups of rows [r0, r0 + nr). False, with nothing promised, where a group's values could
+  // not be computed so (fp16_rounded_groups).
   bool read(const RowRuns& rows, int64_t r0, int64_t nr, bool is_signed) {
     const Run first = rows.run(r0), last = rows.run(r0 + nr - 1);
     g0 = first.g;
-    const int64_t count = last.g + group_count(last) - g0;
-    start.resize(static_cast<size_t>(count));
-    factor.resize(static_cast<size_t>(count));
-    return fp16_product_groups(*rows.tensor, g0, count, is_signed, start.data(), factor.data());
+    const size_t count = static_cast<size_t>(last.g + group_count(last) - g0);
+    scale.resize(count);
+    scale_8193.resize(count);
+    offset.resize(count);
+    return fp16_rounded_groups(*rows.tensor, g0, static_cast<int64_t>(count), is_signed, scale.data(),
+                               scale_8193.data(), offset.data());
   }
 };
 
@@ -118,17 +120,22 @@ struct StoredTables {
   COREMLRT_AVX512_INLINE __m512 operator()(int64_t g) const { return _mm512_loadu_ps(tables + 16 * g); }
 };
 
-// Group tables as one row of fp16_products times the group's power of two (exact). For int4
-// codes the row holds codes -8..7 in order: code c is at lane c ^ 8, so the loop flips bit 3 of
-// every code (kFlipCodes) rather than reorder the table.
-template <bool kSigned>
-struct ProductTables {
+// Group tables computed in registers: the sixteen differences code - offset times the scale,
+// rounded to fp16 by split_round_half16 (exact for the groups fp16_rounded_groups takes). For
+// int4 codes the lanes hold codes -8..7 in order: code c is at lane c ^ 8, so the loop flips bit
+// 3 of every code (kFlipCodes) rather than reorder the table. Pointers are at the run's first
+// group; without offsets (kOffset false) the differences are the codes.
+template <bool kSigned, bool kOffset>
+struct ComputedTables {
   static constexpr bool kFlipCodes = kSigned;
-  const float* products;
-  const int32_t* start;
-  const float* factor;
+  const float* scale;
+  const float* scale_8193;
+  const float* offset;
   COREMLRT_AVX512_INLINE __m512 operator()(int64_t g) const {
-    return _mm512_mul_ps(_mm512_loadu_ps(products + start[g]), _mm512_set1_ps(factor[g]));
+    const __m512 codes = kSigned ? _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7)
+                                 : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 d = kOffset ? _mm512_sub_ps(codes, _mm512_set1_ps(offset[g])) : codes;
+    return split_round_half16(d, _mm512_set1_ps(scale[g]), _mm512_set1_ps(scale_8193[g]));
   }
 };
 
@@ -190,43 +197,50 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
   return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
 }
 
-// The groups whose indices and factors one window of dot_nibbles reads at once: 4 KiB of them.
-constexpr int64_t kProductWindowGroups = 512;
+// The groups whose scales and offsets one window of dot_nibbles (or dot_bytes) reads at once:
+// 6 KiB of them, still in L1 when the rows read them.
+constexpr int64_t kWindowGroups = 512;
 
-// Rows [w0, w0 + wn) of dot_nibbles through fp16_products, their groups read into `products`.
-COREMLRT_AVX512_INLINE inline void dot_nibbles_products(const RowRuns& rows, int64_t w0, int64_t wn,
-                                                        const ProductGroups& products, bool is_signed, const float* a,
+// Rows [w0, w0 + wn) of dot_nibbles with tables computed in registers from `groups`.
+COREMLRT_AVX512_INLINE inline void dot_nibbles_computed(const RowRuns& rows, int64_t w0, int64_t wn,
+                                                        const RoundedGroups& groups, bool is_signed, const float* a,
                                                         const float* a_split, float* c) {
-  const float* product_rows = fp16_products();
+  const bool with_offsets = rows.tensor->offset.defined();
   for (int64_t r = w0; r < w0 + wn; ++r) {
     const Run run = rows.run(rows.r0 + r);
-    const int32_t* start = products.start.data() + (run.g - products.g0);
-    const float* factor = products.factor.data() + (run.g - products.g0);
+    const size_t at = static_cast<size_t>(run.g - groups.g0);
+    const float *scale = groups.scale.data() + at, *scale_8193 = groups.scale_8193.data() + at;
+    const float* offset = groups.offset.data() + at;
     const bool block32 = run.block == 32 && run.first <= 32;
     auto dot = [&](const auto& tables_of) COREMLRT_AVX512_INLINE {
       return block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split)
                      : dot_nibbles_row<false>(run, tables_of, a, a_split);
     };
-    c[r] += is_signed ? dot(ProductTables<true>{product_rows, start, factor})
-                      : dot(ProductTables<false>{product_rows, start, factor});
+    if (is_signed) {
+      c[r] += with_offsets ? dot(ComputedTables<true, true>{scale, scale_8193, offset})
+                           : dot(ComputedTables<true, false>{scale, scale_8193, offset});
+    } else {
+      c[r] += with_offsets ? dot(ComputedTables<false, true>{scale, scale_8193, offset})
+                           : dot(ComputedTables<false, false>{scale, scale_8193, offset});
+    }
   }
 }
 
 COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   thread_local RowScales row;
-  thread_local ProductGroups products;
+  thread_local RoundedGroups groups;
   thread_local std::vector<float> tables;
   const bool is_signed = rows.tensor->codes.dtype == DType::Int4;
-  // fp16 values rounded once from fp16 scales: the tables come from fp16_products for each
-  // window of rows whose groups all lie in its range, else from nibble_tables. Windows are
-  // small so that the groups' indices and factors stay in L1 between being written and read
+  // fp16 values rounded once from fp16 scales: the tables are computed in registers for each
+  // window of rows whose groups fp16_rounded_groups takes, else built by nibble_tables. Windows
+  // are small so that the groups' scales and offsets stay in L1 between being written and read
   // (a thread's whole share of a large weight at once filled L2 with them).
-  const bool product_form = rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape) && rows.shape.half_values;
-  const int64_t window = std::max<int64_t>(1, kProductWindowGroups / std::max<int64_t>(1, rows.nc / 32));
+  const bool rounded_form = rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape) && rows.shape.half_values;
+  const int64_t window = std::max<int64_t>(1, kWindowGroups / std::max<int64_t>(1, rows.nc / 32));
   for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
     const int64_t wn = std::min(window, rows.nr - w0);
-    if (product_form && products.read(rows, rows.r0 + w0, wn, is_signed)) {
-      dot_nibbles_products(rows, w0, wn, products, is_signed, a, a_split, c);
+    if (rounded_form && groups.read(rows, rows.r0 + w0, wn, is_signed)) {
+      dot_nibbles_computed(rows, w0, wn, groups, is_signed, a, a_split, c);
       continue;
     }
     for (int64_t r = w0; r < w0 + wn; ++r) {
@@ -337,7 +351,7 @@ COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
   // The scales and offsets of a window of rows read at once (a row per channel has one group,
   // too few to pay for a call of its own), windows small enough to stay in L1 as dot_nibbles'.
   thread_local RowScales groups;
-  const int64_t window = std::max<int64_t>(1, kProductWindowGroups / group_count(rows.run(rows.r0)));
+  const int64_t window = std::max<int64_t>(1, kWindowGroups / group_count(rows.run(rows.r0)));
   for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
     const int64_t wn = std::min(window, rows.nr - w0);
     const Run first = rows.run(rows.r0 + w0), last = rows.run(rows.r0 + w0 + wn - 1);

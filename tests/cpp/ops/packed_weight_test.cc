@@ -163,7 +163,7 @@ std::vector<Case> cases() {
     out.push_back({"uint8_block64_offset_" + d, shift_scale(dt, {10, 128}, {10, 2}, DType::UInt8, true, DType::UInt8)});
     out.push_back({"affine_int8_k64_" + d, shift_scale(dt, {7, 64}, {7, 1}, DType::Int8, true, DType::Int8, ir::CodeMap::kAffine)});
     // Scales of both signs; and scales that the decode step's fp16 tables do not cover
-    // (packed_codes_avx512.h, fp16_product_groups: subnormal, zero, 2^12 and past), so that
+    // (packed_codes_avx512.h, fp16_rounded_groups: subnormal, zero, 2^12 and past), so that
     // those rows take the stored tables.
     ir::PackedTensor negative = shift_scale(dt, {12, 128}, {12, 4}, DType::Int4, true, DType::Int4);
     ir::PackedTensor extremes = shift_scale(dt, {12, 128}, {12, 4}, DType::UInt4, true, DType::UInt4);
@@ -386,19 +386,23 @@ TEST_P(PackedWeightTest, GemmReadsPackedWeightsAsTheDenseOnes) {
 }
 
 #ifdef COREMLRT_PACKED_X86
-// The decode step's fp16 group tables (fp16_product_groups, fp16_products) against rounding each
-// value, for every fp16 scale, offsets at and past the ends of their range, int4 and uint4
-// codes, offsets read as fp16 and as packed 4-bit codes: bit for bit where they cover a group,
-// and covering every group whose scale is normal below 2^12 with its offset in range.
+// Sixteen values x * scale rounded to fp16 by split_round_half16.
+COREMLRT_AVX512 void split_round16(const float* x, float scale, float* out) {
+  _mm512_storeu_ps(out, packed::split_round_half16(_mm512_loadu_ps(x), _mm512_set1_ps(scale), _mm512_set1_ps(scale * 8193.0f)));
+}
+
+// The decode step's fp16 group tables (fp16_rounded_groups, then split_round_half16 in
+// registers) against rounding each value, for every fp16 scale, offsets at and past the ends of
+// their range, int4 and uint4 codes, offsets read as fp16 and as packed 4-bit codes: bit for bit
+// where they cover a group, and covering every group whose scale is normal below 2^12 with its
+// offset in range.
 TEST(PackedWeight, Fp16GroupTablesEqualRoundingEachValue) {
   if (packed::simd_level() != packed::SimdLevel::kAvx512) GTEST_SKIP() << "this CPU or build lacks AVX-512";
   const int64_t groups = 65536;
   ir::PackedTensor t = base(DType::Float16, {groups, 32}, {groups, 1});
   t.scale = Tensor::empty(DType::Float16, {groups});
   for (int64_t i = 0; i < groups; ++i) t.scale.ptr<uint16_t>()[i] = static_cast<uint16_t>(i);
-  const float* products = packed::fp16_products();
-  std::vector<int32_t> start(groups);
-  std::vector<float> factor(groups);
+  std::vector<float> scale(groups), scale_8193(groups), offset_of(groups);
   int64_t covered = 0;
   for (bool is_signed : {false, true}) {
     const int lo = is_signed ? -8 : 0, hi = is_signed ? 8 : 16;
@@ -409,41 +413,42 @@ TEST(PackedWeight, Fp16GroupTablesEqualRoundingEachValue) {
       t.offset = {offsets, DType::Float16, 0, groups};
       const bool in_range = offset >= lo && offset <= hi;
       for (int64_t g = 0; g < groups; ++g) {
-        const bool taken = packed::fp16_product_groups(t, g, 1, is_signed, &start[g], &factor[g]);
+        const bool taken = packed::fp16_rounded_groups(t, g, 1, is_signed, &scale[g], &scale_8193[g], &offset_of[g]);
         const int exponent = (g >> 10) & 31;
         ASSERT_EQ(taken, exponent >= 1 && exponent <= 26 && in_range) << "scale bits " << g;
         if (!taken) continue;
         ++covered;
-        const float scale = static_cast<float>(t.scale.ptr<half>()[g]);
+        const float want_scale = static_cast<float>(t.scale.ptr<half>()[g]);
+        ASSERT_EQ(scale[g], want_scale) << "scale bits " << g;
+        ASSERT_EQ(scale_8193[g], want_scale * 8193.0f) << "scale bits " << g;
+        ASSERT_EQ(offset_of[g], static_cast<float>(offset)) << "scale bits " << g;
+        float differences[16], got[16];
+        for (int code = 0; code < 16; ++code) differences[code] = static_cast<float>(code + lo) - offset_of[g];
+        split_round16(differences, scale[g], got);
         for (int code = 0; code < 16; ++code) {
-          const int q = is_signed && code >= 8 ? code - 16 : code;
-          const float want = packed::round_to_half((static_cast<float>(q) - static_cast<float>(offset)) * scale);
-          const float got = products[start[g] + (is_signed ? code ^ 8 : code)] * factor[g];
-          ASSERT_TRUE(same_bits(&got, &want, sizeof got)) << "scale bits " << g << " code " << code << ": " << got
-                                                          << " != " << want;
+          const float want = packed::round_to_half((static_cast<float>(code + lo) - static_cast<float>(offset)) * want_scale);
+          ASSERT_TRUE(same_bits(&got[code], &want, sizeof want)) << "scale bits " << g << " code " << code + lo << ": "
+                                                                 << got[code] << " != " << want;
         }
       }
       // The same offsets packed as 4-bit codes, sixteen groups at a time, where they fit.
       if (!in_range || offset > (is_signed ? 7 : 15)) continue;
       t.offset = {pack_bits(std::vector<uint32_t>(groups, static_cast<uint32_t>(offset) & 15u), 4),
                   is_signed ? DType::Int4 : DType::UInt4, 4, groups};
-      std::vector<int32_t> start16(groups);
-      std::vector<float> factor16(groups);
+      std::vector<float> scale16(groups), scale_8193_16(groups), offset16(groups);
       const int64_t normal = 1 << 10;  // exponent field 1 up to 26
-      ASSERT_TRUE(packed::fp16_product_groups(t, normal, 26 * normal, is_signed, &start16[normal], &factor16[normal]));
+      ASSERT_TRUE(packed::fp16_rounded_groups(t, normal, 26 * normal, is_signed, &scale16[normal],
+                                              &scale_8193_16[normal], &offset16[normal]));
       for (int64_t g = normal; g < 27 * normal; ++g) {
-        ASSERT_EQ(start16[g], start[g]) << "scale bits " << g;
-        ASSERT_EQ(factor16[g], factor[g]) << "scale bits " << g;
+        ASSERT_EQ(scale16[g], scale[g]) << "scale bits " << g;
+        ASSERT_EQ(scale_8193_16[g], scale_8193[g]) << "scale bits " << g;
+        ASSERT_EQ(offset16[g], offset_of[g]) << "scale bits " << g;
       }
-      ASSERT_FALSE(packed::fp16_product_groups(t, 0, 2 * normal, is_signed, start16.data(), factor16.data()));
+      ASSERT_FALSE(packed::fp16_rounded_groups(t, 0, 2 * normal, is_signed, scale16.data(), scale_8193_16.data(),
+                                               offset16.data()));
     }
   }
   EXPECT_EQ(covered, 2 * 5 * 2 * 26 * 1024);  // both code kinds, five offsets in range, both signs
-}
-
-// Sixteen values x * scale rounded to fp16 by split_round_half16.
-COREMLRT_AVX512 void split_round16(const float* x, float scale, float* out) {
-  _mm512_storeu_ps(out, packed::split_round_half16(_mm512_loadu_ps(x), _mm512_set1_ps(scale), _mm512_set1_ps(scale * 8193.0f)));
 }
 
 // Byte codes' values rounded to fp16 by splitting (split_round_half16, the int8 decode step's
