@@ -190,28 +190,22 @@ COREMLRT_AVX512_INLINE inline void bytes512(const Group& g, const uint8_t* codes
   byte_tail(g, codes, is_signed, k, i, n, out);
 }
 
-// expand512 with spread_halves32 in place of the expand-loads (spread_by_permute).
-COREMLRT_AVX512_BITALG int64_t permute512(const SparseValues& t, int64_t p, int64_t k, int64_t n, half* out) {
-  const half* codes = static_cast<const half*>(t.values);
-  const int64_t first = k;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const uint32_t m = static_cast<uint32_t>(mask_bits(t, p + i));
-    _mm512_storeu_si512(out + i, spread_halves32(m, codes + k, codes + t.count));
-    k += __builtin_popcount(m);
-  }
-  return expand_tail(t, codes, p, k, i, n, out) - first;
+// The 32 fp16 values of v at out: as they are, or widened to floats.
+COREMLRT_AVX512_INLINE inline void store32(half* out, __m512i v) { _mm512_storeu_si512(out, v); }
+COREMLRT_AVX512_INLINE inline void store32(float* out, __m512i v) {
+  _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm512_castsi512_si256(v)));
+  _mm512_storeu_ps(out + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)));
 }
 
-COREMLRT_AVX512_BITALG int64_t permute512(const SparseValues& t, int64_t p, int64_t k, int64_t n, float* out) {
+// expand512 with spread_halves32 in place of the expand-loads (spread_by_permute).
+template <class Out>
+COREMLRT_AVX512_BITALG int64_t permute512(const SparseValues& t, int64_t p, int64_t k, int64_t n, Out* out) {
   const half* codes = static_cast<const half*>(t.values);
   const int64_t first = k;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const uint32_t m = static_cast<uint32_t>(mask_bits(t, p + i));
-    const __m512i v = spread_halves32(m, codes + k, codes + t.count);
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_castsi512_si256(v)));
-    _mm512_storeu_ps(out + i + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)));
+    store32(out + i, spread_halves32(m, codes + k, codes + t.count));
     k += __builtin_popcount(m);
   }
   return expand_tail(t, codes, p, k, i, n, out) - first;
@@ -740,6 +734,7 @@ bool bytes_simd(const Run&, half*) { return false; }
 bool bytes_simd(const Run&, float*) { return false; }
 int64_t expand_simd(const SparseValues&, int64_t, int64_t, int64_t, half*) { return -1; }
 int64_t expand_simd(const SparseValues&, int64_t, int64_t, int64_t, float*) { return -1; }
+void prefer_expand(bool) {}
 
 #endif
 
