@@ -1,6 +1,7 @@
 // The weight blob reader (blob storage v2): header, metadata records, data ranges and the
-// sub-byte unpacking, for every record offset and several declared dtypes and shapes.
-// Input: a weight.bin file.
+// sub-byte unpacking, for every record offset and several declared dtypes and shapes; and the
+// same bytes read as a raw file (RAWDATA: a Core AI model's main.mlirb) at an offset and size
+// taken from the input. Input: a weight.bin file.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       offsets.push_back(chosen);
     }
     const DType dtypes[] = {DType::Float32, DType::Float16, DType::UInt8, DType::Int8, DType::Int4, DType::UInt2};
+    if (size >= 32) {
+      uint64_t raw_offset = 0, raw_count = 0;
+      std::memcpy(&raw_offset, data + 16, sizeof raw_offset);
+      std::memcpy(&raw_count, data + 24, sizeof raw_count);
+      raw_offset %= size + 16;  // mostly inside the file, sometimes past it
+      auto raw = format::BlobFile::open(path, format::BlobFile::Layout::Raw);
+      for (DType dtype : dtypes) {
+        fuzz::expect_only_errors([&] {
+          Tensor t = raw->read_raw(raw_offset, dtype, {static_cast<int64_t>(raw_count % (size + 8))});
+          volatile uint8_t sink = 0;
+          for (size_t i = 0; i < t.nbytes(); ++i) sink = sink + static_cast<const uint8_t*>(t.data)[i];
+        });
+      }
+    }
     for (uint64_t offset : offsets) {
       for (DType dtype : dtypes) {
         // The shape the record's declared size implies, and one it does not.

@@ -110,7 +110,7 @@ size_t BlobFile::release_pages(const void* data, size_t bytes) {
   return last - first;
 }
 
-std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
+std::shared_ptr<BlobFile> BlobFile::open(const std::string& path, Layout layout) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   COREMLRT_CHECK(fd >= 0, "cannot open weight file '", path, "': ", std::strerror(errno));
   struct stat st {};
@@ -132,6 +132,8 @@ std::shared_ptr<BlobFile> BlobFile::open(const std::string& path) {
     ::close(fd);
   }
   file->self_ = file;
+  file->layout_ = layout;
+  if (layout == Layout::Raw) return file;
   COREMLRT_CHECK(file->size_ >= kHeaderSize, "weight file '", path, "' is ", file->size_,
                  " bytes: too short for the 64-byte storage header");
   file->count_ = load_le<uint32_t>(file->bytes_);
@@ -158,18 +160,18 @@ std::shared_ptr<BlobFile> BlobFile::from_memory(const std::string& name, const s
   return file;
 }
 
-std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path) {
+std::shared_ptr<BlobFile> BlobFile::open_shared(const std::string& path, Layout layout) {
   struct stat st {};
   COREMLRT_CHECK(::stat(path.c_str(), &st) == 0, "cannot open weight file '", path, "': ", std::strerror(errno));
   const std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
                           std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
-                          std::to_string(st.st_mtim.tv_nsec);
+                          std::to_string(st.st_mtim.tv_nsec) + (layout == Layout::Raw ? ":raw" : "");
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<BlobFile>> mapped;
   std::lock_guard<std::mutex> lock(mutex);
   if (std::shared_ptr<BlobFile> file = mapped[key].lock()) return file;
   for (auto it = mapped.begin(); it != mapped.end();) it = it->second.expired() ? mapped.erase(it) : std::next(it);
-  std::shared_ptr<BlobFile> file = open(path);
+  std::shared_ptr<BlobFile> file = open(path, layout);
   mapped[key] = file;
   return file;
 }
@@ -186,6 +188,7 @@ BlobFile::~BlobFile() {
 
 Tensor BlobFile::read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const {
   const std::string where = "weight file '" + path_ + "', blob at offset " + std::to_string(metadata_offset);
+  COREMLRT_CHECK(layout_ == Layout::Storage, where, ": the file is raw data, read by offset (RAWDATA), not blobs");
   COREMLRT_CHECK(metadata_offset >= kHeaderSize && metadata_offset <= size_ &&
                      size_ - metadata_offset >= kMetadataSize,
                  where, ": the metadata record lies outside the file (", size_, " bytes)");
@@ -216,6 +219,24 @@ Tensor BlobFile::read_stored(uint64_t metadata_offset, DType dtype, const Shape&
                  where, ": holds ", size_in_bytes * 8 - padding_bits, " bits but shape ", shape_str(shape),
                  " of ", dtype_name(dtype), " needs ", count * bits);
   return Tensor::view(DType::UInt8, {static_cast<int64_t>(size_in_bytes)}, data, self_.lock());
+}
+
+Tensor BlobFile::read_raw(uint64_t offset, DType dtype, const Shape& shape) const {
+  const std::string where = "weight file '" + path_ + "', data at offset " + std::to_string(offset);
+  COREMLRT_CHECK(layout_ == Layout::Raw, where, ": the file is blob storage, read by its metadata records (BLOBFILE)");
+  COREMLRT_CHECK(sub_byte_bits(dtype) == 0, where, ": ", dtype_name(dtype),
+                 " has no raw form (sub-byte values are read from blob storage)");
+  const uint64_t element = dtype_size(dtype);
+  COREMLRT_CHECK(offset % element == 0, where, ": not a multiple of the ", element, "-byte size of ",
+                 dtype_name(dtype), " (a view must be aligned for its type)");
+  const int64_t count = shape_numel(shape);
+  COREMLRT_CHECK(count >= 0 && static_cast<uint64_t>(count) <= (UINT64_MAX / element), where, ": shape ",
+                 shape_str(shape), " is too large");
+  const uint64_t bytes = static_cast<uint64_t>(count) * element;
+  COREMLRT_CHECK(offset <= size_ && bytes <= size_ - offset, where, ": ", bytes, " bytes of ", shape_str(shape),
+                 " ", dtype_name(dtype), " run past the end of the file (", size_, " bytes)");
+  void* data = const_cast<uint8_t*>(bytes_ + offset);  // read-only mapping; tensors are immutable
+  return Tensor::view(dtype, shape, data, self_.lock());
 }
 
 Tensor BlobFile::read(uint64_t metadata_offset, DType dtype, const Shape& shape) const {

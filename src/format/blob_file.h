@@ -3,6 +3,8 @@
 // followed by its data. The file is memory-mapped and blobs are returned as views into the
 // mapping (no copy); sub-byte blobs stay bit-packed (read_stored) unless a caller asks for
 // one byte per element (read).
+// A file of another layout (a Core AI model's main.mlirb, whose weights lie raw inside it:
+// docs/design/coreai.md) is mapped as raw bytes, and its tensors read by offset (read_raw).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,12 +15,15 @@ namespace coremlrt::format {
 
 class BlobFile {
  public:
-  // Maps the file read-only. Throws Error when it cannot be opened or has a bad header.
-  static std::shared_ptr<BlobFile> open(const std::string& path);
+  // Storage: blob storage v2, header checked (read, read_stored). Raw: any bytes (read_raw).
+  enum class Layout { Storage, Raw };
+  // Maps the file read-only. Throws Error when it cannot be opened or, as Storage, has a bad
+  // header.
+  static std::shared_ptr<BlobFile> open(const std::string& path, Layout layout = Layout::Storage);
   // Like open(), but every caller in the process that opens the same unchanged file
-  // (same device, inode, size and modification time) while it is mapped shares one
-  // mapping: instances of the functions of one package share their weights.
-  static std::shared_ptr<BlobFile> open_shared(const std::string& path);
+  // (same device, inode, size and modification time) with the same layout while it is mapped
+  // shares one mapping: instances of the functions of one package share their weights.
+  static std::shared_ptr<BlobFile> open_shared(const std::string& path, Layout layout = Layout::Storage);
   // A weight file given as bytes (a model asset made in memory): copied once into aligned
   // engine memory, checked like a file; `name` stands for the path in messages.
   static std::shared_ptr<BlobFile> from_memory(const std::string& name, const std::string& bytes);
@@ -32,6 +37,11 @@ class BlobFile {
   // The same checks; the data as stored: for sub-byte dtypes the packed bytes (a uint8 view
   // of the mapping holding the elements LSB-first), for others what read() returns.
   Tensor read_stored(uint64_t metadata_offset, DType dtype, const Shape& shape) const;
+  // The elements of `shape` stored at `offset` of a Raw file, as a view of the mapping. Checks
+  // that they lie inside the file and that `offset` is a multiple of the element size (a view
+  // must be aligned for its type); sub-byte dtypes are refused (no raw form defines their
+  // packing).
+  Tensor read_raw(uint64_t offset, DType dtype, const Shape& shape) const;
 
   // Drops the whole pages of [data, data + bytes) that lie in a weight file's mapping from this
   // process's memory (madvise MADV_DONTNEED); returns the bytes dropped. For weights that
@@ -51,6 +61,7 @@ class BlobFile {
   const uint8_t* bytes_ = nullptr;
   size_t size_ = 0;
   uint32_t count_ = 0;
+  Layout layout_ = Layout::Storage;
   std::weak_ptr<const BlobFile> self_;
   std::shared_ptr<Storage> memory_;  // from_memory(): the bytes (else bytes_ is a file mapping)
 };

@@ -1,5 +1,7 @@
 #include "format/coreai_asset.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +40,21 @@ long translator_version(const std::string& name, const std::string& prefix) {
   return std::stol(digits);
 }
 
+// Whether the translation's own main.mlirb (weights it reads in place: a hard link to the model's
+// file, or a copy) is as the translator wrote it: its size and modification time in
+// nanoseconds equal those main.mlirb.stamp records (python/coremlrt/coreai/_translate.py).
+bool source_unchanged(const fs::path& translation) {
+  const fs::path source = translation / "weights" / "main.mlirb";
+  std::error_code ec;
+  if (!fs::exists(source, ec)) return true;  // every weight is in weight.bin
+  std::ifstream in(translation / "weights" / "main.mlirb.stamp");
+  std::string recorded((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  struct stat st {};
+  if (::stat(source.c_str(), &st) != 0) return false;
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return recorded == std::to_string(st.st_size) + " " + std::to_string(mtime_ns) + "\n";
+}
+
 }  // namespace
 
 bool is_coreai_asset(const std::string& path) {
@@ -69,6 +86,10 @@ std::string translated_coreai_model(const std::string& path, const std::string& 
                  "coreai-core's Python bindings. Load it once from Python (coremlrt.MLModel, or `coremlrt info "
                  "<model>`, with `pip install coremlrt[coreai]`), which writes the translation into ", root.string(),
                  "; this loader then reads it from there");
+  COREMLRT_CHECK(source_unchanged(found), "Core AI model '", path, "': its translation ", found.string(),
+                 " reads weights from its own main.mlirb, which changed after the translation was written (the "
+                 "model file it is linked to was rewritten in place). Load the model once from Python, which "
+                 "translates it again");
   return found.string();
 }
 

@@ -391,7 +391,8 @@ class Parser {
     COREMLRT_CHECK(t.is_static(), where(start), owner, ": constant has non-static type ", t.str());
     expect("(");
     ir::ConstValue out;
-    if (peek_token().kind == TokenKind::Identifier && peek_token().text == "BLOBFILE") {
+    if (peek_token().kind == TokenKind::Identifier &&
+        (peek_token().text == "BLOBFILE" || peek_token().text == "RAWDATA")) {
       out = blob_value(t, owner);
     } else {
       std::vector<Literal> literals;
@@ -417,9 +418,12 @@ class Parser {
     return out;
   }
 
-  // BLOBFILE(path = string("@model_path/weights/weight.bin"), offset = uint64(64))
+  // BLOBFILE(path = string("@model_path/weights/weight.bin"), offset = uint64(64)): the blob whose
+  // metadata record is at offset. RAWDATA(path = ..., offset = ...), coremlrt's form: the
+  // tensor's bytes themselves at offset (a Core AI model's weights inside its main.mlirb).
   ir::ConstValue blob_value(const ir::ValueType& t, const std::string& owner) {
-    const Token& start = next();
+    // `owner` names the file, line and op (const_value's callers).
+    const std::string form = next().text;
     expect("(");
     std::string path;
     uint64_t offset = 0;
@@ -427,25 +431,26 @@ class Parser {
     while (!peek(")")) {
       std::string key = identifier("'path' or 'offset'");
       expect("=");
-      ir::ConstValue v = const_value(owner + " BLOBFILE " + key);
+      ir::ConstValue v = const_value(owner + " " + form + " " + key);
       if (key == "path") {
-        COREMLRT_CHECK(v.type.dtype == DType::String && v.strings.size() == 1, where(start), owner,
-                       ": BLOBFILE path must be a string");
+        COREMLRT_CHECK(v.type.dtype == DType::String && v.strings.size() == 1, owner, ": ", form,
+                       " path must be a string");
         path = v.strings[0];
         have_path = true;
       } else if (key == "offset") {
-        COREMLRT_CHECK(v.type.dtype == DType::UInt64 && v.tensor.numel() == 1, where(start), owner,
-                       ": BLOBFILE offset must be a uint64");
+        COREMLRT_CHECK(v.type.dtype == DType::UInt64 && v.tensor.numel() == 1, owner, ": ", form,
+                       " offset must be a uint64");
         offset = v.tensor.ptr<uint64_t>()[0];
         have_offset = true;
       } else {
-        fail(where(start), owner, ": BLOBFILE has an unknown field '", key, "'");
+        fail(owner, ": ", form, " has an unknown field '", key, "'");
       }
       if (!peek(")")) expect(",");
     }
     expect(")");
-    COREMLRT_CHECK(have_path && have_offset, where(start), owner, ": BLOBFILE needs both path and offset");
-    return values_.read_blob(t, path, offset, where(start) + owner);
+    COREMLRT_CHECK(have_path && have_offset, owner, ": ", form, " needs both path and offset");
+    if (form == "RAWDATA") return values_.read_raw(t, path, offset, owner);
+    return values_.read_blob(t, path, offset, owner);
   }
 
   void collect_literals(std::vector<Literal>& out) {

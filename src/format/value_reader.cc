@@ -193,7 +193,8 @@ ir::ConstValue read_tensor(const mil::TensorValue& value, const ir::ValueType& t
 
 }  // namespace
 
-const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::string& where) {
+const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::string& where,
+                                       BlobFile::Layout layout) {
   static const std::string kPrefix = "@model_path/";
   COREMLRT_CHECK(file_name.rfind(kPrefix, 0) == 0, where, ": blob file name '", file_name,
                  "' does not start with @model_path/");
@@ -201,6 +202,8 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
   COREMLRT_CHECK(!relative.is_absolute() && relative.string().rfind("..", 0) != 0, where, ": blob file '",
                  file_name, "' points outside the model");
   if (memory_blobs_) {
+    COREMLRT_CHECK(layout == BlobFile::Layout::Storage, where, ": a model given in memory has no raw data file ('",
+                   file_name, "')");
     auto blob = memory_blobs_->find(relative.string());
     COREMLRT_CHECK(blob != memory_blobs_->end(), where, ": the blob mapping has no '", relative.string(),
                    "' (the model refers to '", file_name, "')");
@@ -208,10 +211,12 @@ const BlobFile& ValueReader::blob_file(const std::string& file_name, const std::
     return *blob->second;
   }
   std::string path = (fs::path(model_dir_) / relative).string();
-  auto it = files_.find(path);
+  // One file is read in one layout: the key keeps a raw reading of a blob file apart.
+  const std::string key = layout == BlobFile::Layout::Raw ? path + "\n(raw)" : path;
+  auto it = files_.find(key);
   if (it == files_.end()) {
     COREMLRT_CHECK(fs::is_regular_file(path), where, ": weight file '", path, "' does not exist");
-    it = files_.emplace(path, BlobFile::open_shared(path)).first;
+    it = files_.emplace(key, BlobFile::open_shared(path, layout)).first;
   }
   return *it->second;
 }
@@ -239,6 +244,21 @@ ir::ConstValue ValueReader::read_blob(const ir::ValueType& type, const std::stri
   out.tensor.dtype = type.dtype;
   out.tensor.shape = shape;
   out.packed = std::move(packed);
+  return out;
+}
+
+ir::ConstValue ValueReader::read_raw(const ir::ValueType& type, const std::string& file_name, uint64_t offset,
+                                    const std::string& where) {
+  COREMLRT_CHECK(type.kind == ir::TypeKind::Tensor && type.is_static(), where,
+                 ": raw constant must have a static tensor type, not ", type.str());
+  ir::ConstValue out;
+  out.type = type;
+  try {
+    const BlobFile& file = blob_file(file_name, where, BlobFile::Layout::Raw);
+    out.tensor = file.read_raw(offset, type.dtype, Shape(type.dims.begin(), type.dims.end()));
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());  // the file's message names the file; this names the constant
+  }
   return out;
 }
 

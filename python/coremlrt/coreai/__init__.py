@@ -2,8 +2,10 @@
 
 ``coremlrt.MLModel("m.aimodel")`` (or :func:`load`) reads ``main.mlirb`` with coreai-core's
 MLIR bindings, translates the program to MIL and writes a compiled-model folder
-(``model.mil``, ``metadata.json``, ``weights/weight.bin``) into a cache keyed by ``main.hash``;
-that folder is what loads. coreai-core is needed only for the translation
+(``model.mil``, ``metadata.json``, ``weights/``) into a cache keyed by ``main.hash``; that folder
+is what loads. Weights the translation keeps as main.mlirb holds them are read in place from
+the model's own file (hard-linked into the folder where the file system allows); the others
+(transposed, regrouped, sub-byte) are written to ``weights/weight.bin``. coreai-core is needed only for the translation
 (``pip install coremlrt[coreai]``). docs/design/coreai.md describes the format, the op mapping
 and what is refused.
 """
@@ -15,7 +17,7 @@ import shutil
 import tempfile
 
 from .._core import Error
-from ._bytecode import dialect_versions
+from ._bytecode import dialect_versions, resource_blobs
 
 # The Core AI dialect as coreai-core 1.0.0b3 writes it: MLIR bytecode 6, dialect "aicode" at
 # dialect version 20260409, which the bytecode records as the version bytes b"\x05".
@@ -24,7 +26,7 @@ DIALECT_VERSION = 20260409
 _DIALECT_VERSION_BYTES = b"\x05"
 _BYTECODE_VERSION = 6
 # Bumped whenever the translation changes, so cached folders from an older one are rewritten.
-TRANSLATOR_VERSION = 6
+TRANSLATOR_VERSION = 7
 
 __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 
@@ -120,7 +122,8 @@ def _write_compiled(path, bytecode_path, folder):
             graph_attributes = {a.name: a.attr for a in graph.attributes}
             if str(graph_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
                 raise Error(f"{where}: graph '{name}' has parameters (param_decls), which are not supported yet")
-        program = Program()
+        with open(bytecode_path, "rb") as f:
+            program = Program(bytecode_path, resource_blobs(f.read(), where))
         for graph in public:
             attributes = {a.name: a.attr for a in graph.attributes}
             block = graph.regions[0].blocks[0]
@@ -155,7 +158,9 @@ def compile_aimodel(path, cache_dir=None):
     root = _cache_root(cache_dir)
     folder = os.path.join(root, f"{digest.hex()}-t{TRANSLATOR_VERSION}.mlmodelc")
     if os.path.isfile(os.path.join(folder, "model.mil")):
-        return folder
+        if _source_unchanged(folder):
+            return folder
+        _remove_stale(root, folder)
     os.makedirs(root, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
     try:
@@ -169,6 +174,32 @@ def compile_aimodel(path, cache_dir=None):
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _source_unchanged(folder):
+    """Whether a translation's own main.mlirb (weights/, read in place) is as it was written:
+    a hard link shares the model file's inode, so rewriting that file in place changes it."""
+    from ._translate import SOURCE_FILE, SOURCE_STAMP, source_stamp
+
+    source = os.path.join(folder, "weights", SOURCE_FILE)
+    if not os.path.exists(source):
+        return True  # every weight is in weight.bin
+    try:
+        with open(os.path.join(folder, "weights", SOURCE_STAMP), encoding="utf-8") as f:
+            return f.read() == source_stamp(source)
+    except OSError:
+        return False
+
+
+def _remove_stale(root, folder):
+    # Moved aside first, so that no reader finds a half-removed folder; processes that map its
+    # files keep them until they unmap.
+    aside = tempfile.mkdtemp(prefix=".stale-", dir=root)
+    try:
+        os.rename(folder, os.path.join(aside, "model.mlmodelc"))
+    except OSError:
+        pass  # another process moved it already
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def load(path, **options):

@@ -1,9 +1,11 @@
-"""Reads the dialect table of an MLIR bytecode file (``main.mlirb``) without MLIR.
+"""Reads an MLIR bytecode file (``main.mlirb``) without MLIR: its dialect table and where its
+resource blobs lie.
 
-Only what the version check needs: the file's bytecode version, its producer string and, per
-dialect, the version bytes the dialect wrote. The layout (prefix varints, sections, the string
-and dialect sections) is MLIR's documented bytecode format; docs/design/coreai.md says what
-an ``.aimodel`` holds there.
+What the version check needs (the file's bytecode version, its producer string and, per
+dialect, the version bytes the dialect wrote), and the file offset of each resource blob, so
+that the translation maps the weights inside the file instead of copying them. The layout
+(prefix varints, sections, the string, dialect, resource and resource offset sections) is
+MLIR's documented bytecode format; docs/design/coreai.md says what an ``.aimodel`` holds there.
 """
 
 from .._core import Error
@@ -11,7 +13,10 @@ from .._core import Error
 _MAGIC = b"ML\xefR"
 _SECTION_STRING = 0
 _SECTION_DIALECT = 1
+_SECTION_RESOURCE = 5
+_SECTION_RESOURCE_OFFSET = 6
 _SECTION_DIALECT_VERSIONS = 7
+_RESOURCE_BLOB = 0  # the kind byte of a blob entry in the resource offset section
 
 
 def _varint(data, at, where):
@@ -28,7 +33,8 @@ def _varint(data, at, where):
     return int.from_bytes(data[at:at + count], "little") >> count, at + count
 
 
-def _sections(data, where):
+def _section_spans(data, where):
+    """{section id: (offset of its data in the file, length)}."""
     if data[:4] != _MAGIC:
         raise Error(f"{where}: not MLIR bytecode (no 'ML\\xefR' magic)")
     version, at = _varint(data, 4, where)
@@ -37,19 +43,25 @@ def _sections(data, where):
         raise Error(f"{where}: truncated MLIR bytecode")
     producer = data[at:end].decode("utf-8", "replace")
     at = end + 1
-    sections = {}
+    spans = {}
     while at < len(data):
         id_and_aligned = data[at]
         length, at = _varint(data, at + 1, where)
         if id_and_aligned & 0x80:
-            _, at = _varint(data, at, where)
-            while at < len(data) and data[at] == 0xCB:  # alignment padding
-                at += 1
+            alignment, at = _varint(data, at, where)
+            if alignment < 1 or alignment & (alignment - 1):
+                raise Error(f"{where}: MLIR bytecode section alignment {alignment} is not a power of two")
+            at += -at % alignment  # the padding (0xCB bytes) up to the section's alignment
         if at + length > len(data):
             raise Error(f"{where}: MLIR bytecode section runs past the end of the file")
-        sections[id_and_aligned & 0x7F] = data[at:at + length]
+        spans[id_and_aligned & 0x7F] = (at, length)
         at += length
-    return version, producer, sections
+    return version, producer, spans
+
+
+def _sections(data, where):
+    version, producer, spans = _section_spans(data, where)
+    return version, producer, {key: data[at:at + length] for key, (at, length) in spans.items()}
 
 
 def _strings(section, where):
@@ -91,3 +103,55 @@ def dialect_versions(data, where="main.mlirb"):
             at += length
         dialects[strings[index]] = blob
     return version, producer, dialects
+
+
+def resource_blobs(data, where="main.mlirb"):
+    """{resource key: (offset of its data in the file, size in bytes)} for every blob resource.
+
+    The resource offset section lists each group's resources in the order the resource
+    section holds them, each with its entry's size there; a blob entry is its alignment and
+    data size (varints), padding up to that alignment (counted from the file's start, the
+    resource section being aligned), then the data.
+    """
+    data = data if isinstance(data, bytes) else bytes(data)
+    _, _, spans = _section_spans(data, where)
+    if _SECTION_RESOURCE_OFFSET not in spans:
+        return {}
+    if _SECTION_RESOURCE not in spans or _SECTION_STRING not in spans:
+        raise Error(f"{where}: MLIR bytecode with resource offsets but no resource or string section")
+    at, length = spans[_SECTION_STRING]
+    strings = _strings(data[at:at + length], where)
+    at, length = spans[_SECTION_RESOURCE_OFFSET]
+    offsets = data[at:at + length]
+    position, end = spans[_SECTION_RESOURCE][0], sum(spans[_SECTION_RESOURCE])
+
+    def string(index):
+        if index >= len(strings):
+            raise Error(f"{where}: resource name index {index} out of range")
+        return strings[index]
+
+    _, cursor = _varint(offsets, 0, where)  # external resource groups: none of them are blobs here
+    blobs = {}
+    while cursor < len(offsets):
+        _, cursor = _varint(offsets, cursor, where)  # the group's dialect key
+        count, cursor = _varint(offsets, cursor, where)
+        for _ in range(count):
+            key, cursor = _varint(offsets, cursor, where)
+            size, cursor = _varint(offsets, cursor, where)
+            if cursor >= len(offsets):
+                raise Error(f"{where}: truncated MLIR bytecode resource offsets")
+            kind = offsets[cursor]
+            cursor += 1
+            if position + size > end:
+                raise Error(f"{where}: resource '{string(key)}' runs past its section")
+            if kind == _RESOURCE_BLOB:
+                alignment, at = _varint(data, position, where)
+                count_bytes, at = _varint(data, at, where)
+                if alignment < 1 or alignment & (alignment - 1):
+                    raise Error(f"{where}: resource '{string(key)}' alignment {alignment} is not a power of two")
+                at += -at % alignment
+                if at + count_bytes > position + size:
+                    raise Error(f"{where}: resource '{string(key)}' data runs past its entry")
+                blobs[string(key)] = (at, count_bytes)
+            position += size
+    return blobs

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import struct
 
 import numpy as np
@@ -104,15 +105,68 @@ def untranslatable(operations, callees):
     return unknown, {n: REFUSED[n] for n in sorted(names) if n in REFUSED}
 
 
-class Program:
-    """What the functions of one MIL program share: the weight file, op names, the histogram."""
+# The translation's name for the Core AI model's own main.mlirb (a hard link where the cache and
+# the model share a file system, else a copy), whose weights RAWDATA values read in place.
+SOURCE_FILE = "main.mlirb"
+# Its size and modification time when the translation was written: a cached translation whose
+# linked file changed since (rewritten in place) is stale (coremlrt.coreai.compile_aimodel).
+SOURCE_STAMP = "main.mlirb.stamp"
 
-    def __init__(self):
+
+def source_stamp(path):
+    st = os.stat(path)
+    return f"{st.st_size} {st.st_mtime_ns}\n"
+
+
+class Program:
+    """What the functions of one MIL program share: the weight files, op names, the histogram.
+
+    ``source``: the Core AI model's main.mlirb and its resource blobs ({key: (file offset,
+    size)}, _bytecode.resource_blobs). A constant written with the bytes main.mlirb holds is a
+    view of that file (RAWDATA) rather than a copy in weight.bin.
+    """
+
+    def __init__(self, source=None, source_blobs=None):
         self.counter = 0
         self.blobs = bytearray(64)
         self.blob_count = 0
         self.histogram = {}
         self.functions = []  # Translators, in order
+        self.source = source
+        self.source_blobs = source_blobs or {}
+        self._sources = {}  # id(buffer) -> (buffer, file offset): constants read from main.mlirb
+        self.reads_source = False
+
+    def note_source(self, op, buffer, size):
+        """Records that ``buffer`` holds the ``size`` bytes of ``op``'s resource, as main.mlirb does."""
+        text = str(op.attributes["value"]) if "value" in op.attributes else ""
+        if not text.startswith("dense_resource<"):
+            return
+        blob = self.source_blobs.get(text[len("dense_resource<"):text.find(">")])
+        if blob is None or blob[1] != size:
+            return
+        buffer.flags.writeable = False  # the bytes must stay the file's (a view of it replaces them)
+        self._sources[id(buffer)] = (buffer, blob[0])
+
+    def source_offset(self, array, dtype):
+        """main.mlirb's offset of ``array``'s bytes, when it holds them as they would be written
+        and element-aligned; else None."""
+        if dtype in SUB_BYTE_BITS or NUMPY_OF_MIL.get(dtype) is None or array.dtype != np.dtype(NUMPY_OF_MIL[dtype]):
+            return None
+        if not array.flags.c_contiguous or array.nbytes == 0:
+            return None
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        entry = self._sources.get(id(root))
+        if entry is None or entry[0] is not root:
+            return None
+        delta = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        offset = entry[1] + delta
+        if delta < 0 or delta + array.nbytes > root.nbytes or offset % array.itemsize:
+            return None
+        self.reads_source = True
+        return offset
 
     def write(self, folder, default_name):
         body = "\n".join(t.function_text() for t in self.functions)
@@ -123,6 +177,14 @@ class Program:
         blobs[0:8] = struct.pack("<II", self.blob_count, 2)
         with open(os.path.join(folder, "weights", "weight.bin"), "wb") as f:
             f.write(blobs)
+        if self.reads_source:
+            target = os.path.join(folder, "weights", SOURCE_FILE)
+            try:
+                os.link(self.source, target)  # the model's own file: its pages serve both
+            except OSError:
+                shutil.copyfile(self.source, target)  # another file system, or linking not allowed
+            with open(os.path.join(folder, "weights", SOURCE_STAMP), "w", encoding="utf-8") as f:
+                f.write(source_stamp(target))
         default = next(t for t in self.functions if t.name == default_name)
         metadata = [{
             "metadataOutputVersion": "3.0", "specificationVersion": 9,
@@ -248,6 +310,10 @@ class Translator:
     def _const_text(self, array, dtype):
         # Sub-byte values exist only in blobs (docs/design/mil-text.md: no immediate form).
         if (array.size > _INLINE_LIMIT or dtype in SUB_BYTE_BITS) and dtype in BLOB_CODES:
+            offset = self._program.source_offset(array, dtype)
+            if offset is not None:
+                return (f"{mil_type(dtype, array.shape)}(RAWDATA(path = string(\"@model_path/weights/{SOURCE_FILE}\"), "
+                        f"offset = uint64({offset})))")
             offset = self._blob(array, dtype)
             return (f"{mil_type(dtype, array.shape)}(BLOBFILE(path = string(\"@model_path/weights/weight.bin\"), "
                     f"offset = uint64({offset})))")
@@ -421,6 +487,7 @@ class Translator:
             return unpack_bits(buffer, count, bits, element_kind(result.type).startswith("si")).reshape(shape)
         buffer = np.zeros(max(count * np.dtype(numpy_dtype).itemsize, 1), np.uint8)
         self._copy_constant(constant_op=op, destination=buffer)
+        self._program.note_source(op, buffer, count * np.dtype(numpy_dtype).itemsize)
         return buffer[:count * np.dtype(numpy_dtype).itemsize].view(numpy_dtype).reshape(shape)
 
     # -- driver --------------------------------------------------------------------------

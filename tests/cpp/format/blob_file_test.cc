@@ -141,6 +141,35 @@ TEST(BlobFile, AFileHeldUntilExitIsUnmappedCleanly) {
   EXPECT_EQ(held_until_exit->read(offset, DType::Float32, {1}).ptr<float>()[0], value);
 }
 
+// A raw file (a Core AI model's main.mlirb): tensors are read by the offset of their bytes, with
+// no header or records, as views; out-of-range, misaligned and sub-byte reads are refused.
+TEST(BlobFile, RawFilesAreReadByOffset) {
+  std::vector<uint8_t> bytes(100, 0xCB);
+  const float values[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+  std::memcpy(bytes.data() + 20, values, sizeof(values));
+  const std::string path = ::testing::TempDir() + "/raw.mlirb";
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  auto file = BlobFile::open_shared(path, BlobFile::Layout::Raw);
+  Tensor t = file->read_raw(20, DType::Float32, {2, 2});
+  EXPECT_FALSE(t.storage->engine_owned());
+  EXPECT_EQ(t.data, file->bytes() + 20);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.ptr<float>()[i], values[i]);
+  Tensor last = file->read_raw(96, DType::UInt8, {4});  // up to the last byte
+  EXPECT_EQ(last.ptr<uint8_t>()[3], 0xCB);
+  EXPECT_THROW(file->read_raw(98, DType::Float16, {2}), Error);               // past the end
+  EXPECT_THROW(file->read_raw(uint64_t{1} << 62, DType::UInt8, {1}), Error);  // far past it
+  EXPECT_THROW(file->read_raw(22, DType::Float32, {1}), Error);               // misaligned
+  EXPECT_THROW(file->read_raw(20, DType::Int4, {2}), Error);                  // no raw sub-byte form
+  EXPECT_THROW(file->read_stored(64, DType::Float32, {1}), Error);            // not blob storage
+  // The same file opened as blob storage is another mapping, and has no header to accept.
+  EXPECT_NE(BlobFile::open_shared(path, BlobFile::Layout::Raw), nullptr);
+  EXPECT_THROW(BlobFile::open_shared(path), Error);
+  BlobWriter writer;
+  uint64_t offset = writer.add(2, values, sizeof(values));
+  auto storage = BlobFile::open(writer.save("storage.bin"));
+  EXPECT_THROW(storage->read_raw(offset + 64, DType::Float32, {4}), Error);  // blobs are read by record
+}
+
 }  // namespace
 }  // namespace coremlrt::format
 

@@ -152,11 +152,53 @@ def test_a_transposed_weight_is_stored_once(tmp_path):
     ids = torch.tensor([[3, 0, 63, 17]], dtype=torch.int32)
     _, mil = _translated(_Tied().eval(), (ids,), tmp_path, ("ids",), ("logits",))
     assert "transpose" not in _ops(mil)
-    assert mil.count("tensor<fp32, [64, 32]>(BLOBFILE") == 1  # the table, read by gather and matmuls
-    assert mil.count("tensor<fp32, [32, 32]>(BLOBFILE") == 1  # the Linear's weight, as stored
+    # The table, read by gather and matmuls, and the Linear's weight, each once, both read in
+    # place from main.mlirb (as stored there); weight.bin holds only the bias.
+    assert mil.count("tensor<fp32, [64, 32]>(RAWDATA") == 1 and "tensor<fp32, [64, 32]>(BLOBFILE" not in mil
+    assert mil.count("tensor<fp32, [32, 32]>(RAWDATA") == 1 and "tensor<fp32, [32, 32]>(BLOBFILE" not in mil
     assert re.search(r"matmul\(transpose_x = \w+, transpose_y = \w+, x = \w+, y = const_", mil)
     (weights,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*" / "weights" / "weight.bin"))
-    assert os.path.getsize(weights) < (64 * 32 + 32 * 32 + 32) * 4 + 64 * 8
+    assert os.path.getsize(weights) < 32 * 4 + 64 * 8
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(48, 64)
+        self.b = torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_weights_are_read_in_place_from_main_mlirb(tmp_path):
+    torch.manual_seed(0)
+    module = _Mlp().eval()
+    x = torch.randn(3, 48)
+    _, mil = _translated(module, (x,), tmp_path)
+    (folder,) = glob.glob(str(tmp_path / "cache" / "coreai" / "*.mlmodelc"))
+    asset = tmp_path / "m.aimodel" / "main.mlirb"
+    linked = os.path.join(folder, "weights", "main.mlirb")
+    assert os.stat(linked).st_ino == os.stat(asset).st_ino  # a hard link: one file, one set of pages
+    data = asset.read_bytes()
+    found = {}
+    for dims, offset in re.findall(r"tensor<fp32, \[(\d+, \d+)\]>\(RAWDATA\(path = string\(\"@model_path/weights/"
+                                   r"main.mlirb\"\), offset = uint64\((\d+)\)\)\)", mil):
+        rows, cols = map(int, dims.split(", "))
+        found[(rows, cols)] = np.frombuffer(data, np.float32, rows * cols, int(offset)).reshape(rows, cols)
+    # Each Linear's weight, bit for bit where the file holds it (torch's [out, in] layout).
+    assert np.array_equal(found[(64, 48)], module.a.weight.detach().numpy())
+    assert np.array_equal(found[(16, 64)], module.b.weight.detach().numpy())
+    # Rewriting the model's file in place (the same bytes) changes the linked file: the cached
+    # translation is stale, and the next load translates again.
+    before = open(os.path.join(folder, "weights", "main.mlirb.stamp")).read()
+    asset.write_bytes(data)
+    with pytest.raises(coremlrt.Error, match="changed after the translation was written"):
+        coremlrt._core.Model(str(tmp_path / "m.aimodel"), "", 1.0, 0, 0, "reference", False, 1,
+                             str(tmp_path / "cache"), 1, True, 0)
+    model = coremlrt.MLModel(tmp_path / "m.aimodel", cache_dir=tmp_path / "cache")
+    assert open(os.path.join(folder, "weights", "main.mlirb.stamp")).read() != before
+    np.testing.assert_allclose(model.predict({"x": x.numpy()})["y"], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 class _LayerCaches(torch.nn.Module):
