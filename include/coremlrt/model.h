@@ -53,9 +53,10 @@ struct LoadOptions {
   // (OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32). Regions that
   // would pass it keep their work on our kernels, which read the weights as the file stores them.
   // 0 = the model's weight bytes, and at least 64 MiB; and then a function that reads weights
-  // another function of the same package reads too runs on our kernels alone (a backend would
-  // copy them once per loaded function, where our kernels share the one mapping). A limit given
-  // lifts that rule (docs/design/compressed-weights.md, "Weights live once").
+  // another function of the same package reads too runs on our kernels alone, with backend
+  // "openvino" too (a backend would copy them once per loaded function, where our kernels share
+  // the one mapping). A limit given lifts that rule (docs/design/compressed-weights.md, "Weights
+  // live once").
   uint64_t weight_copies_limit_bytes = 0;
   // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;

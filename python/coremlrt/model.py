@@ -312,8 +312,9 @@ class MLModel:
     with ``backend="auto"``, regions past it run on coremlrt's kernels, which read the weights as
     stored. Default: the model's weight bytes, at least 64 MiB; and by default a function that
     reads weights another function of the same package reads too (a language model's prefill and
-    decode) runs on coremlrt's kernels alone: OpenVINO would copy those weights once per loaded
-    function, where coremlrt's kernels share the one mapping. Giving a limit lifts that rule.
+    decode) runs on coremlrt's kernels alone, with ``backend="openvino"`` too: OpenVINO would copy
+    those weights once per loaded function, where coremlrt's kernels share the one mapping.
+    Giving a limit lifts that rule.
     ``cache_dir`` is where compiled backend regions are cached across processes, keyed by the
     model's content and the options (default ``$COREMLRT_CACHE_DIR`` or ``~/.cache/coremlrt``;
     ``None`` turns the cache off).

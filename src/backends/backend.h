@@ -97,9 +97,9 @@ struct BackendOptions {
   // The function reads weights that other functions of the same package read too (a language
   // model's prefill and decode). A backend that copies weights would copy them once per function
   // instance, where our kernels read the one mapping every instance shares; and a backend taking
-  // only the regions around them would add its runtime's memory for little. Backend "auto"
-  // keeps every region of such a function on our kernels (not applied with `force`; Model::load
-  // leaves it false when the caller set weight_copies_limit_bytes).
+  // only the regions around them would add its runtime's memory for little (each compiled region
+  // holds threads and buffers of its own). Every region of such a function stays on our kernels,
+  // with `force` too; Model::load leaves it false when the caller set weight_copies_limit_bytes.
   // docs/design/compressed-weights.md, "Weights live once".
   bool shares_weights = false;
 };

@@ -29,16 +29,6 @@ PER_BACKEND_MODULES = {
     "test_torchvision.py": _EXPLICIT, "test_transformers.py": _EXPLICIT, "test_small_nets.py": _EXPLICIT,
 }
 
-# Declared differences of a backend from our reference kernels: test id substring -> why. A
-# listed test must fail on that backend (strict xfail): an entry that no longer applies fails.
-_OPENVINO_DIFFERENCES = {
-    "test_instances_read_the_mapped_weights_in_place":
-        "OpenVINO's CPU plugin repacks constant weights into its own layout when it compiles a "
-        "region, so each function instance holds a copy of the weights it runs (measured: +33 MiB "
-        "per instance for 32 MiB of fp32 weights, anonymous memory on a first compile, file-backed "
-        "pages of its cache file when the compiled region comes from the cache), where our kernels "
-        "read the mapped weight file in place",
-}
 # The op tests (tests/python/ops/, run on each backend) whose special values or fp16 rounding
 # OpenVINO's lowerings treat differently from Core ML and our kernels. Their ordinary values are
 # checked on OpenVINO by the same tests' other cases and by ops/test_openvino_lowerings.py.
@@ -60,11 +50,13 @@ _OPENVINO_OP_DIFFERENCES = {
         "an fp16 program computes in fp32 on OpenVINO (src/backends/openvino/backend.cc, the cost "
         "rule): rsqrt's epsilon 1e-12 does not underflow to 0 as in fp16, so rsqrt(0) is 1e6, not inf",
 }
+# Declared differences of a backend from our reference kernels: test id substring -> why. A
+# listed test must fail on that backend (strict xfail): an entry that no longer applies fails.
 KNOWN_DIFFERENCES = {
     "reference": {},
-    "openvino": {**_OPENVINO_DIFFERENCES, **_OPENVINO_OP_DIFFERENCES},
-    # Under auto, the test's two functions share their weights, which therefore stay on our kernels
-    # (BackendOptions::shares_weights, src/backends/backend.h).
+    "openvino": _OPENVINO_OP_DIFFERENCES,
+    # Functions that share weights keep the products over them on our kernels, under auto and
+    # forced onto OpenVINO alike (BackendOptions::shared_weights, src/backends/backend.h).
     "auto": {},
 }
 

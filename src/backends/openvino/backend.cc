@@ -238,12 +238,13 @@ class OpenVinoBackend final : public Backend {
   }
 
   Verdict worth_running(const Region& region) const override {
-    if (options_.force) return Verdict::claim();
+    // Weights live once, forced or not (docs/design/compressed-weights.md): only the caller's
+    // weight_copies_limit_bytes lets OpenVINO hold a copy per loaded function.
     if (options_.shares_weights)
       return Verdict::refuse("this function reads weights that other functions of its package read too: OpenVINO "
                              "would hold copies of them for each loaded function, and its runtime besides, where our "
-                             "kernels read the one mapping they share (weight_copies_limit_bytes set, or "
-                             "backend=\"openvino\", lifts this)");
+                             "kernels read the one mapping they share (weight_copies_limit_bytes set lifts this)");
+    if (options_.force) return Verdict::claim();
     if (Verdict pays = pays_for_a_call(region); !pays.claimed) return pays;
     // The memory rule (docs/design/compressed-weights.md): OpenVINO's CPU plugin keeps weights in
     // copies of its own, repacked for its kernels, beside the weight file we map: fp32 copies of
@@ -288,8 +289,9 @@ class OpenVinoBackend final : public Backend {
 
  private:
   // Bytes of weight copies the compiled region would hold: fp32 for fp16 weights of a region
-  // computed in fp32 and for palettized or sparse weights decoded for it (packed.cc), the stored
-  // size for fp32 and affine compressed weights, which OpenVINO repacks; each constant once.
+  // computed in fp32 and for compressed weights decoded for it (RegionBuilder::value_of), the
+  // stored size for fp32 and affine compressed weights of matrix products, which OpenVINO
+  // repacks; each constant once.
   // Small constants (biases, norms: under 4,096 elements) are not weights worth counting.
   uint64_t weight_copy_bytes(const Region& region) const {
     std::set<const ir::ConstValue*> seen;
@@ -301,7 +303,8 @@ class OpenVinoBackend final : public Backend {
           if (!c || !seen.insert(c).second || c->type.kind != ir::TypeKind::Tensor) continue;
           const uint64_t n = static_cast<uint64_t>(shape_numel(c->tensor.shape));
           if (n < 4096) continue;
-          if (c->packed) bytes += packed_widens(*c->packed) ? n * 4 : c->packed->stored_bytes();
+          // A decoded weight (any form a convolution reads, palettes, sparse) is repacked in fp32.
+          if (c->packed) bytes += !packed_decompresses(*c->packed) || op->type == "conv" ? n * 4 : c->packed->stored_bytes();
           else if (c->tensor.dtype == DType::Float16) bytes += options_.low_precision ? n * 2 : n * 4;
           else if (c->tensor.dtype == DType::Float32) bytes += n * 4;
         }
@@ -383,13 +386,33 @@ class RegionBuilder {
     const ir::ConstValue* constant = region_.values.constant(binding);
     if (!constant) fail("value '", binding.name, "' is neither computed in the region nor an input of it");
     Value node;
-    if (constant->packed) {
+    if (constant->packed && (!packed_decompresses(*constant->packed) || read_by_convolution(*constant))) {
+      // Decoded here: OpenVINO has no kernels for its form, or reads it in a convolution, which
+      // takes no compressed weights. As a dense constant (the program's dtype) it reaches the
+      // plugin as a stored fp16 weight does (dense_constant: behind a Convert marked as weight
+      // decompression); the decompression pattern, or an unmarked Convert, was folded by the
+      // plugin into an fp32 copy that lived beside its repacked one (resnet18 int8: 135 MB
+      // anonymous after load against fp16's 80; docs/design/compressed-weights.md).
+      node = dense_constant(ops::decode_dense(*constant->packed), binding.name);
+    } else if (constant->packed) {
       node = packed_constant(*constant->packed, compute_type(constant->packed->dtype), kept_);
     } else {
       node = dense_constant(constant->tensor, binding.name);
     }
     if (!binding.value) graph_[binding.name] = node;
     return node;
+  }
+
+  // Whether a convolution of the region reads `constant` as its weight.
+  bool read_by_convolution(const ir::ConstValue& constant) const {
+    for (const ir::Operation* op : region_.ops) {
+      if (op->type != "conv") continue;
+      auto weight = op->inputs.find("weight");
+      if (weight != op->inputs.end() && !weight->second.empty() &&
+          region_.values.constant(weight->second[0]) == &constant)
+        return true;
+    }
+    return false;
   }
 
   // A constant stored dense: a view of it, or its fp16 values widened to the fp32 the region computes in.
@@ -522,19 +545,26 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     if (throughput) config.emplace(ov::num_streams(options_.concurrent_predictions));
     if (takes_a_share_of_the_machine(options_)) config.emplace(ov::hint::enable_cpu_pinning(false));
     // Our own cache, not ov::cache_dir: a hit skips building the region (region_cache.h).
-    const std::string cached_at = options_.cache_dir.empty() || shares_large_constants(region)
+    const bool shared_constants = shares_large_constants(region);
+    const std::string cached_at = options_.cache_dir.empty() || shared_constants
                                       ? std::string()
                                       : region_cache_path(core(), options_.cache_dir, region, config, options_.low_precision);
     if (!cached_at.empty())
       if (std::optional<CachedRegion> cached = import_cached_region(core(), cached_at, region, config)) {
         release_constant_pages(region);
-        return make_region_kernel(std::move(cached->compiled), region, {}, streams, cached->guarded, std::move(cached->blob));
+        release_imported_pages(*cached);
+        return make_region_kernel(std::move(cached->compiled), region, {cached->mapping}, streams, cached->guarded,
+                                  std::move(cached->blob));
       }
     std::vector<Tensor> kept;
     RegionBuilder builder(region, options_.low_precision);
     std::shared_ptr<ov::Model> model = builder.build(kept);
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
     if (!cached_at.empty()) store_region(compiled, cached_at);
+    // The plugin holds its own copies of the weights it repacked; the weight file's pages it read
+    // them from need not stay in this process's memory, as after an imported region (a constant
+    // the compiled model still reads maps its pages again, from the file, when it reads them).
+    if (!shared_constants) release_constant_pages(region);
     return make_region_kernel(std::move(compiled), region, std::move(kept), streams, builder.guarded(), {});
   } catch (const Error&) {
     throw;

@@ -93,13 +93,14 @@ using LoweringTable = std::map<std::string, OpLowering>;
 // Packed constants (compressed weights, src/ir/packed.h; packed.cc). Whether OpenVINO runs `op`
 // with this packed input, or why not.
 Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
-// Whether packed_constant gives OpenVINO the weight decoded (a palette, a sparse weight) rather
-// than in its stored form.
-bool packed_widens(const ir::PackedTensor& packed);
-// The constant's values as graph nodes of element type `compute`: affine int8/uint8/int4/uint4
-// weights as OpenVINO's weight-decompression pattern (its CPU plugin then keeps them compressed
-// in its matrix kernels), any other form decoded into a dense constant. `kept` receives the
-// tensors the nodes view, which must outlive the compiled model.
+// Whether the weight has a form OpenVINO's weight-decompression pattern reads (affine
+// int8/uint8/int4/uint4 codes, per channel or per block); others (a palette, a sparse weight)
+// reach OpenVINO decoded.
+bool packed_decompresses(const ir::PackedTensor& packed);
+// The constant's values as graph nodes of element type `compute`, in OpenVINO's
+// weight-decompression pattern (its CPU plugin keeps such weights compressed in its matrix
+// kernels); only for packed_decompresses weights. `kept` receives the tensors the nodes view,
+// which must outlive the compiled model.
 Value packed_constant(const ir::PackedTensor& packed, ov::element::Type compute, std::vector<Tensor>& kept);
 
 // The whole table, filled once by the families below.

@@ -7,9 +7,9 @@
 // which the CPU plugin fuses into its matrix kernels: the codes stay packed in the compiled
 // model. Blocks along a dim become a split of that dim ([N, K] with blocks of 32 along K is
 // read as [N, K / 32, 32] with scales [N, K / 32, 1]). OpenVINO has no kernels for palettes or
-// sparsity: linear and matmul with such weights stay on our kernels, which read them packed,
-// while a convolution's weight is decoded for OpenVINO, which repacks convolution weights into
-// its own layout in any case.
+// sparsity: linear and matmul with such weights stay on our kernels, which read them packed.
+// A convolution's weight, in any form, is decoded for OpenVINO (backend.cc, RegionBuilder): its
+// convolutions take no compressed weights and repack theirs into their own layout in any case.
 #include <openvino/op/constant.hpp>
 #include <openvino/op/convert.hpp>
 #include <openvino/op/multiply.hpp>
@@ -40,7 +40,6 @@ bool decompressible(const ir::PackedTensor& p) {
 
 }  // namespace
 
-bool packed_widens(const ir::PackedTensor& packed) { return !decompressible(packed); }
 
 Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed) {
   if (op.type == "conv") return Verdict::claim();
@@ -49,17 +48,11 @@ Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed) 
                          ", which OpenVINO has no kernel for here: our kernels read it packed");
 }
 
+bool packed_decompresses(const ir::PackedTensor& packed) { return decompressible(packed); }
+
 Value packed_constant(const ir::PackedTensor& p, ov::element::Type compute, std::vector<Tensor>& kept) {
+  COREMLRT_CHECK(decompressible(p), "internal: a ", p.form(), " weight has no decompression pattern");
   const ov::element::Type type = *element_type(p.dtype);
-  if (!decompressible(p)) {
-    // Decoded at load into a dense constant (a convolution's weight, which OpenVINO repacks).
-    const Tensor dense = ops::decode_dense(p);
-    kept.push_back(dense);
-    Value node = std::make_shared<ov::op::v0::Constant>(
-        ov::Tensor(type, ov::Shape(dense.shape.begin(), dense.shape.end()), dense.data));
-    if (type != compute) node = std::make_shared<ov::op::v0::Convert>(node, compute);
-    return node;
-  }
   // Split every dim whose blocks are neither whole nor single elements.
   ov::Shape split, scale_shape;
   bool reshaped = false;

@@ -322,9 +322,12 @@ std::optional<CachedRegion> import_cached_region(ov::Core& core, const std::stri
   try {
     CachedRegion cached;
     // Mapped, not read into our memory: its pages are the page cache's, shared by every process
-    // that imports the entry. OpenVINO keeps a reference to the tensor itself (the mapping
-    // outlived ours when the kernel was given none), and so does the kernel (region_kernel.h).
-    cached.blob = ov::read_tensor_data(path);
+    // that imports the entry. Mapped by us (format::BlobFile), so that the pages the import has
+    // read can be dropped again (release_imported_pages). OpenVINO keeps a reference to the
+    // tensor itself, and the kernel keeps the mapping (region_kernel.h).
+    std::shared_ptr<format::BlobFile> file = format::BlobFile::open(path, format::BlobFile::Layout::Raw);
+    cached.mapping = file->read_raw(0, DType::UInt8, {static_cast<int64_t>(file->size())});
+    cached.blob = ov::Tensor(ov::element::u8, ov::Shape{file->size()}, cached.mapping.data);
     cached.compiled = core.import_model(cached.blob, "CPU", config);
     const std::vector<ov::Output<const ov::Node>> inputs = cached.compiled.inputs();
     const std::vector<ov::Output<const ov::Node>> outputs = cached.compiled.outputs();
@@ -408,6 +411,11 @@ bool shares_large_constants(const Region& region) {
       }
   }
   return shared;
+}
+
+void release_imported_pages(const CachedRegion& cached) {
+  if (cached.mapping.defined() && cached.mapping.data)
+    format::BlobFile::release_pages(cached.mapping.data, cached.mapping.nbytes());
 }
 
 void release_constant_pages(const Region& region) {

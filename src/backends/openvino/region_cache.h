@@ -29,6 +29,7 @@ std::string region_cache_path(ov::Core& core, const std::string& dir, const Regi
 struct CachedRegion {
   ov::CompiledModel compiled;
   ov::Tensor blob;  // the memory-mapped file the model was imported from, kept as long as it is
+  Tensor mapping;   // our mapping of that file, which `blob` views
   bool guarded = false;  // the model has the guard output of Lowerer::require (region_kernel.h)
 };
 
@@ -51,6 +52,9 @@ bool shares_large_constants(const Region& region);
 // otherwise keep both (resnet18 fp32: 141 MB of file pages against a first load's 102).
 // Kernels of ours that read the same constants map them again as they read.
 void release_constant_pages(const Region& region);
+// Drops the pages of the imported file that the import read (the plugin's repacked weights are
+// its own; whatever it reads from the file later maps its pages again).
+void release_imported_pages(const CachedRegion& cached);
 
 // Writes `compiled` to `path`: to a file beside it, then renamed into place, so that a reader
 // never sees half an entry. A cache that cannot be written costs the next load a compile, and

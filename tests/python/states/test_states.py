@@ -446,6 +446,25 @@ def test_instances_read_the_mapped_weights_in_place(weight_sharing):
     assert w.second_cost < 0.1 * w.weight_bytes, (w.second_cost, w.weight_bytes)
 
 
+def test_shared_weights_stay_on_our_kernels_unless_copies_are_allowed(weight_sharing, coremlrt_backend):
+    """A function that shares its weights with another function of its package runs on our
+    kernels under every backend, forced onto OpenVINO too, each op saying why
+    (src/backends/openvino/backend.cc, worth_running); weight_copies_limit_bytes lets OpenVINO
+    take it, with the same results."""
+    w = weight_sharing
+    for model in (w.first, w.second):
+        for p in model.placements():
+            assert p["backend"] in ("reference", "folded"), p
+            if coremlrt_backend == "openvino" and p["backend"] == "reference":
+                assert "other functions of its package read too" in p["reason"], p
+    if coremlrt_backend != "openvino":
+        return
+    copies = coremlrt.MLModel(w.first.package_path, function_name="second", weight_copies_limit_bytes=1 << 30)
+    placed = {p["op_type"]: p["backend"] for p in copies.placements() if p["backend"] != "folded"}
+    assert placed == {"matmul": "openvino", "relu": "openvino", "add": "openvino", "linear": "openvino"}, placed
+    np.testing.assert_allclose(copies.predict({"x": w.x})["y"], w.y2, rtol=1e-4, atol=1e-4)
+
+
 # -- 5. short alternating stress with idle gaps past the linger period ---------------------
 
 def test_alternating_stress_with_linger(lm):
