@@ -397,7 +397,9 @@ bool shares_large_constants(const Region& region) {
   bool shared = false;
   for (const ir::Operation& op : region.function.block.operations) {
     if (shared) break;
-    if (inside.count(&op) || op.type == "const") continue;
+    // A constexpr op reads its inputs at load only, to make the packed or folded weight the
+    // region reads (src/runtime/plan.cc): not a reader that predictions share the mapping with.
+    if (inside.count(&op) || op.type == "const" || op.type.rfind("constexpr_", 0) == 0) continue;
     for (const auto& [param, bindings] : op.inputs)
       for (const ir::Binding& binding : bindings) {
         const ir::ConstValue* constant = region.values.constant(binding);

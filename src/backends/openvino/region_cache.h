@@ -43,7 +43,8 @@ std::optional<CachedRegion> import_cached_region(ov::Core& core, const std::stri
 // function that the region does not hold (a tied embedding: its gather in the region, the output
 // projection on our kernels). Such a region is not cached: an imported blob holds its own copy of
 // the constant, where a compiled region shares the mapped weights with their other readers
-// (GPT-2's decode step: 605 MB after a cached load against 468 MB after a first one).
+// (GPT-2's decode step: 605 MB after a cached load against 468 MB after a first one). The
+// constexpr ops that make a packed weight are no such readers: they read it at load only.
 bool shares_large_constants(const Region& region);
 
 // Drops from this process's memory the pages of the weight file that hold the region's

@@ -368,10 +368,11 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
     """A convolution's int8 weight reaches OpenVINO decoded to the fp16 the program stores,
     behind a Convert marked as weight decompression (src/backends/openvino/backend.cc,
     RegionBuilder::value_of): beside the plugin's own repacked fp32 weights, the decoded fp16
-    is the only other copy (2 bytes per weight). Given as the decompression pattern, the plugin
-    folded it into an fp32 copy instead (4 bytes per weight: resnet18 int8 took 135 MB of
-    anonymous memory after load, fp16 80). Anonymous memory growth in fresh processes, the int8
-    model against its fp16 original, with the same results as our kernels."""
+    is the only other copy (2 bytes per weight), and a load from the cache decodes nothing.
+    Given as the decompression pattern, the plugin folded it into an fp32 copy instead (4 bytes
+    per weight: resnet18 int8 took 135 MB of anonymous memory after load, fp16 80). Anonymous
+    memory growth in fresh processes, the int8 model against its fp16 original, with the same
+    results as our kernels."""
     import coremltools.optimize.coreml as cto
 
     w1 = (RNG.standard_normal((1024, 512, 3, 3)) * 0.02).astype(np.float16)
@@ -395,23 +396,33 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
         warm.predict({"x": np.ones((1, 512, 6, 6), np.float32)})
         del warm
         before = anon()
-        m = coremlrt.MLModel(sys.argv[1], backend="openvino", cache_dir=None)
+        m = coremlrt.MLModel(sys.argv[1], backend="openvino", cache_dir=None if sys.argv[3] == "-" else sys.argv[3])
         m.predict({"x": np.ones((1, 512, 6, 6), np.float32)})
         print(anon() - before, " ".join(p["backend"] for p in m.placements() if p["op_type"] == "conv"))
     """)
-    grown = {}
+
+    def grown_by(path, cache):
+        out = subprocess.run([sys.executable, "-c", script, path, paths["fp16"], cache], capture_output=True,
+                             text=True, check=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        assert out.stdout.split()[-2:] == ["openvino", "openvino"], out.stdout
+        return int(out.stdout.split()[-3])
+
+    grown, cache = {}, str(tmp_path / "cache")
     for form, path in paths.items():
-        out = subprocess.run([sys.executable, "-c", script, path, paths["fp16"]], capture_output=True, text=True,
-                             check=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-        grown[form], placed = out.stdout.split()[-3], out.stdout.split()[-2:]
-        grown[form] = int(grown[form])
-        assert placed == ["openvino", "openvino"], out.stdout
+        grown[form, "first"] = grown_by(path, "-")
+        grown_by(path, cache)  # stores the compiled region
+        grown[form, "cached"] = grown_by(path, cache)
     count = w1.size + w2.size
-    assert grown["int8"] - grown["fp16"] < 3 * count, (grown, count)
+    # A first load keeps the decoded fp16 (2 bytes per weight); a load from the cache imports the
+    # compiled region without decoding anything (region_cache.h: the constexpr ops that made the
+    # packed weight are no readers that keep a compressed region out of the cache).
+    assert grown["int8", "first"] - grown["fp16", "first"] < 3 * count, (grown, count)
+    assert grown["int8", "cached"] - grown["fp16", "cached"] < count, (grown, count)
     x = {"x": RNG.standard_normal((1, 512, 6, 6)).astype(np.float16)}
-    got = coremlrt.MLModel(paths["int8"], backend="openvino").predict(x)["y"]
-    want = coremlrt.MLModel(paths["int8"], backend="reference").predict(x)["y"]
-    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    want = coremlrt.MLModel(paths["int8"], backend="reference", cache_dir=None).predict(x)["y"]
+    for cache_dir in (None, cache):  # compiled here, and imported from the cache
+        got = coremlrt.MLModel(paths["int8"], backend="openvino", cache_dir=cache_dir).predict(x)["y"]
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
 
 @pytest.fixture(scope="module")
