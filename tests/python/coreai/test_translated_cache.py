@@ -23,11 +23,10 @@ def _core_model(path, cache_dir):
     return _core.Model(path, "", 1.0, 0, 0, "reference", False, 1, cache_dir, 1, True, 0)
 
 
-@pytest.fixture
-def cached(tmp_path):
+def _package_and_asset(tmp_path, weight, program):
+    """tanh(linear(x, weight)) saved as a package, and a Core AI model folder whose main.mlirb
+    holds `program` (main.hash its SHA-256)."""
     from coremltools.converters.mil import Builder as mb
-
-    weight = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(2, 8))], opset_version=ct.target.iOS18)
     def prog(x):
@@ -36,10 +35,17 @@ def cached(tmp_path):
     package = save_program(prog, tmp_path)
     asset = tmp_path / "m.aimodel"
     asset.mkdir()
-    program = b"ML\xefR not a real program: the loader reads only its hash"
     (asset / "main.mlirb").write_bytes(program)
     (asset / "main.hash").write_bytes(hashlib.sha256(program).digest())
     (asset / "metadata.json").write_text("{}")
+    return package, asset
+
+
+@pytest.fixture
+def cached(tmp_path):
+    weight = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    program = b"ML\xefR not a real program: the loader reads only its hash"
+    package, asset = _package_and_asset(tmp_path, weight, program)
     cache = tmp_path / "cache"
     name = hashlib.sha256(program).hexdigest()
     coremlrt.compile_model(package, str(cache / "coreai" / f"{name}-t2.mlmodelc"))
@@ -136,22 +142,11 @@ def test_resource_blobs_finds_each_blob_and_refuses_damage():
 def in_place(tmp_path):
     """A translation whose weight is a RAWDATA view of the Core AI model's main.mlirb (hard-linked
     into it with its stamp, as python/coremlrt/coreai/_translate.py writes it)."""
-    from coremltools.converters.mil import Builder as mb
     from coremlrt.coreai._bytecode import resource_blobs
 
     weight = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 8))], opset_version=ct.target.iOS18)
-    def prog(x):
-        return mb.tanh(x=mb.linear(x=x, weight=weight), name="y")
-
-    package = save_program(prog, tmp_path)
-    asset = tmp_path / "m.aimodel"
-    asset.mkdir()
     program, _ = _bytecode_with_blob(weight.tobytes())
-    (asset / "main.mlirb").write_bytes(program)
-    (asset / "main.hash").write_bytes(hashlib.sha256(program).digest())
-    (asset / "metadata.json").write_text("{}")
+    package, asset = _package_and_asset(tmp_path, weight, program)
     cache = tmp_path / "cache"
     folder = cache / "coreai" / f"{hashlib.sha256(program).hexdigest()}-t7.mlmodelc"
     coremlrt.compile_model(package, str(folder))
