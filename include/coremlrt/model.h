@@ -49,9 +49,10 @@ struct LoadOptions {
   // weight file stores them, and the kernels that read them decode them as they run
   // (docs/design/compressed-weights.md). false decodes each one into a dense constant at load.
   bool packed_weights = true;
-  // With backend "auto": bytes of copies of the weights a backend may hold beside the weight file
-  // (OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32). Regions that
-  // would pass it keep their work on our kernels, which read the weights as the file stores them.
+  // With backend "auto": bytes the copies of the weights a backend holds may add to the process
+  // (OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32), net of the
+  // weight file's pages they replace. Regions that would pass it keep their work on our kernels,
+  // which read the weights as the file stores them.
   // 0 = the model's weight bytes, and at least 64 MiB; and then a function that reads weights
   // another function of the same package reads too runs on our kernels alone, with backend
   // "openvino" too (a backend would copy them once per loaded function, where our kernels share

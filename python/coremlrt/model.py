@@ -307,8 +307,9 @@ class MLModel:
     sparse: ``coremltools.optimize``) in the form the weight file stores them, and the kernels
     that read them decode them as they run: the model takes about its file's size in memory.
     ``False`` decodes every one into a dense constant at load (docs/design/compressed-weights.md).
-    ``weight_copies_limit_bytes`` caps the copies of the weights the OpenVINO backend may hold
-    beside the weight file (it repacks the weights its kernels read, and keeps fp16 ones as fp32):
+    ``weight_copies_limit_bytes`` caps what the copies of the weights the OpenVINO backend holds
+    may add to the process, net of the weight file's pages they replace (it repacks the weights
+    its kernels read, and keeps fp16 ones as fp32):
     with ``backend="auto"``, regions past it run on coremlrt's kernels, which read the weights as
     stored. Default: the model's weight bytes, at least 64 MiB; and by default a function that
     reads weights another function of the same package reads too (a language model's prefill and

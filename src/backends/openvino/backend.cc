@@ -288,12 +288,13 @@ class OpenVinoBackend final : public Backend {
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
 
  private:
-  // Bytes of weight copies the compiled region would hold: fp32 for fp16 weights of a region
-  // computed in fp32 and for compressed weights decoded for it (RegionBuilder::value_of), the
-  // stored size for fp32 and affine compressed weights of matrix products, which OpenVINO
-  // repacks; each constant once.
+  // Bytes the compiled region's weight copies add to the process: fp32 for compressed weights
+  // decoded for it (RegionBuilder::value_of), the stored size for affine compressed weights of
+  // matrix products, which OpenVINO repacks; for dense weights, the copy less the weight file's
+  // pages it replaces (fp16 widened to fp32: their size; fp32: nothing); each constant once.
   // Small constants (biases, norms: under 4,096 elements) are not weights worth counting.
   uint64_t weight_copy_bytes(const Region& region) const {
+    const bool released = !shares_large_constants(region);
     std::set<const ir::ConstValue*> seen;
     uint64_t bytes = 0;
     for (const ir::Operation* op : region.ops)
@@ -304,9 +305,16 @@ class OpenVinoBackend final : public Backend {
           const uint64_t n = static_cast<uint64_t>(shape_numel(c->tensor.shape));
           if (n < 4096) continue;
           // A decoded weight (any form a convolution reads, palettes, sparse) is repacked in fp32.
-          if (c->packed) bytes += !packed_decompresses(*c->packed) || op->type == "conv" ? n * 4 : c->packed->stored_bytes();
-          else if (c->tensor.dtype == DType::Float16) bytes += options_.low_precision ? n * 2 : n * 4;
-          else if (c->tensor.dtype == DType::Float32) bytes += n * 4;
+          if (c->packed) {
+            bytes += !packed_decompresses(*c->packed) || op->type == "conv" ? n * 4 : c->packed->stored_bytes();
+            continue;
+          }
+          // A dense weight's pages of the weight file are dropped once the region is compiled
+          // (release_constant_pages), unless ops outside it read them too: the copy then takes
+          // their place, and only what it adds counts (an fp16 weight widened to fp32: its size).
+          const uint64_t stored = n * dtype_size(c->tensor.dtype);
+          if (c->tensor.dtype == DType::Float16) bytes += (options_.low_precision ? n * 2 : n * 4) - (released ? stored : 0);
+          else if (c->tensor.dtype == DType::Float32) bytes += released ? 0 : stored;
         }
     return bytes;
   }
