@@ -55,8 +55,9 @@ _OPENVINO_OP_DIFFERENCES = {
 KNOWN_DIFFERENCES = {
     "reference": {},
     "openvino": _OPENVINO_OP_DIFFERENCES,
-    # Functions that share weights keep the products over them on our kernels, under auto and
-    # forced onto OpenVINO alike (BackendOptions::shared_weights, src/backends/backend.h).
+    # A function that shares its weights with another function of its package runs on our
+    # kernels, under auto and forced onto OpenVINO alike (BackendOptions::shares_weights,
+    # src/backends/backend.h).
     "auto": {},
 }
 
