@@ -98,7 +98,7 @@ def _visibility(graph):
     return "private" if "priv" in {a.name for a in graph.attributes} else "public"
 
 
-def _write_compiled(path, bytecode_path, folder):
+def _write_compiled(path, bytecode_path, bytecode, folder):
     from ._translate import Program, Translator, feature_names
 
     Context, load_module_from_bytecode, copy_constant = _import_coreai()
@@ -122,8 +122,8 @@ def _write_compiled(path, bytecode_path, folder):
             graph_attributes = {a.name: a.attr for a in graph.attributes}
             if str(graph_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
                 raise Error(f"{where}: graph '{name}' has parameters (param_decls), which are not supported yet")
-        with open(bytecode_path, "rb") as f:
-            program = Program(bytecode_path, resource_blobs(f.read(), where))
+        # `bytecode` is main.mlirb's content as hashed (compile_aimodel): not read a second time.
+        program = Program(bytecode_path, resource_blobs(bytecode, where))
         for graph in public:
             attributes = {a.name: a.attr for a in graph.attributes}
             block = graph.regions[0].blocks[0]
@@ -165,7 +165,7 @@ def compile_aimodel(path, cache_dir=None):
     staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
     try:
         target = os.path.join(staging, "model.mlmodelc")
-        _write_compiled(path, os.path.join(path, "main.mlirb"), target)
+        _write_compiled(path, os.path.join(path, "main.mlirb"), bytecode, target)
         try:
             os.rename(target, folder)
         except OSError:
