@@ -131,6 +131,9 @@ struct RowRuns {
   // A sparse tensor (mask): the index of the value that each row's column c0 or the first set
   // bit after it takes (first_code[r - r0]).
   const int64_t* first_code = nullptr;
+  // 4-bit codes: every group of the tensor is known to take tables computed in registers
+  // (rounded_groups_everywhere), so a window's groups are converted without checks.
+  bool groups_checked = false;
 
   // The run of row r's columns.
   Run run(int64_t r) const {
@@ -157,6 +160,10 @@ struct RowRuns {
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
 // Whether dot_simd runs on this CPU and build (for sparse values: with AVX-512 BITALG or VBMI2).
 bool dot_simd_available(bool sparse);
+// Whether dot_simd computes the tables of every group of `t` (4-bit codes; `shape` what its
+// groups share) in registers, so
+// that RowRuns::groups_checked may be set: read once per tensor, it spares each call's check.
+bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape);
 // Tests: true makes sparse values go through VBMI2's expand instructions even where the CPU has
 // BITALG (spread_by_permute), so that both ways are tested on one machine; default false.
 void prefer_expand(bool expand);

@@ -319,7 +319,8 @@ namespace {
 
 // fp16_rounded_groups for one form of offsets: `offsets(g, m, integral)` gives the offsets of
 // groups [g, g + m) as integers, and clears the lanes of `integral` whose offset is not one.
-template <class Offsets>
+// kCheck false: the groups are known to pass (fp16_rounded_groups' `checked`), only converted.
+template <bool kCheck, class Offsets>
 COREMLRT_AVX512_INLINE inline bool rounded_groups(const uint16_t* scale_bits, int64_t g0, int64_t n, bool is_signed,
                                                   const Offsets& offsets, float* scale, float* scale_8193,
                                                   float* offset) {
@@ -330,16 +331,19 @@ COREMLRT_AVX512_INLINE inline bool rounded_groups(const uint16_t* scale_bits, in
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = std::min<int64_t>(16, n - i);
     const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-    const __m512i h = _mm512_cvtepu16_epi32(load_halves16(scale_bits + g0 + i, m));
-    const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(h, 10), _mm512_set1_epi32(31));
+    const __m256i bits = load_halves16(scale_bits + g0 + i, m);
     __mmask16 ok = lanes;
     const __m512i whole = offsets(g0 + i, m, ok);
-    // Normal scales up to 2^11 (exponent field 1..26), offsets in range.
-    ok &= _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(1)) &
-          _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(26)) & _mm512_cmpge_epi32_mask(whole, lowest) &
-          _mm512_cmple_epi32_mask(whole, highest);
-    all &= static_cast<__mmask16>(ok | ~lanes);
-    const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+    if (kCheck) {
+      // Normal scales up to 2^11 (exponent field 1..26), offsets in range.
+      const __m512i exponent =
+          _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu16_epi32(bits), 10), _mm512_set1_epi32(31));
+      ok &= _mm512_cmpge_epi32_mask(exponent, _mm512_set1_epi32(1)) &
+            _mm512_cmple_epi32_mask(exponent, _mm512_set1_epi32(26)) & _mm512_cmpge_epi32_mask(whole, lowest) &
+            _mm512_cmple_epi32_mask(whole, highest);
+      all &= static_cast<__mmask16>(ok | ~lanes);
+    }
+    const __m512 s = _mm512_cvtph_ps(bits);
     store_floats16(scale + i, m, s);
     store_floats16(scale_8193 + i, m, _mm512_mul_ps(s, _mm512_set1_ps(8193.0f)));  // exact: 11 bits
     store_floats16(offset + i, m, _mm512_cvtepi32_ps(whole));
@@ -349,8 +353,12 @@ COREMLRT_AVX512_INLINE inline bool rounded_groups(const uint16_t* scale_bits, in
 
 }  // namespace
 
-COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed,
-                                         float* scale, float* scale_8193, float* offset_out) {
+namespace {
+
+template <bool kCheck>
+COREMLRT_AVX512_INLINE inline bool fp16_rounded_groups_as(const ir::PackedTensor& t, int64_t g0, int64_t n,
+                                                          bool is_signed, float* scale, float* scale_8193,
+                                                          float* offset_out) {
   if (t.scale.dtype != DType::Float16) return false;
   const uint16_t* scales = t.scale.ptr<uint16_t>();
   const ir::PackedArray& offset = t.offset;
@@ -359,7 +367,7 @@ COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, 
     auto none = [&](int64_t, int64_t, __mmask16&) COREMLRT_AVX512_INLINE {
       return _mm512_setzero_si512();
     };
-    return rounded_groups(scales, g0, n, is_signed, none, scale, scale_8193, offset_out);
+    return rounded_groups<kCheck>(scales, g0, n, is_signed, none, scale, scale_8193, offset_out);
   }
   const uint8_t* bytes = offset.data.ptr<uint8_t>();
   if (offset.bits == 4 && g0 % 2 == 0) {
@@ -367,14 +375,14 @@ COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, 
     auto nibbles = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
       return nibble_offsets16(bytes, signed_offsets, g, m);
     };
-    return rounded_groups(scales, g0, n, is_signed, nibbles, scale, scale_8193, offset_out);
+    return rounded_groups<kCheck>(scales, g0, n, is_signed, nibbles, scale, scale_8193, offset_out);
   }
   if (offset.bits == 0 && (offset.dtype == DType::Int8 || offset.dtype == DType::UInt8)) {
     const bool signed_offsets = offset.dtype == DType::Int8;
     auto whole_bytes = [&](int64_t g, int64_t m, __mmask16&) COREMLRT_AVX512_INLINE {
       return byte_offsets16(bytes, signed_offsets, g, m);
     };
-    return rounded_groups(scales, g0, n, is_signed, whole_bytes, scale, scale_8193, offset_out);
+    return rounded_groups<kCheck>(scales, g0, n, is_signed, whole_bytes, scale, scale_8193, offset_out);
   }
   auto floats = [&](int64_t g, int64_t m, __mmask16& integral)
                     COREMLRT_AVX512_INLINE {
@@ -383,7 +391,26 @@ COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, 
     integral &= _mm512_cmpeq_ps_mask(_mm512_cvtepi32_ps(whole), v);
     return whole;
   };
-  return rounded_groups(scales, g0, n, is_signed, floats, scale, scale_8193, offset_out);
+  return rounded_groups<kCheck>(scales, g0, n, is_signed, floats, scale, scale_8193, offset_out);
+}
+
+}  // namespace
+
+COREMLRT_AVX512 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed,
+                                         float* scale, float* scale_8193, float* offset, bool checked) {
+  return checked ? fp16_rounded_groups_as<false>(t, g0, n, is_signed, scale, scale_8193, offset)
+                 : fp16_rounded_groups_as<true>(t, g0, n, is_signed, scale, scale_8193, offset);
+}
+
+COREMLRT_AVX512 bool fp16_rounded_everywhere(const ir::PackedTensor& t, bool is_signed) {
+  constexpr int64_t kChunk = 4096;
+  std::vector<float> scale(kChunk), scale_8193(kChunk), offset(kChunk);
+  const int64_t groups = t.group_count();
+  for (int64_t g = 0; g < groups; g += kChunk)
+    if (!fp16_rounded_groups(t, g, std::min(kChunk, groups - g), is_signed, scale.data(), scale_8193.data(),
+                             offset.data(), false))
+      return false;
+  return true;
 }
 
 namespace {

@@ -37,6 +37,48 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 COREMLRT_AVX512 inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+// A row's products before their lanes are summed, and the sum of its last columns (fewer than
+// 32, taken one by one).
+struct RowSum {
+  __m512 lanes;
+  float tail;
+};
+
+// The sums of four rows' lanes, in lanes 0..3: the rows are folded together (256-bit halves,
+// then 128-bit quarters, then within each quarter) rather than each reduced alone when its row
+// ends, which left a chain of dependent adds after every row of the decode step's 768-column
+// weights (docs/reports/performance.md, design choices).
+COREMLRT_AVX512_INLINE inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  // [a0 halves summed | a1 halves summed], [a2 ... | a3 ...]
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+  // Quarter q holds four partial sums of row q.
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xdd));
+  const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512 y = _mm512_add_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
+}
+
+// c[r] += row r's sum for r in [r0, r0 + n), `row(r)` giving its RowSum: four rows at a time
+// through sum4, the last ones alone.
+template <class RowFn>
+COREMLRT_AVX512_INLINE inline void add_row_sums(int64_t r0, int64_t n, float* c, const RowFn& row) {
+  int64_t r = r0;
+  for (; r + 4 <= r0 + n; r += 4) {
+    const RowSum s0 = row(r), s1 = row(r + 1), s2 = row(r + 2), s3 = row(r + 3);
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, sum4(s0.lanes, s1.lanes, s2.lanes, s3.lanes));
+    c[r] += sums[0] + s0.tail;
+    c[r + 1] += sums[1] + s1.tail;
+    c[r + 2] += sums[2] + s2.tail;
+    c[r + 3] += sums[3] + s3.tail;
+  }
+  for (; r < r0 + n; ++r) {
+    const RowSum s = row(r);
+    c[r] += sum16(s.lanes) + s.tail;
+  }
+}
+
 // The scales and offsets of groups [g0, g0 + count), as floats, read at once: a row's groups, or
 // a window of rows' (group_at's conversions, one group at a time, cost more than the products of
 // a 32-column block). Not for palettes.
@@ -109,7 +151,7 @@ struct RoundedGroups {
     scale_8193.resize(count);
     offset.resize(count);
     return fp16_rounded_groups(*rows.tensor, g0, static_cast<int64_t>(count), is_signed, scale.data(),
-                               scale_8193.data(), offset.data());
+                               scale_8193.data(), offset.data(), rows.groups_checked);
   }
 };
 
@@ -144,8 +186,8 @@ struct ComputedTables {
 // kBlock32: groups of 32 columns, the first one whole (block 32, first <= 32), so that each 32
 // columns take the next group.
 template <bool kBlock32, class Tables>
-COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables& table_of, const float* a,
-                                                    const float* a_split) {
+COREMLRT_AVX512_INLINE inline RowSum dot_nibbles_row(const Run& run, const Tables& table_of, const float* a,
+                                                     const float* a_split) {
   const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
   // The group of each 32 columns: groups hold whole 32-column blocks (dot_simd's contract).
   int64_t g = kBlock32 ? -1 : 0;
@@ -194,35 +236,68 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
     const int flip = Tables::kFlipCodes ? 8 : 0;
     for (; p < run.n; ++p) tail += last[((bytes[p / 2] >> (4 * (p % 2))) & 15) ^ flip] * a[p];
   }
-  return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
+  return {_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1)), tail};
 }
 
 // The groups whose scales and offsets one window of dot_nibbles (or dot_bytes) reads at once:
 // 6 KiB of them, still in L1 when the rows read them.
 constexpr int64_t kWindowGroups = 512;
 
-// Rows [w0, w0 + wn) of dot_nibbles with tables computed in registers from `groups`.
-COREMLRT_AVX512_INLINE inline void dot_nibbles_computed(const RowRuns& rows, int64_t w0, int64_t wn,
-                                                        const RoundedGroups& groups, bool is_signed, const float* a,
-                                                        const float* a_split, float* c) {
-  const bool with_offsets = rows.tensor->offset.defined();
-  for (int64_t r = w0; r < w0 + wn; ++r) {
+// Asks for the scales and offsets of the window after rows [w0, w0 + wn) while this one's
+// products run: they are a stream of their own beside the codes, which the hardware's prefetch
+// left waiting on memory when a window began (docs/reports/performance.md, design choices).
+COREMLRT_AVX512 void prefetch_next_groups(const RowRuns& rows, int64_t w0, int64_t wn, int64_t window) {
+  const int64_t next = w0 + wn;
+  if (next >= rows.nr) return;
+  const Run first = rows.run(rows.r0 + next), last = rows.run(rows.r0 + std::min(rows.nr, next + window) - 1);
+  const int64_t g0 = first.g, g1 = last.g + group_count(last);
+  auto ask = [](const void* base, int64_t begin, int64_t end) {
+    // A prefetch never faults, so the lines need not lie inside the array.
+    const char* p = static_cast<const char*>(base);
+    for (int64_t at = begin; at < end + 63; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
+  };
+  const ir::PackedTensor& t = *rows.tensor;
+  const int64_t scale_size = static_cast<int64_t>(dtype_size(t.scale.dtype));
+  ask(t.scale.data, g0 * scale_size, g1 * scale_size);
+  if (!t.offset.defined()) return;
+  if (t.offset.bits > 0) ask(t.offset.data.data, g0 * t.offset.bits / 8, g1 * t.offset.bits / 8);
+  else {
+    const int64_t offset_size = static_cast<int64_t>(dtype_size(t.offset.dtype));
+    ask(t.offset.data.data, g0 * offset_size, g1 * offset_size);
+  }
+}
+
+// Rows [w0, w0 + wn) of dot_nibbles with tables computed in registers from `groups`, for one
+// form of codes and blocks (the same for every row of the window).
+template <bool kSigned, bool kOffset, bool kBlock32>
+COREMLRT_AVX512_INLINE inline void dot_nibbles_computed_as(const RowRuns& rows, int64_t w0, int64_t wn,
+                                                           const RoundedGroups& groups, const float* a,
+                                                           const float* a_split, float* c) {
+  add_row_sums(w0, wn, c, [&](int64_t r) COREMLRT_AVX512_INLINE {
     const Run run = rows.run(rows.r0 + r);
     const size_t at = static_cast<size_t>(run.g - groups.g0);
-    const float *scale = groups.scale.data() + at, *scale_8193 = groups.scale_8193.data() + at;
-    const float* offset = groups.offset.data() + at;
-    const bool block32 = run.block == 32 && run.first <= 32;
-    auto dot = [&](const auto& tables_of) COREMLRT_AVX512_INLINE {
-      return block32 ? dot_nibbles_row<true>(run, tables_of, a, a_split)
-                     : dot_nibbles_row<false>(run, tables_of, a, a_split);
-    };
-    if (is_signed) {
-      c[r] += with_offsets ? dot(ComputedTables<true, true>{scale, scale_8193, offset})
-                           : dot(ComputedTables<true, false>{scale, scale_8193, offset});
-    } else {
-      c[r] += with_offsets ? dot(ComputedTables<false, true>{scale, scale_8193, offset})
-                           : dot(ComputedTables<false, false>{scale, scale_8193, offset});
-    }
+    const ComputedTables<kSigned, kOffset> tables{groups.scale.data() + at, groups.scale_8193.data() + at,
+                                                  groups.offset.data() + at};
+    return dot_nibbles_row<kBlock32>(run, tables, a, a_split);
+  });
+}
+
+COREMLRT_AVX512 void dot_nibbles_computed(const RowRuns& rows, int64_t w0, int64_t wn, const RoundedGroups& groups,
+                                          bool is_signed, const float* a, const float* a_split, float* c) {
+  const bool with_offsets = rows.tensor->offset.defined();
+  // Every row's run starts at column c0 of its row, so each has the same first group's length.
+  const Run first = rows.run(rows.r0 + w0);
+  const bool block32 = first.block == 32 && first.first <= 32;
+  const int form = (is_signed ? 4 : 0) | (with_offsets ? 2 : 0) | (block32 ? 1 : 0);
+  switch (form) {
+    case 0: return dot_nibbles_computed_as<false, false, false>(rows, w0, wn, groups, a, a_split, c);
+    case 1: return dot_nibbles_computed_as<false, false, true>(rows, w0, wn, groups, a, a_split, c);
+    case 2: return dot_nibbles_computed_as<false, true, false>(rows, w0, wn, groups, a, a_split, c);
+    case 3: return dot_nibbles_computed_as<false, true, true>(rows, w0, wn, groups, a, a_split, c);
+    case 4: return dot_nibbles_computed_as<true, false, false>(rows, w0, wn, groups, a, a_split, c);
+    case 5: return dot_nibbles_computed_as<true, false, true>(rows, w0, wn, groups, a, a_split, c);
+    case 6: return dot_nibbles_computed_as<true, true, false>(rows, w0, wn, groups, a, a_split, c);
+    default: return dot_nibbles_computed_as<true, true, true>(rows, w0, wn, groups, a, a_split, c);
   }
 }
 
@@ -239,17 +314,18 @@ COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const floa
   const int64_t window = std::max<int64_t>(1, kWindowGroups / std::max<int64_t>(1, rows.nc / 32));
   for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
     const int64_t wn = std::min(window, rows.nr - w0);
+    prefetch_next_groups(rows, w0, wn, window);
     if (rounded_form && groups.read(rows, rows.r0 + w0, wn, is_signed)) {
       dot_nibbles_computed(rows, w0, wn, groups, is_signed, a, a_split, c);
       continue;
     }
-    for (int64_t r = w0; r < w0 + wn; ++r) {
+    add_row_sums(w0, wn, c, [&](int64_t r) COREMLRT_AVX512_INLINE {
       const Run run = rows.run(rows.r0 + r);
       const int64_t count = group_count(run);
       tables.resize(static_cast<size_t>(16 * count));
       nibble_tables(run, count, row, tables.data());
-      c[r] += dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
-    }
+      return dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
+    });
   }
 }
 
@@ -354,6 +430,7 @@ COREMLRT_AVX512 void dot_bytes(const RowRuns& rows, const float* a, float* c) {
   const int64_t window = std::max<int64_t>(1, kWindowGroups / group_count(rows.run(rows.r0)));
   for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
     const int64_t wn = std::min(window, rows.nr - w0);
+    prefetch_next_groups(rows, w0, wn, window);
     const Run first = rows.run(rows.r0 + w0), last = rows.run(rows.r0 + w0 + wn - 1);
     groups.read(*rows.tensor, first.g, last.g + group_count(last) - first.g);
     for (int64_t r = w0; r < w0 + wn; ++r) c[r] += dot_bytes_row(rows.run(rows.r0 + r), groups, a);
@@ -425,6 +502,11 @@ bool dot_simd_available(bool sparse) {
   return simd_level() == SimdLevel::kAvx512 && (!sparse || (has_vbmi2() && has_bitalg()));
 }
 
+bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape) {
+  return dot_simd_available(false) && t.codes.bits == 4 && !t.mask.defined() && shape.map != ir::CodeMap::kLut &&
+         rounded_once(shape) && shape.half_values && fp16_rounded_everywhere(t, t.codes.dtype == DType::Int4);
+}
+
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   if (!dot_simd_available(rows.tensor->mask.defined())) return false;
   if (rows.tensor->mask.defined()) {
@@ -437,6 +519,7 @@ bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* 
 #else
 
 bool dot_simd_available(bool) { return false; }
+bool rounded_groups_everywhere(const ir::PackedTensor&, const Group&) { return false; }
 bool dot_simd(const RowRuns&, const float*, const float*, float*) { return false; }
 
 #endif

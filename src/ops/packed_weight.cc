@@ -440,6 +440,10 @@ bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, cons
   rows.row_block = row_block_;
   rows.col_groups = col_groups_;
   rows.col_block = col_block_;
+  if (nibbles) {
+    std::call_once(groups_checked_once_, [&] { groups_checked_ = packed::rounded_groups_everywhere(t, rows.shape); });
+    rows.groups_checked = groups_checked_;
+  }
   thread_local std::vector<int64_t> first_code;
   if (sparse) {
     first_code.resize(static_cast<size_t>(nr));

@@ -10,6 +10,7 @@
 // form against a plain element-by-element decoder, and tests/python/ops/test_packed_weights.py
 // against the folded constexpr ops).
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,11 @@ class PackedMatrix {
   int64_t col_groups_ = 1;  // groups along a row
   int64_t col_block_ = 1;   // columns per group
   std::vector<int64_t> row_codes_;  // sparse: index of each row's first code
+  // 4-bit codes: whether every group's table is computed in registers (packed_codes.h,
+  // rounded_groups_everywhere), found by the first dot_rows rather than at load, where it would
+  // read every scale of a large model.
+  mutable std::once_flag groups_checked_once_;
+  mutable bool groups_checked_ = false;
 };
 
 }  // namespace coremlrt::ops
