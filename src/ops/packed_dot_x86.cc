@@ -37,48 +37,6 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 COREMLRT_AVX512 inline float sum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// A row's products before their lanes are summed, and the sum of its last columns (fewer than
-// 32, taken one by one).
-struct RowSum {
-  __m512 lanes;
-  float tail;
-};
-
-// The sums of four rows' lanes, in lanes 0..3: the rows are folded together (256-bit halves,
-// then 128-bit quarters, then within each quarter) rather than each reduced alone when its row
-// ends, which left a chain of dependent adds after every row of the decode step's 768-column
-// weights (docs/reports/performance.md, design choices).
-COREMLRT_AVX512_INLINE inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  // [a0 halves summed | a1 halves summed], [a2 ... | a3 ...]
-  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
-  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
-  // Quarter q holds four partial sums of row q.
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xdd));
-  const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512 y = _mm512_add_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), y));
-}
-
-// c[r] += row r's sum for r in [r0, r0 + n), `row(r)` giving its RowSum: four rows at a time
-// through sum4, the last ones alone.
-template <class RowFn>
-COREMLRT_AVX512_INLINE inline void add_row_sums(int64_t r0, int64_t n, float* c, const RowFn& row) {
-  int64_t r = r0;
-  for (; r + 4 <= r0 + n; r += 4) {
-    const RowSum s0 = row(r), s1 = row(r + 1), s2 = row(r + 2), s3 = row(r + 3);
-    alignas(16) float sums[4];
-    _mm_store_ps(sums, sum4(s0.lanes, s1.lanes, s2.lanes, s3.lanes));
-    c[r] += sums[0] + s0.tail;
-    c[r + 1] += sums[1] + s1.tail;
-    c[r + 2] += sums[2] + s2.tail;
-    c[r + 3] += sums[3] + s3.tail;
-  }
-  for (; r < r0 + n; ++r) {
-    const RowSum s = row(r);
-    c[r] += sum16(s.lanes) + s.tail;
-  }
-}
-
 // The scales and offsets of groups [g0, g0 + count), as floats, read at once: a row's groups, or
 // a window of rows' (group_at's conversions, one group at a time, cost more than the products of
 // a 32-column block). Not for palettes.
@@ -186,8 +144,8 @@ struct ComputedTables {
 // kBlock32: groups of 32 columns, the first one whole (block 32, first <= 32), so that each 32
 // columns take the next group.
 template <bool kBlock32, class Tables>
-COREMLRT_AVX512_INLINE inline RowSum dot_nibbles_row(const Run& run, const Tables& table_of, const float* a,
-                                                     const float* a_split) {
+COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables& table_of, const float* a,
+                                                    const float* a_split) {
   const uint8_t* bytes = run.tensor->codes.data.ptr<uint8_t>() + run.k / 2;
   // The group of each 32 columns: groups hold whole 32-column blocks (dot_simd's contract).
   int64_t g = kBlock32 ? -1 : 0;
@@ -236,7 +194,7 @@ COREMLRT_AVX512_INLINE inline RowSum dot_nibbles_row(const Run& run, const Table
     const int flip = Tables::kFlipCodes ? 8 : 0;
     for (; p < run.n; ++p) tail += last[((bytes[p / 2] >> (4 * (p % 2))) & 15) ^ flip] * a[p];
   }
-  return {_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1)), tail};
+  return sum16(_mm512_add_ps(_mm512_add_ps(even0, odd0), _mm512_add_ps(even1, odd1))) + tail;
 }
 
 // The groups whose scales and offsets one window of dot_nibbles (or dot_bytes) reads at once:
@@ -273,13 +231,13 @@ template <bool kSigned, bool kOffset, bool kBlock32>
 COREMLRT_AVX512_INLINE inline void dot_nibbles_computed_as(const RowRuns& rows, int64_t w0, int64_t wn,
                                                            const RoundedGroups& groups, const float* a,
                                                            const float* a_split, float* c) {
-  add_row_sums(w0, wn, c, [&](int64_t r) COREMLRT_AVX512_INLINE {
+  for (int64_t r = w0; r < w0 + wn; ++r) {
     const Run run = rows.run(rows.r0 + r);
     const size_t at = static_cast<size_t>(run.g - groups.g0);
     const ComputedTables<kSigned, kOffset> tables{groups.scale.data() + at, groups.scale_8193.data() + at,
                                                   groups.offset.data() + at};
-    return dot_nibbles_row<kBlock32>(run, tables, a, a_split);
-  });
+    c[r] += dot_nibbles_row<kBlock32>(run, tables, a, a_split);
+  }
 }
 
 COREMLRT_AVX512 void dot_nibbles_computed(const RowRuns& rows, int64_t w0, int64_t wn, const RoundedGroups& groups,
@@ -319,13 +277,13 @@ COREMLRT_AVX512 void dot_nibbles(const RowRuns& rows, const float* a, const floa
       dot_nibbles_computed(rows, w0, wn, groups, is_signed, a, a_split, c);
       continue;
     }
-    add_row_sums(w0, wn, c, [&](int64_t r) COREMLRT_AVX512_INLINE {
+    for (int64_t r = w0; r < w0 + wn; ++r) {
       const Run run = rows.run(rows.r0 + r);
       const int64_t count = group_count(run);
       tables.resize(static_cast<size_t>(16 * count));
       nibble_tables(run, count, row, tables.data());
-      return dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
-    });
+      c[r] += dot_nibbles_row<false>(run, StoredTables{tables.data()}, a, a_split);
+    }
   }
 }
 
