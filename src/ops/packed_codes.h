@@ -131,6 +131,8 @@ struct RowRuns {
   // A sparse tensor (mask): the index of the value that each row's column c0 or the first set
   // bit after it takes (first_code[r - r0]).
   const int64_t* first_code = nullptr;
+  // Sparse 4-bit palette codes: how many codes row r0 + j's columns take (code_count[j]).
+  const int64_t* code_count = nullptr;
   // 4-bit codes: every group of the tensor is known to take tables computed in registers
   // (rounded_groups_everywhere), so a window's groups are converted without checks.
   bool groups_checked = false;

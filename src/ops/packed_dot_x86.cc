@@ -454,6 +454,62 @@ COREMLRT_AVX512_SPARSE void dot_sparse(const RowRuns& rows, const float* a, floa
   else dot_sparse_rows(rows, a, c, ExpandSpread{});
 }
 
+// The values of `n` consecutive 4-bit codes from code index k on (of `bytes` bytes of codes),
+// looked up in a palette of sixteen fp16 values, written to `out` as fp16 (exact: the palette's
+// own values); `out` has room for 32 more, which the last block may fill with values of codes
+// past the n. 32 codes at a time: their bytes widened to 16-bit lanes, low and high nibbles
+// interleaved back into code order, each a lane index of the palette (vpermw).
+COREMLRT_AVX512_SPARSE_INLINE inline void palette_values(const uint8_t* codes, int64_t bytes, int64_t k, int64_t n,
+                                                         const half* palette, half* out) {
+  auto scalar = [&](int64_t i) { return palette[(codes[i / 2] >> (4 * (i % 2))) & 15]; };
+  int64_t i = 0;
+  if (k % 2 && n > 0) out[i++] = scalar(k);
+  const __m256i table = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(palette));
+  const __m256i low4 = _mm256_set1_epi16(15);
+  // Code k + i is even: its byte's low nibble. Whole blocks while their sixteen bytes lie in
+  // the codes (the last may run past the n codes wanted).
+  for (; i < n && (k + i) / 2 + 16 <= bytes; i += 32) {
+    const __m256i pairs = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (k + i) / 2)));
+    const __m256i lo = _mm256_and_si256(pairs, low4), hi = _mm256_srli_epi16(pairs, 4);
+    // Per 128-bit lane: unpacklo holds codes 0-7 (lane 0) and 16-23 (lane 1), unpackhi 8-15 and 24-31.
+    const __m256i a = _mm256_unpacklo_epi16(lo, hi), b = _mm256_unpackhi_epi16(lo, hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_permutexvar_epi16(_mm256_permute2x128_si256(a, b, 0x20), table));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16),
+                        _mm256_permutexvar_epi16(_mm256_permute2x128_si256(a, b, 0x31), table));
+  }
+  for (; i < n; ++i) out[i] = scalar(k + i);
+}
+
+// Sparse 4-bit palette codes (constexpr_lut_to_sparse read densely), one fp16 palette per row:
+// each row's codes become their values first (palette_values, into a buffer that stays in L1),
+// which dot_sparse_row then spreads into place as it does a sparse tensor's fp16 values.
+template <class Spread>
+COREMLRT_AVX512_SPARSE_INLINE inline void dot_sparse_palette_rows(const RowRuns& rows, const float* a, float* c,
+                                                                  Spread spread) {
+  thread_local std::vector<half> values;
+  const ir::PackedTensor& t = *rows.tensor;
+  const uint8_t* codes = t.codes.data.ptr<uint8_t>();
+  const int64_t bytes = static_cast<int64_t>(t.codes.data.nbytes());
+  for (int64_t r = 0; r < rows.nr; ++r) {
+    const int64_t used = rows.code_count[r];
+    // 32 values of room past the row's own, so that spreading its last columns reads them with
+    // a plain load: a masked one at the end of every row cost more than the rest of the row
+    // (packed_codes_avx512.h, spread_halves32).
+    values.resize(static_cast<size_t>(used + 32));
+    const half* palette = static_cast<const half*>(group_at(t, rows.shape, rows.run(rows.r0 + r).g).table);
+    palette_values(codes, bytes, rows.first_code[r], used, palette, values.data());
+    std::fill(values.begin() + used, values.end(), half{});
+    const SparseValues row{t.mask.ptr<uint8_t>(), t.mask.numel(), values.data(), DType::Float16, used + 32};
+    c[r] += dot_sparse_row(row, (rows.r0 + r) * rows.cols + rows.c0, 0, rows.nc, a, spread);
+  }
+}
+
+COREMLRT_AVX512_SPARSE void dot_sparse_palette(const RowRuns& rows, const float* a, float* c) {
+  if (spread_by_permute()) dot_sparse_palette_rows(rows, a, c, PermuteSpread{});
+  else dot_sparse_palette_rows(rows, a, c, ExpandSpread{});
+}
+
 }  // namespace
 
 bool dot_simd_available(bool sparse) {
@@ -468,7 +524,8 @@ bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape) {
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   if (!dot_simd_available(rows.tensor->mask.defined())) return false;
   if (rows.tensor->mask.defined()) {
-    dot_sparse(rows, a, c);
+    if (rows.tensor->map == ir::CodeMap::kLut) dot_sparse_palette(rows, a, c);
+    else dot_sparse(rows, a, c);
   } else if (rows.tensor->codes.bits == 4) dot_nibbles(rows, a, a_split, c);
   else dot_bytes(rows, a, c);
   return true;

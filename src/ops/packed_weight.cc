@@ -393,8 +393,11 @@ struct RegisterForm {
 
 RegisterForm register_form(const ir::PackedTensor& t, int64_t cols, int64_t col_groups, int64_t col_block, int64_t c0) {
   RegisterForm f;
-  f.sparse = t.mask.defined() && !t.nonzero_only && t.map == ir::CodeMap::kIdentity && t.codes.bits == 0 &&
-             t.codes.dtype == DType::Float16;
+  // Sparse fp16 values, or sparse 4-bit codes of one fp16 palette per row (of 16 values).
+  const bool fp16_values = t.map == ir::CodeMap::kIdentity && t.codes.bits == 0 && t.codes.dtype == DType::Float16;
+  const bool row_palettes = t.map == ir::CodeMap::kLut && t.codes.bits == 4 && t.palettes == 16 &&
+                            t.dtype == DType::Float16 && col_groups == 1;
+  f.sparse = t.mask.defined() && !t.nonzero_only && (fp16_values || row_palettes);
   if (t.mask.defined()) return f;
   f.nibbles = t.codes.bits == 4 && t.map != ir::CodeMap::kIdentity && (t.map != ir::CodeMap::kLut || t.palettes == 16) &&
               cols % 2 == 0 && c0 % 2 == 0 && (col_groups == 1 || (col_block % 32 == 0 && c0 % 32 == 0));
@@ -444,12 +447,22 @@ bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, cons
     std::call_once(groups_checked_once_, [&] { groups_checked_ = packed::rounded_groups_everywhere(t, rows.shape); });
     rows.groups_checked = groups_checked_;
   }
-  thread_local std::vector<int64_t> first_code;
+  thread_local std::vector<int64_t> first_code, code_count;
   if (sparse) {
     first_code.resize(static_cast<size_t>(nr));
     for (int64_t r = r0; r < r0 + nr; ++r)
       first_code[r - r0] = row_codes_[r] + count_set(t.mask.ptr<uint8_t>(), r * cols_, r * cols_ + c0);
     rows.first_code = first_code.data();
+    if (t.map == ir::CodeMap::kLut) {
+      code_count.resize(static_cast<size_t>(nr));
+      for (int64_t r = r0; r < r0 + nr; ++r) {
+        // Whole rows (the decode step's): the codes up to the next row's first.
+        const int64_t next_row = r + 1 < rows_ ? row_codes_[r + 1] : t.nonzero;
+        code_count[r - r0] = c0 == 0 && nc == cols_ ? next_row - row_codes_[r]
+                                                    : count_set(t.mask.ptr<uint8_t>(), r * cols_ + c0, r * cols_ + c0 + nc);
+      }
+      rows.code_count = code_count.data();
+    }
   }
   return packed::dot_simd(rows, a, split.data(), c);
 }

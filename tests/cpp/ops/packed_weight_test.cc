@@ -191,6 +191,8 @@ std::vector<Case> cases() {
     out.push_back({"sparse_" + d, sparse_floats(dt, {29, 77}, 0.5)});
     out.push_back({"sparse_dense_rows_" + d, sparse_floats(dt, {4, 200}, 0.97)});
     out.push_back({"sparse_lut4_" + d, sparse(lut(dt, {32, 64}, {2, 1}, 4, false), 0.4)});
+    // Rows of over a thousand codes, starting at odd and even code indices.
+    out.push_back({"sparse_lut4_wide_" + d, sparse(lut(dt, {24, 2111}, {3, 1}, 4, false), 0.55)});
     out.push_back({"sparse_int8_" + d, sparse(shift_scale(dt, {12, 45}, {12, 1}, DType::Int8, false, DType::Int8), 0.6)});
   }
   return out;
@@ -281,10 +283,12 @@ bool taken_on_avx512(const std::string& name) {
                            "affine_int4", "uint8_block64_offset", "int4_block32_negative_scales",
                            "uint4_block32_extreme_scales", "int4_block32_row_pairs"})
     if (name.rfind(form, 0) == 0) return true;
-  // Sparse fp16 values, where the CPU has AVX-512 VBMI2 and BITALG.
+  // Sparse fp16 values, and sparse 4-bit codes of an fp16 palette per row, where the CPU has
+  // AVX-512 VBMI2 and BITALG.
 #ifdef COREMLRT_PACKED_X86
   if (packed::has_vbmi2() && packed::has_bitalg())
-    for (const char* form : {"sparse_wide_fp16", "sparse_k64_fp16", "sparse_fp16", "sparse_dense_rows_fp16"})
+    for (const char* form : {"sparse_wide_fp16", "sparse_k64_fp16", "sparse_fp16", "sparse_dense_rows_fp16", "sparse_lut4_fp16",
+                             "sparse_lut4_wide_fp16"})
       if (name == form) return true;
 #endif
   return false;
