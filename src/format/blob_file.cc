@@ -1,8 +1,10 @@
 #include "format/blob_file.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -157,6 +159,43 @@ std::shared_ptr<BlobFile> BlobFile::from_memory(const std::string& name, const s
   file->count_ = load_le<uint32_t>(file->bytes_);
   uint32_t version = load_le<uint32_t>(file->bytes_ + 4);
   COREMLRT_CHECK(version == 2, "weight file '", name, "' has storage version ", version, "; expected 2");
+  return file;
+}
+
+std::shared_ptr<BlobFile> BlobFile::spill(const std::string& dir, size_t size, const std::function<void(uint8_t*)>& fill) {
+  if (dir.empty() || size == 0) return nullptr;
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return nullptr;
+  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  // Blocks reserved first: writing a shared mapping past the disk's room would raise SIGBUS.
+  void* written = ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0
+                      ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : MAP_FAILED;
+  if (written == MAP_FAILED) {
+    ::close(fd);
+    return nullptr;
+  }
+  try {
+    fill(static_cast<uint8_t*>(written));
+  } catch (...) {
+    ::munmap(written, size);
+    ::close(fd);
+    throw;
+  }
+  ::munmap(written, size);
+  // Mapped again as a weight file is (private, read-only), so that release_pages takes it.
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the unnamed file until it is unmapped
+  if (mapped == MAP_FAILED) return nullptr;
+  std::shared_ptr<BlobFile> file(new BlobFile());
+  file->path_ = dir + " (an unnamed file of decoded weights)";
+  file->size_ = size;
+  file->bytes_ = static_cast<const uint8_t*>(mapped);
+  file->layout_ = Layout::Raw;
+  file->self_ = file;
+  std::lock_guard<std::mutex> lock(mappings_mutex());
+  mappings()[reinterpret_cast<uintptr_t>(mapped)] = reinterpret_cast<uintptr_t>(mapped) + size;
   return file;
 }
 

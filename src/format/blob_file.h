@@ -6,6 +6,7 @@
 // A file of another layout (a Core AI model's main.mlirb, whose weights lie raw inside it:
 // docs/design/coreai.md) is mapped as raw bytes, and its tensors read by offset (read_raw).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,14 @@ class BlobFile {
   // A weight file given as bytes (a model asset made in memory): copied once into aligned
   // engine memory, checked like a file; `name` stands for the path in messages.
   static std::shared_ptr<BlobFile> from_memory(const std::string& name, const std::string& bytes);
+  // `size` bytes that `fill` writes once, kept in an unnamed file (O_TMPFILE) in `dir` and
+  // mapped read-only as a weight file is (Raw layout): release_pages can drop their pages, and a
+  // later read maps them again from the page cache or the disk. For an expanded copy that
+  // another reader keeps for its lifetime but reads only once (an OpenVINO region's decoded
+  // weights, read while it compiles: src/backends/openvino/backend.cc). Null, with nothing
+  // left behind, where no such file can be made: `dir` on a file system held in memory (tmpfs,
+  // ramfs: its pages could not be dropped), no O_TMPFILE, no room for `size` bytes.
+  static std::shared_ptr<BlobFile> spill(const std::string& dir, size_t size, const std::function<void(uint8_t*)>& fill);
   ~BlobFile();
 
   // The blob whose metadata record starts at `metadata_offset`, as a tensor of `dtype`

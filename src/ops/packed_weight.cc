@@ -291,11 +291,21 @@ void check_packed(const ir::PackedTensor& t) {
 }
 
 Tensor decode_dense(const ir::PackedTensor& t) {
+  const bool by_rows = (t.map == ir::CodeMap::kIdentity && !is_float(t.dtype)) || PackedMatrix::readable(t);
+  if (!by_rows) return decode_dense_each(t);
   Tensor out = Tensor::empty(t.dtype, t.value_shape());
-  if (out.numel() == 0) return out;
+  decode_dense_into(t, out);
+  return out;
+}
+
+void decode_dense_into(const ir::PackedTensor& t, const Tensor& out) {
+  COREMLRT_CHECK(out.dtype == t.dtype && out.shape == t.value_shape(), "packed constant: decoding ",
+                 shape_str(t.value_shape()), " ", dtype_name(t.dtype), " values into a ", shape_str(out.shape), " ",
+                 dtype_name(out.dtype), " tensor");
+  if (out.numel() == 0) return;
   if (t.map == ir::CodeMap::kIdentity && !is_float(t.dtype)) {
     decode_each(t, out.ptr<uint8_t>());
-    return out;
+    return;
   }
   if (PackedMatrix::readable(t)) {
     // Matrices decode by rows, through the fast loops, a block of rows per pool thread.
@@ -307,9 +317,10 @@ Tensor decode_dense(const ir::PackedTensor& t) {
                    if (t.dtype == DType::Float16) m.decode(begin, end - begin, 0, cols, out.ptr<half>() + begin * cols, cols);
                    else m.decode(begin, end - begin, 0, cols, out.ptr<float>() + begin * cols, cols);
                  });
-    return out;
+    return;
   }
-  return decode_dense_each(t);
+  const Tensor each = decode_dense_each(t);
+  std::memcpy(out.data, each.data, each.nbytes());
 }
 
 Tensor decode_dense_each(const ir::PackedTensor& t) {

@@ -27,6 +27,9 @@ void check_packed(const ir::PackedTensor& t);
 // The values of `t` as a new dense tensor of t.dtype and t.value_shape() (the folded constant).
 // Integer values (a sub-byte constant) take one byte each, int4 sign-extended.
 Tensor decode_dense(const ir::PackedTensor& t);
+// The same values written into `out`, which must have t.dtype and t.value_shape() (memory the
+// caller chose: a file mapping, src/format/blob_file.h's BlobFile::spill).
+void decode_dense_into(const ir::PackedTensor& t, const Tensor& out);
 
 // The same values, decoded element by element with the plain loop (the tests' reference).
 Tensor decode_dense_each(const ir::PackedTensor& t);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "backends/openvino/openvino_backend.h"
 #include "backends/openvino/region_cache.h"
 #include "backends/openvino/region_kernel.h"
+#include "format/blob_file.h"
 #include "ops/packed_weight.h"
 #include "ops/util.h"
 
@@ -332,10 +334,17 @@ class OpenVinoBackend final : public Backend {
 // given fp16 constants, the CPU plugin keeps them as fp16 and converts them at every inference.
 class RegionBuilder {
  public:
-  RegionBuilder(const Region& region, bool keep_fp16) : region_(region), keep_fp16_(keep_fp16) {}
+  // `spill_dir`: where decoded weights may be kept in an unnamed file (decoded_for_plugin).
+  // `release_sources`: no op outside the region reads its constants (shares_large_constants), so
+  // a packed weight's pages may leave memory once decoded.
+  RegionBuilder(const Region& region, bool keep_fp16, std::string spill_dir, bool release_sources)
+      : region_(region), keep_fp16_(keep_fp16), spill_dir_(std::move(spill_dir)), release_sources_(release_sources) {}
 
   // Whether the built model has the guard output of Lowerer::require.
   bool guarded() const { return guarded_; }
+  // The decoded weights kept in files (decoded_for_plugin), whose pages may leave memory once
+  // the region is compiled.
+  const std::vector<Tensor>& spilled() const { return spilled_; }
 
   ov::element::Type compute_type(DType dtype) const {
     return dtype == DType::Float16 && !keep_fp16_ ? ov::element::f32 : *element_type(dtype);
@@ -401,7 +410,7 @@ class RegionBuilder {
       // decompression); the decompression pattern, or an unmarked Convert, was folded by the
       // plugin into an fp32 copy that lived beside its repacked one (resnet18 int8: 135 MB
       // anonymous after load against fp16's 80; docs/design/compressed-weights.md).
-      node = dense_constant(ops::decode_dense(*constant->packed), binding.name);
+      node = dense_constant(decoded_for_plugin(*constant->packed), binding.name);
     } else if (constant->packed) {
       node = packed_constant(*constant->packed, compute_type(constant->packed->dtype), kept_);
     } else {
@@ -409,6 +418,29 @@ class RegionBuilder {
     }
     if (!binding.value) graph_[binding.name] = node;
     return node;
+  }
+
+  // The values of a packed constant that the plugin reads dense. The plugin keeps the constant
+  // as long as the compiled model but reads it only while compiling (it repacks the weights into
+  // its own layout), so where an unnamed file can be made (BlobFile::spill: beside the cache, or
+  // in the temporary directory, on a disk) the values live there, mapped as a weight file is,
+  // and their pages leave this process once the region is compiled (spilled()); a later read
+  // maps them again. Otherwise engine memory holds them: resnet18 int4 on OpenVINO then took
+  // its fp16 weight bytes more than the fp16 model (docs/design/compressed-weights.md).
+  Tensor decoded_for_plugin(const ir::PackedTensor& packed) {
+    const Shape shape = packed.value_shape();
+    const size_t bytes = dtype_size(packed.dtype) * static_cast<size_t>(shape_numel(shape));
+    std::shared_ptr<format::BlobFile> file = format::BlobFile::spill(spill_dir_, bytes, [&](uint8_t* data) {
+      ops::decode_dense_into(packed, Tensor::view(packed.dtype, shape, data, nullptr));
+    });
+    Tensor decoded = file ? file->read_raw(0, packed.dtype, shape) : ops::decode_dense(packed);
+    if (file) spilled_.push_back(decoded);
+    // The codes were read once, here: their pages need not stay while the region compiles (a
+    // later reader maps them again from the weight file).
+    if (release_sources_)
+      for (const Tensor* t : {&packed.codes.data, &packed.offset.data, &packed.mask, &packed.table, &packed.scale})
+        if (t->defined()) format::BlobFile::release_pages(t->data, t->nbytes());
+    return decoded;
   }
 
   // Whether a convolution of the region reads `constant` as its weight.
@@ -502,11 +534,14 @@ class RegionBuilder {
 
   const Region& region_;
   const bool keep_fp16_;
+  const std::string spill_dir_;
+  const bool release_sources_;
   bool guarded_ = false;
   std::map<std::string, Value> graph_;
   std::map<std::string, Value> stored_;  // fp16 views of constants, by name
   std::vector<Value> guards_;  // Lowerer::require's conditions
   std::vector<Tensor> kept_;
+  std::vector<Tensor> spilled_;  // decoded_for_plugin's values in files
 };
 
 // A model loaded for fewer threads than the machine has cores shares the machine with other
@@ -524,6 +559,15 @@ bool takes_a_share_of_the_machine(const BackendOptions& options) {
 ov::Core& core() {
   static ov::Core instance;
   return instance;
+}
+
+// Where a region's decoded weights may be kept in files (RegionBuilder::decoded_for_plugin): the
+// cache folder, else the temporary directory ($TMPDIR or /tmp).
+std::string spill_dir(const BackendOptions& options) {
+  if (!options.cache_dir.empty()) return options.cache_dir;
+  std::error_code error;
+  const std::filesystem::path temporary = std::filesystem::temp_directory_path(error);
+  return error ? std::string() : temporary.string();
 }
 
 std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) const {
@@ -565,7 +609,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
                                   std::move(cached->blob));
       }
     std::vector<Tensor> kept;
-    RegionBuilder builder(region, options_.low_precision);
+    RegionBuilder builder(region, options_.low_precision, spill_dir(options_), !shared_constants);
     std::shared_ptr<ov::Model> model = builder.build(kept);
     ov::CompiledModel compiled = core().compile_model(model, "CPU", config);
     if (!cached_at.empty()) store_region(compiled, cached_at);
@@ -573,6 +617,7 @@ std::unique_ptr<ops::Kernel> OpenVinoBackend::compile(const Region& region) cons
     // them from need not stay in this process's memory, as after an imported region (a constant
     // the compiled model still reads maps its pages again, from the file, when it reads them).
     if (!shared_constants) release_constant_pages(region);
+    for (const Tensor& decoded : builder.spilled()) format::BlobFile::release_pages(decoded.data, decoded.nbytes());
     return make_region_kernel(std::move(compiled), region, std::move(kept), streams, builder.guarded(), {});
   } catch (const Error&) {
     throw;

@@ -127,6 +127,27 @@ TEST(BlobFile, ReleasedPagesReadBackFromTheFile) {
   EXPECT_EQ(heap, values);
 }
 
+// Bytes spilled to an unnamed file read back as written, before and after their pages leave
+// memory; a file system held in memory, a folder that does not exist and a failed fill leave
+// nothing behind.
+TEST(BlobFile, SpilledBytesReadBackFromTheirFile) {
+  std::vector<float> values(1 << 16);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const size_t bytes = values.size() * sizeof(float);
+  auto file = BlobFile::spill(::testing::TempDir(), bytes, [&](uint8_t* data) { std::memcpy(data, values.data(), bytes); });
+  if (!file) GTEST_SKIP() << ::testing::TempDir() << " takes no unnamed files on a disk";
+  EXPECT_EQ(file->size(), bytes);
+  Tensor t = file->read_raw(0, DType::Float32, {static_cast<int64_t>(values.size())});
+  EXPECT_FALSE(t.storage->engine_owned());
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(t.ptr<float>()[i], values[i]) << i;
+  EXPECT_GE(BlobFile::release_pages(t.data, t.nbytes()), bytes - 2 * 4096);
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(t.ptr<float>()[i], values[i]) << i;
+  EXPECT_EQ(BlobFile::spill("/dev/shm", bytes, [](uint8_t*) { FAIL() << "filled a file in memory"; }), nullptr);
+  EXPECT_EQ(BlobFile::spill(::testing::TempDir() + "/no such folder", bytes, [](uint8_t*) {}), nullptr);
+  EXPECT_EQ(BlobFile::spill("", bytes, [](uint8_t*) {}), nullptr);
+  EXPECT_THROW(BlobFile::spill(::testing::TempDir(), bytes, [](uint8_t*) { fail("decoding failed"); }), Error);
+}
+
 // A weight file held by a static object is unmapped during static destruction, after objects
 // made on first use are gone: its release from the registry of mappings must still work (under
 // ASan a destroyed registry is a use after free at this process's exit; fuzz/fuzz_predict.cc

@@ -12,6 +12,7 @@ rounding on OpenVINO, which decompresses affine weights in its own kernels.
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -347,7 +348,7 @@ def test_a_packed_model_holds_no_decoded_weights(tmp_path):
     script = textwrap.dedent("""
         import sys, numpy as np, coremlrt
         def anon():
-            return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon")) * 1024
+            return sum(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(("RssAnon", "RssFile"))) * 1024
         before = anon()
         m = coremlrt.MLModel(sys.argv[1], backend="reference", cache_dir=None, packed_weights=sys.argv[2] == "1")
         m.predict({"x": np.zeros((1, 1024), np.float32)})
@@ -368,11 +369,13 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
     """A convolution's int8 weight reaches OpenVINO decoded to the fp16 the program stores,
     behind a Convert marked as weight decompression (src/backends/openvino/backend.cc,
     RegionBuilder::value_of): beside the plugin's own repacked fp32 weights, the decoded fp16
-    is the only other copy (2 bytes per weight), and a load from the cache decodes nothing.
-    Given as the decompression pattern, the plugin folded it into an fp32 copy instead (4 bytes
-    per weight: resnet18 int8 took 135 MB of anonymous memory after load, fp16 80). Anonymous
-    memory growth in fresh processes, the int8 model against its fp16 original, with the same
-    results as our kernels."""
+    is the only other copy (2 bytes per weight), kept in an unnamed file where the temporary
+    directory is on a disk, so that it leaves memory once the region is compiled
+    (decoded_for_plugin), and a load from the cache decodes nothing. Given as the decompression
+    pattern, the plugin folded it into an fp32 copy instead (4 bytes per weight: resnet18 int8
+    took 135 MB of anonymous memory after load, fp16 80). Memory growth (anonymous and file
+    pages) in fresh processes, the int8 model against its fp16 original, with the same results
+    as our kernels."""
     import coremltools.optimize.coreml as cto
 
     w1 = (RNG.standard_normal((1024, 512, 3, 3)) * 0.02).astype(np.float16)
@@ -391,7 +394,7 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
     script = textwrap.dedent("""
         import sys, numpy as np, coremlrt
         def anon():
-            return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon")) * 1024
+            return sum(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(("RssAnon", "RssFile"))) * 1024
         warm = coremlrt.MLModel(sys.argv[2], backend="openvino", cache_dir=None)  # OpenVINO's runtime loaded
         warm.predict({"x": np.ones((1, 512, 6, 6), np.float32)})
         del warm
@@ -413,10 +416,13 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
         grown_by(path, cache)  # stores the compiled region
         grown[form, "cached"] = grown_by(path, cache)
     count = w1.size + w2.size
-    # A first load keeps the decoded fp16 (2 bytes per weight); a load from the cache imports the
+    # A first load keeps the decoded fp16 (2 bytes per weight) in memory only where no file on a
+    # disk can hold it (BlobFile::spill refuses tmpfs and ramfs); a load from the cache imports the
     # compiled region without decoding anything (region_cache.h: the constexpr ops that made the
     # packed weight are no readers that keep a compressed region out of the cache).
-    assert grown["int8", "first"] - grown["fp16", "first"] < 3 * count, (grown, count)
+    fs = subprocess.run(["stat", "-f", "-c", "%T", tempfile.gettempdir()], capture_output=True, text=True).stdout
+    spilled = fs.strip() not in ("tmpfs", "ramfs")
+    assert grown["int8", "first"] - grown["fp16", "first"] < (count // 2 if spilled else 3 * count), (grown, count, fs)
     assert grown["int8", "cached"] - grown["fp16", "cached"] < count, (grown, count)
     x = {"x": RNG.standard_normal((1, 512, 6, 6)).astype(np.float16)}
     want = coremlrt.MLModel(paths["int8"], backend="reference", cache_dir=None).predict(x)["y"]
