@@ -120,6 +120,12 @@ class Backend {
   // docs/design/declared-shapes.md) runs them instead, with KernelContext::run_block(0, {}), whose
   // results are the region's outputs in order.
   virtual std::unique_ptr<ops::Kernel> compile(const Region& region) const = 0;
+  // The packed constants (src/ir/packed.h) that compiling `region` decodes into a dense copy,
+  // each with a note for `coremlrt info --plan` (docs/design/architecture.md, law 7: a second,
+  // expanded copy is reported): what reads it decoded and where the copy lives.
+  virtual std::vector<std::pair<const ir::ConstValue*, std::string>> decoded_constants(const Region&) const {
+    return {};
+  }
 };
 
 // The backends this build has, in priority order, for a `choice` of "auto", "reference" or a

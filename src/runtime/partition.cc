@@ -154,6 +154,13 @@ void partition_body(Plan& plan, const backends::ValueInfo& values,
         p->reason.clear();
         p->region = regions;
       }
+    // The packed weights the region holds decoded: their constexpr ops' placements say so.
+    const std::string region_name = backend.name() + " region #" + std::to_string(regions);
+    for (const auto& [constant, note] : backend.decoded_constants(region))
+      for (Placement& p : plan.placements)
+        if (p.backend == "packed" && values.constant(p.output) == constant &&
+            p.reason.find(region_name + " ") == std::string::npos)
+          p.reason += "; " + region_name + " reads it " + note;
     ++regions;
     result.push_back(std::move(step));
     first = last + 1;

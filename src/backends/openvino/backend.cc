@@ -288,6 +288,7 @@ class OpenVinoBackend final : public Backend {
   }
 
   std::unique_ptr<ops::Kernel> compile(const Region& region) const override;
+  std::vector<std::pair<const ir::ConstValue*, std::string>> decoded_constants(const Region& region) const override;
 
  private:
   // Bytes the compiled region's weight copies add to the process: fp32 for compressed weights
@@ -559,6 +560,30 @@ bool takes_a_share_of_the_machine(const BackendOptions& options) {
 ov::Core& core() {
   static ov::Core instance;
   return instance;
+}
+
+std::vector<std::pair<const ir::ConstValue*, std::string>> OpenVinoBackend::decoded_constants(
+    const Region& region) const {
+  // The constants RegionBuilder::value_of decodes: forms OpenVINO has no kernels for, and
+  // convolution weights.
+  std::vector<std::pair<const ir::ConstValue*, std::string>> out;
+  std::set<const ir::ConstValue*> seen;
+  for (const ir::Operation* op : region.ops)
+    for (const auto& [param, bindings] : op->inputs)
+      for (const ir::Binding& binding : bindings) {
+        const ir::ConstValue* constant = region.values.constant(binding);
+        if (!constant || !constant->packed || seen.count(constant)) continue;
+        const bool convolution = op->type == "conv" && param == "weight";
+        if (packed_decompresses(*constant->packed) && !convolution) continue;
+        seen.insert(constant);
+        out.emplace_back(constant, std::string("decoded to ") + dtype_name(constant->packed->dtype) + " for " + name() +
+                                       (convolution ? " (its convolutions take no compressed weights)"
+                                                    : " (it has no kernel for this form)") +
+                                       " when the region is compiled, not when it is imported from the region "
+                                       "cache; the copy lives in an unnamed file on a disk where one can be made, "
+                                       "its pages out of memory once compiled");
+      }
+  return out;
 }
 
 // Where a region's decoded weights may be kept in files (RegionBuilder::decoded_for_plugin): the

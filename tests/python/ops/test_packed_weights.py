@@ -427,8 +427,15 @@ def test_a_compressed_convolution_weight_reaches_openvino_decoded_once(tmp_path)
     x = {"x": RNG.standard_normal((1, 512, 6, 6)).astype(np.float16)}
     want = coremlrt.MLModel(paths["int8"], backend="reference", cache_dir=None).predict(x)["y"]
     for cache_dir in (None, cache):  # compiled here, and imported from the cache
-        got = coremlrt.MLModel(paths["int8"], backend="openvino", cache_dir=cache_dir).predict(x)["y"]
-        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+        model = coremlrt.MLModel(paths["int8"], backend="openvino", cache_dir=cache_dir)
+        np.testing.assert_allclose(model.predict(x)["y"], want, rtol=2e-2, atol=2e-2)
+    # `coremlrt info --plan` says where the decoded copies are (law 7).
+    producers = [p for p in model.placements() if p["op_type"].startswith("constexpr")]
+    assert len(producers) == 2, producers
+    for p in producers:
+        assert p["backend"] == "packed", p
+        assert "openvino region #0 reads it decoded to float16 for openvino (its convolutions take no compressed weights)" \
+            in p["reason"], p
 
 
 @pytest.fixture(scope="module")
