@@ -163,8 +163,8 @@ bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* 
 // Whether dot_simd runs on this CPU and build (for sparse values: with AVX-512 BITALG or VBMI2).
 bool dot_simd_available(bool sparse);
 // Whether dot_simd computes the tables of every group of `t` (4-bit codes; `shape` what its
-// groups share) in registers, so
-// that RowRuns::groups_checked may be set: read once per tensor, it spares each call's check.
+// groups share) in registers, so that RowRuns::groups_checked may be set: read once per
+// tensor, it spares each call's check.
 bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape);
 // Tests: true makes sparse values go through VBMI2's expand instructions even where the CPU has
 // BITALG (spread_by_permute), so that both ways are tested on one machine; default false.
