@@ -35,6 +35,13 @@ namespace coremlrt::backends::openvino {
 
 namespace {
 
+// Whether a packed constant reaches the plugin decoded rather than as its decompression pattern
+// (RegionBuilder::value_of): a form OpenVINO has no kernels for, or a convolution's weight (its
+// convolutions take no compressed weights). The memory rule and decoded_constants count the same.
+bool reaches_plugin_decoded(const ir::PackedTensor& packed, bool read_by_convolution) {
+  return !packed_decompresses(packed) || read_by_convolution;
+}
+
 // fp16 constants of at least this many elements reach an fp32 region as fp16 views
 // (RegionBuilder::dense_constant); smaller ones are widened, which costs nothing worth a node.
 constexpr int64_t kDecompressedElements = 1024;
@@ -309,7 +316,7 @@ class OpenVinoBackend final : public Backend {
           if (n < 4096) continue;
           // A decoded weight (any form a convolution reads, palettes, sparse) is repacked in fp32.
           if (c->packed) {
-            bytes += !packed_decompresses(*c->packed) || op->type == "conv" ? n * 4 : c->packed->stored_bytes();
+            bytes += reaches_plugin_decoded(*c->packed, op->type == "conv") ? n * 4 : c->packed->stored_bytes();
             continue;
           }
           // A dense weight's pages of the weight file are dropped once the region is compiled
@@ -404,7 +411,7 @@ class RegionBuilder {
     const ir::ConstValue* constant = region_.values.constant(binding);
     if (!constant) fail("value '", binding.name, "' is neither computed in the region nor an input of it");
     Value node;
-    if (constant->packed && (!packed_decompresses(*constant->packed) || read_by_convolution(*constant))) {
+    if (constant->packed && reaches_plugin_decoded(*constant->packed, read_by_convolution(*constant))) {
       // Decoded here: OpenVINO has no kernels for its form, or reads it in a convolution, which
       // takes no compressed weights. As a dense constant (the program's dtype) it reaches the
       // plugin as a stored fp16 weight does (dense_constant: behind a Convert marked as weight
@@ -574,7 +581,7 @@ std::vector<std::pair<const ir::ConstValue*, std::string>> OpenVinoBackend::deco
         const ir::ConstValue* constant = region.values.constant(binding);
         if (!constant || !constant->packed || seen.count(constant)) continue;
         const bool convolution = op->type == "conv" && param == "weight";
-        if (packed_decompresses(*constant->packed) && !convolution) continue;
+        if (!reaches_plugin_decoded(*constant->packed, convolution)) continue;
         seen.insert(constant);
         out.emplace_back(constant, std::string("decoded to ") + dtype_name(constant->packed->dtype) + " for " + name() +
                                        (convolution ? " (its convolutions take no compressed weights)"
