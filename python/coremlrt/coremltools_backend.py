@@ -55,18 +55,31 @@ from .image_outputs import core_ml_image, image_output_spaces
 from .model import ComputeUnit, MLModel
 
 _SHIM_NAME = "coremltools.libcoremlpython"
-_CORE_ML_PREDICTION_ERROR = "Unable to compute the prediction using ML Program"
 _SUPPORTED_MAJOR = 9  # written against coremltools 9.0 (5-argument proxy constructor, MLState API)
+
+# How Core ML's failed predictions begin, by the model's family: "Unable to compute the prediction
+# using" and what ran it. Apple's words for ML programs and neural networks; the other kinds are
+# named after their model type in the same sentence.
+_CORE_ML_PREDICTION_ERROR = "Unable to compute the prediction using"
+_FAMILY_WORDS = {"mlProgram": "ML Program", "neuralNetwork": "a neural network model", "pipeline": "a pipeline model"}
+
+
+def _prediction_error_prefix(model):
+    """Core ML's opening words for a failed prediction of ``model`` (a coremlrt.MLModel)."""
+    description = model._description
+    what = _FAMILY_WORDS.get(description["model_family"], f"a {description['model_type']} model")
+    return f"{_CORE_ML_PREDICTION_ERROR} {what}"
 
 
 @contextlib.contextmanager
-def _as_core_ml_prediction_error():
-    """A failed prediction raises RuntimeError starting with Core ML's own words, as Apple's proxy
-    does, so that code matching them works unchanged; coremlrt's message follows."""
+def _as_core_ml_prediction_error(prefix):
+    """A failed prediction raises RuntimeError starting with Core ML's own words for the model's
+    kind (``prefix``), as Apple's proxy does, so that code matching them works unchanged;
+    coremlrt's message follows."""
     try:
         yield
     except Error as exc:
-        raise RuntimeError(f"{_CORE_ML_PREDICTION_ERROR}: {exc}") from exc
+        raise RuntimeError(f"{prefix}: {exc}") from exc
 
 
 def _python_number_types(model):
@@ -132,6 +145,7 @@ class _MLModelProxy:
         self._number_types = _python_number_types(self._model)
         self._image_spaces = image_output_spaces(self._model._function)
         self._last_predict_ns = None
+        self._error_prefix = _prediction_error_prefix(self._model)
         self._compiled_lock = threading.Lock()
         self._compiled_dir = None  # a TemporaryDirectory holding get_compiled_model_path()'s folder
 
@@ -143,14 +157,14 @@ class _MLModelProxy:
 
     def predict(self, data, state=None):
         start = time.perf_counter_ns()
-        with _as_core_ml_prediction_error():
+        with _as_core_ml_prediction_error(self._error_prefix):
             outputs = _as_core_ml_outputs(self._model.predict(data, state), self._number_types, self._image_spaces)
         self._last_predict_ns = time.perf_counter_ns() - start
         return outputs
 
     def batchPredict(self, data):  # noqa: N802 - the name coremltools calls
         start = time.perf_counter_ns()
-        with _as_core_ml_prediction_error():
+        with _as_core_ml_prediction_error(self._error_prefix):
             outputs = [_as_core_ml_outputs(self._model.predict(d), self._number_types, self._image_spaces)
                        for d in data]
         self._last_predict_ns = time.perf_counter_ns() - start

@@ -83,6 +83,7 @@ nb::dict feature_dict(const FeatureDescription& f) {
   d["shape_range"] = ranges;
   d["enumerated_shapes"] = f.enumerated_shapes;
   d["optional"] = f.optional;
+  d["default_value"] = f.default_value ? nb::cast(*f.default_value) : nb::none();
   d["image_width"] = f.image_width;
   d["image_height"] = f.image_height;
   d["color_space"] = f.color_space;

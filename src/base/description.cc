@@ -1,6 +1,8 @@
 #include "coremlrt/description.h"
 
+#include <charconv>
 #include <sstream>
+#include <string_view>
 
 namespace coremlrt {
 
@@ -50,7 +52,14 @@ std::string FeatureDescription::type_str() const {
     default:
       out << feature_kind_name(kind);
   }
-  if (optional) out << " (optional)";
+  if (optional && default_value) {
+    // The shortest text that reads back as the same double (0.7, not 0.69999999999999996).
+    char text[32];
+    const auto end = std::to_chars(text, text + sizeof text, *default_value).ptr;
+    out << " (optional, default " << std::string_view(text, end - text) << ")";
+  } else if (optional) {
+    out << " (optional)";
+  }
   return out.str();
 }
 

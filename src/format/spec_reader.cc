@@ -307,30 +307,48 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
 // of its pipeline, as Core ML passes a stage every feature by name, even when the stage's own
 // description leaves them out (as detector exporters write it).
 void add_threshold_inputs(const std::string& nms, const FunctionDescription& pipeline, FunctionDescription& stage) {
-  for (const auto& [name, threshold] : classic::non_maximum_suppression_thresholds(nms)) {
+  for (const classic::RoleDefault& input : classic::non_maximum_suppression_defaults(nms)) {
     bool declared = false;
-    for (const FeatureDescription& f : stage.inputs) declared = declared || f.name == name;
+    for (const FeatureDescription& f : stage.inputs) declared = declared || f.name == input.name;
     if (declared) continue;
     for (const FeatureDescription& f : pipeline.inputs)
-      if (f.name == name && f.kind == FeatureKind::Double) stage.inputs.push_back(f);
+      if (f.name == input.name && f.kind == FeatureKind::Double) stage.inputs.push_back(f);
   }
 }
 
-// The message's own threshold for every optional double input that a nonMaximumSuppression
-// model (or a pipeline stage, at any depth) names as its threshold input and that declares no
-// default: Core ML uses the message's threshold when such an input is absent.
-void collect_threshold_defaults(const spec::Model& model, std::map<std::string, double>& out, int depth) {
-  if (model.Type_case() == spec::Model::kNonMaximumSuppression) {
-    for (const auto& [name, threshold] : classic::non_maximum_suppression_thresholds(model.nonmaximumsuppression()))
-      out.emplace(name, threshold);
-    return;
-  }
+// The inputs whose role in a classic model (at any depth of a pipeline) gives them a value when
+// a caller leaves them out: a nonMaximumSuppression model's threshold inputs, an
+// itemSimilarityRecommender's count, restriction and exclusion inputs (classic::RoleDefault).
+void collect_role_defaults(const spec::Model& model, std::vector<classic::RoleDefault>& out, int depth) {
+  std::vector<classic::RoleDefault> found;
+  if (model.Type_case() == spec::Model::kNonMaximumSuppression)
+    found = classic::non_maximum_suppression_defaults(model.nonmaximumsuppression());
+  else if (model.Type_case() == spec::Model::kItemSimilarityRecommender)
+    found = classic::item_similarity_defaults(model.itemsimilarityrecommender());
+  out.insert(out.end(), found.begin(), found.end());
   if (!is_pipeline(model) || depth >= kMaxBlockNesting) return;
   spec::Pipeline pipeline;
   if (!parse_pipeline(model, pipeline)) return;  // translate_pipeline reports it
   for (const std::string& bytes : pipeline.models()) {
     spec::Model stage;
-    if (stage.ParseFromString(bytes)) collect_threshold_defaults(stage, out, depth + 1);
+    if (stage.ParseFromString(bytes)) collect_role_defaults(stage, out, depth + 1);
+  }
+}
+
+// Marks each model input that a role default covers optional, with that default, as Core ML
+// treats it: `input_description`, `coremlrt info` and the server's metadata then say so, and
+// Model::predict fills it in (runtime/default_input.h). A default the description declares
+// itself (doubleDefaultValue) stays; the first stage naming an input decides.
+void apply_role_defaults(const spec::Model& model, FunctionDescription& description) {
+  std::vector<classic::RoleDefault> defaults;
+  collect_role_defaults(model, defaults, 0);
+  for (FeatureDescription& f : description.inputs) {
+    for (const classic::RoleDefault& role : defaults) {
+      if (role.name != f.name || role.kind != f.kind) continue;
+      f.optional = true;
+      if (!f.default_value) f.default_value = role.value;
+      break;
+    }
   }
 }
 
@@ -665,20 +683,7 @@ LoadedModel read_source_model(const ModelFiles& files) {
       out.program = translate_model(model, out.description.functions.front(), out.description.model_type, false,
                                     &values, files.location);
       out.weight_bytes = values.weight_bytes();
-      std::map<std::string, double> thresholds;
-      collect_threshold_defaults(model, thresholds, 0);
-      for (FeatureDescription& f : out.description.functions.front().inputs) {
-        auto it = thresholds.find(f.name);
-        if (it != thresholds.end() && f.optional && f.kind == FeatureKind::Double && !f.default_value)
-          f.default_value = it->second;
-      }
-      // An itemSimilarityRecommender's optional number of recommendations, left out, recommends
-      // every candidate (docs/design/recommender.md): 2^53 is more items than any model holds.
-      if (model.Type_case() == spec::Model::kItemSimilarityRecommender)
-        for (FeatureDescription& f : out.description.functions.front().inputs)
-          if (f.name == classic::item_similarity_count_input(model.itemsimilarityrecommender()) && f.optional &&
-              f.kind == FeatureKind::Int64 && !f.default_value)
-            f.default_value = 9007199254740992.0;
+      apply_role_defaults(model, out.description.functions.front());
     } catch (const Error& e) {
       out.problem = e.what();  // refused when the model is loaded, reported by `coremlrt info`
     }

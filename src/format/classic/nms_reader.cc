@@ -184,13 +184,14 @@ ir::Program read_non_maximum_suppression(const std::string& serialized, const Fu
   return out;
 }
 
-std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized) {
-  const spec::NonMaximumSuppression nms = parse(serialized);
-  std::vector<std::pair<std::string, double>> out;
+std::vector<RoleDefault> non_maximum_suppression_defaults(const std::string& serialized) {
+  spec::NonMaximumSuppression nms;
+  if (!nms.ParseFromString(serialized)) return {};  // read_non_maximum_suppression reports it
+  std::vector<RoleDefault> out;
   if (!nms.iouthresholdinputfeaturename().empty())
-    out.emplace_back(nms.iouthresholdinputfeaturename(), nms.iouthreshold());
+    out.push_back({nms.iouthresholdinputfeaturename(), FeatureKind::Double, nms.iouthreshold()});
   if (!nms.confidencethresholdinputfeaturename().empty())
-    out.emplace_back(nms.confidencethresholdinputfeaturename(), nms.confidencethreshold());
+    out.push_back({nms.confidencethresholdinputfeaturename(), FeatureKind::Double, nms.confidencethreshold()});
   return out;
 }
 

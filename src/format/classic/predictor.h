@@ -16,6 +16,7 @@
 // (src/ops/classify.cc): the label and the {label: probability} dictionary come from it.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,11 +146,22 @@ ir::Program read_categorical_mapping(const std::string& serialized, const Functi
 ir::Program read_non_maximum_suppression(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_class_confidence_thresholding(const std::string& serialized, const FunctionDescription& description);
 ir::Program read_item_similarity_recommender(const std::string& serialized, const FunctionDescription& description);
+// An input whose role in a classic model gives it a value when a caller leaves it out: Core ML
+// then reads the model's own field, whether or not the description marks the input optional
+// (detector exporters declare the threshold inputs required; Vision passes only the image).
+struct RoleDefault {
+  std::string name;
+  FeatureKind kind;  // the feature kind the role takes (Double, Int64 or Sequence)
+  // The value an absent input stands for; none for an absent sequence (kAbsentSequenceCode).
+  std::optional<double> value;
+};
 // The threshold inputs a nonMaximumSuppression message names, each with the message's own
-// threshold: the value an absent optional input of that name stands for.
-std::vector<std::pair<std::string, double>> non_maximum_suppression_thresholds(const std::string& serialized);
-// The number-of-recommendations input an itemSimilarityRecommender message names ("" for none,
-// or a message that does not parse: the reader above reports it).
-std::string item_similarity_count_input(const std::string& serialized);
+// threshold.
+std::vector<RoleDefault> non_maximum_suppression_defaults(const std::string& serialized);
+// The number-of-recommendations input an itemSimilarityRecommender message names (left out: every
+// candidate, docs/design/recommender.md; 2^53 is more items than any model holds) and its
+// restriction and exclusion lists (left out: no list). Nothing for a message that does not
+// parse: the reader above reports it.
+std::vector<RoleDefault> item_similarity_defaults(const std::string& serialized);
 
 }  // namespace coremlrt::format::classic

@@ -249,9 +249,15 @@ ir::Program read_item_similarity_recommender(const std::string& serialized, cons
   return program.take();
 }
 
-std::string item_similarity_count_input(const std::string& serialized) {
+std::vector<RoleDefault> item_similarity_defaults(const std::string& serialized) {
   spec::ItemSimilarityRecommender model;
-  return model.ParseFromString(serialized) ? model.numrecommendationsinputfeaturename() : std::string();
+  if (!model.ParseFromString(serialized)) return {};
+  std::vector<RoleDefault> out;
+  if (!model.numrecommendationsinputfeaturename().empty())
+    out.push_back({model.numrecommendationsinputfeaturename(), FeatureKind::Int64, 9007199254740992.0});
+  for (const std::string* name : {&model.itemrestrictioninputfeaturename(), &model.itemexclusioninputfeaturename()})
+    if (!name->empty()) out.push_back({*name, FeatureKind::Sequence, std::nullopt});
+  return out;
 }
 
 }  // namespace coremlrt::format::classic

@@ -148,16 +148,19 @@ def test_optional_restriction_and_exclusion_may_be_left_out(tmp_path, id_kind):
     check(model, ids, dict(data, only=[ids[3], ids[0], ids[6]]), observed, count=5, restriction={0, 3, 6})
     check(model, ids, dict(data, **{"not": []}), observed, count=5, exclusion=set())
     check(model, ids, dict(data, **{"not": [ids[3]]}), observed, count=5, exclusion={3})
-    # k is required as declared: leaving it out names it
-    with pytest.raises(coremlrt.Error, match="missing input 'k'"):
-        model.predict({"items": data["items"]})
-    # declared optional too, k left out recommends every candidate
+    # k left out recommends every candidate, whether it is declared required (as here) or
+    # optional: the count's role gives it that default, as a detector's NMS thresholds have theirs.
+    check(model, ids, {"items": data["items"]}, observed)
+    k = next(f for f in model._function["inputs"] if f["name"] == "k")
+    assert k["optional"] and k["default_value"] == 2.0 ** 53
     for feature in spec.description.input:
         if feature.name == "k":
             feature.type.isOptional = True
     model = load(tmp_path, spec, name="optional_k")
     check(model, ids, {"items": data["items"]}, observed)
     check(model, ids, {"items": data["items"], "k": 2}, observed, count=2)
+    with pytest.raises(coremlrt.Error, match="missing input 'items'"):
+        model.predict({"k": 2})  # the item input has no such role: still required
 
 
 @pytest.mark.parametrize("id_kind", ["int64", "string"])

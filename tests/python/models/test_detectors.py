@@ -128,14 +128,23 @@ def test_pipeline_equals_the_reference_on_the_detector_outputs(detector, per_cla
 
 
 def test_thresholds_declared_by_the_pipeline_only(tmp_path, monkeypatch):
-    """Exporters declare the threshold inputs on the pipeline, not on the NMS stage: the stage
-    reads them by name all the same."""
+    """Exporters declare the threshold inputs on the pipeline, not on the NMS stage, and declare
+    them required: the stage reads them by name all the same, and a caller who leaves them out
+    (Vision passes only the image) gets the NMS message's own thresholds, as on Apple platforms."""
     model = _convert(tmp_path, "fp32")
     raw_path = _detector_path(tmp_path, model, "fp32")
-    path = _pipeline(tmp_path, monkeypatch, model, nms_spec(per_class=True, threshold_inputs="pipeline"), "exported",
+    path = _pipeline(tmp_path, monkeypatch, model, nms_spec(iou=0.45, confidence=0.25, per_class=True,
+                                                            threshold_inputs="pipeline"), "exported",
                      thresholds_on_pipeline=True)
+    spec = ct.utils.load_spec(path)
+    assert not any(f.type.isOptional for f in spec.description.input), "the export declares every input required"
     pipeline = coremlrt.MLModel(path)
-    assert {"iouThreshold", "confidenceThreshold"} <= set(pipeline.input_description)
+    inputs = {f["name"]: f for f in pipeline._function["inputs"]}
+    assert {"iouThreshold", "confidenceThreshold"} <= set(inputs)
+    assert inputs["iouThreshold"]["optional"] and inputs["iouThreshold"]["default_value"] == 0.45
+    assert inputs["confidenceThreshold"]["optional"] and inputs["confidenceThreshold"]["default_value"] == 0.25
+    assert inputs["iouThreshold"]["type"] == "double (optional, default 0.45)"
+    assert not inputs["image"]["optional"]
     image = IMAGES["objects"]
     raw = _raw(raw_path, image)
     results = set()
@@ -146,8 +155,20 @@ def test_thresholds_declared_by_the_pipeline_only(tmp_path, monkeypatch):
         np.testing.assert_array_equal(out["coordinates"], expected[1])
         results.add(len(expected[0]))
     assert len(results) == 3, "the thresholds must change the result"
-    with pytest.raises(coremlrt.Error, match="missing input 'iouThreshold'"):
-        pipeline.predict({"image": image, "confidenceThreshold": 0.3})  # required: the pipeline says so
+    # The image alone: the stored defaults, exactly as if passed.
+    alone = pipeline.predict({"image": image})
+    explicit = pipeline.predict({"image": image, "iouThreshold": 0.45, "confidenceThreshold": 0.25})
+    assert len(alone["confidence"]) > 0
+    for name in ("confidence", "coordinates"):
+        np.testing.assert_array_equal(alone[name], explicit[name])
+    # One override: the other threshold is the stored one.
+    for given, expected in [({"confidenceThreshold": 0.6}, reference_nms(*raw, 0.45, 0.6, True)),
+                            ({"iouThreshold": 0.1}, reference_nms(*raw, 0.1, 0.25, True))]:
+        out = pipeline.predict(dict({"image": image}, **given))
+        np.testing.assert_array_equal(out["confidence"], expected[0])
+        np.testing.assert_array_equal(out["coordinates"], expected[1])
+    with pytest.raises(coremlrt.Error, match="missing input 'image'"):
+        pipeline.predict({"iouThreshold": 0.3})
 
 
 @pytest.mark.parametrize("rows", [(5, 5), (0, 3), (6, -1)], ids=["fixed 5", "at most 3", "at least 6"])
@@ -246,6 +267,9 @@ def test_coremltools_predict_through_the_stand_in(tmp_path, monkeypatch):
                               outputs=[ct.TensorType(name="raw_confidence"), ct.TensorType(name="raw_coordinates")])
     raw_path = _detector_path(tmp_path, detector, "image")
     path = _pipeline(tmp_path, monkeypatch, detector, nms_spec(per_class=True), "image_pipeline")
+    # As detector exporters write it: the thresholds declared by the pipeline, required.
+    exported_path = _pipeline(tmp_path, monkeypatch, detector, nms_spec(per_class=True, threshold_inputs="pipeline"),
+                              "exported_pipeline", thresholds_on_pipeline=True)
     bad = nms_spec()
     bad.nonMaximumSuppression.iouThreshold = 2.0
     bad_path = _pipeline(tmp_path, monkeypatch, detector, bad, "refused_pipeline")
@@ -255,6 +279,11 @@ def test_coremltools_predict_through_the_stand_in(tmp_path, monkeypatch):
         raw_out = ct.models.MLModel(raw_path).predict({"image": picture})
         raw = raw_out["raw_confidence"], raw_out["raw_coordinates"]
         out = ct.models.MLModel(path).predict({"image": picture, "iouThreshold": 0.1, "confidenceThreshold": 0.4})
+        exported = ct.models.MLModel(exported_path)
+        alone = exported.predict({"image": picture})  # as Vision calls it: the image only
+        stored = exported.predict({"image": picture, "iouThreshold": 0.45, "confidenceThreshold": 0.25})
+        with pytest.raises(RuntimeError, match=r"^Unable to compute the prediction using a pipeline model: .*NaN"):
+            exported.predict({"image": picture, "iouThreshold": float("nan")})
         refused = ct.models.MLModel(bad_path)
         with pytest.raises(coremlrt.Error, match="iouThreshold is 2"):
             refused.predict({"image": picture})
@@ -264,6 +293,11 @@ def test_coremltools_predict_through_the_stand_in(tmp_path, monkeypatch):
     assert 0 < len(expected[0]) < (raw[0].max(1) >= 0.4).sum(), "the picture must exercise suppression"
     np.testing.assert_array_equal(out["confidence"], expected[0])
     np.testing.assert_array_equal(out["coordinates"], expected[1])
+    expected = reference_nms(*raw, 0.45, 0.25, True)
+    assert len(expected[0]) > 0
+    for result in (alone, stored):
+        np.testing.assert_array_equal(result["confidence"], expected[0])
+        np.testing.assert_array_equal(result["coordinates"], expected[1])
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["parameters", "inputs"])
