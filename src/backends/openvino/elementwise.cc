@@ -16,11 +16,6 @@ namespace v0 = ov::op::v0;
 namespace v1 = ov::op::v1;
 
 
-Verdict float_input(const OpReader& op, const char* param = "x") {
-  if (fp16_or_fp32(op.type(param).dtype)) return Verdict::claim();
-  return Verdict::refuse(std::string(param) + " is not fp16 or fp32");
-}
-
 template <class OvOp>
 OpLowering binary(bool ints_too) {
   return {[ints_too](const OpReader& op) -> Verdict {
@@ -43,6 +38,22 @@ OpLowering unary() {
 OpLowering unary_fn(std::function<Value(Lowerer&, const Value&)> fn) {
   return {[](const OpReader& op) { return float_input(op); },
           [fn](Lowerer& op) -> std::vector<Value> { return {fn(op, op.input("x"))}; }};
+}
+
+Verdict float_or_int32(const OpReader& op) {
+  const DType d = op.type("x").dtype;
+  if (fp16_or_fp32(d) || d == DType::Int32) return Verdict::claim();
+  return Verdict::refuse("x is not fp16, fp32 or int32");
+}
+
+template <class OvOp>
+OpLowering logical() {
+  return {[](const OpReader& op) -> Verdict {
+            if (op.type("x").dtype != DType::Bool || op.type("y").dtype != DType::Bool)
+              return Verdict::refuse("x or y is not bool");
+            return Verdict::claim();
+          },
+          [](Lowerer& op) -> std::vector<Value> { return {std::make_shared<OvOp>(op.input("x"), op.input("y"))}; }};
 }
 
 Value add(const Value& a, const Value& b) { return std::make_shared<v1::Add>(a, b); }
@@ -81,6 +92,42 @@ void add_elementwise_lowerings(LoweringTable& t) {
   t["sin"] = unary<v0::Sin>();
   t["cos"] = unary<v0::Cos>();
   t["silu"] = unary<ov::op::v4::Swish>();
+  t["tan"] = unary<v0::Tan>();
+  t["sinh"] = unary<v0::Sinh>();
+  t["cosh"] = unary<v0::Cosh>();
+  t["asin"] = unary<v0::Asin>();
+  t["acos"] = unary<v0::Acos>();
+  t["atan"] = unary<v0::Atan>();
+  t["asinh"] = unary<ov::op::v3::Asinh>();
+  t["acosh"] = unary<ov::op::v3::Acosh>();
+  t["atanh"] = unary<ov::op::v3::Atanh>();
+  // Halves to even, as NumPy and our kernel (nearbyint) round.
+  t["round"] = unary_fn([](Lowerer&, const Value& x) -> Value {
+    return std::make_shared<ov::op::v5::Round>(x, ov::op::v5::Round::RoundMode::HALF_TO_EVEN);
+  });
+  // 1, -1, or x itself (0, -0 and NaN stay as they are, as in our kernel).
+  t["sign"] = {[](const OpReader& op) { return float_or_int32(op); },
+               [](Lowerer& op) -> std::vector<Value> {
+                 Value x = op.input("x");
+                 Value zero = Lowerer::scalar_like(x, 0.0);
+                 Value negative = std::make_shared<v1::Select>(std::make_shared<v1::Less>(x, zero),
+                                                               Lowerer::scalar_like(x, -1.0), x);
+                 return {std::make_shared<v1::Select>(std::make_shared<v1::Greater>(x, zero), Lowerer::scalar_like(x, 1.0),
+                                                      negative)};
+               }};
+  // max(x, alpha) with x first, as std::max keeps a NaN x; alpha truncated for int32 x, as our
+  // kernel converts it.
+  t["threshold"] = {[](const OpReader& op) -> Verdict {
+                      if (Verdict why = float_or_int32(op); !why.claimed) return why;
+                      return op.constant("alpha") ? Verdict::claim() : Verdict::refuse("alpha is not known at load");
+                    },
+                    [](Lowerer& op) -> std::vector<Value> {
+                      Value x = op.input("x");
+                      double alpha = op.const_float("alpha");
+                      if (x.get_element_type().is_integral()) alpha = static_cast<double>(static_cast<int32_t>(alpha));
+                      Value a = Lowerer::scalar_like(x, alpha);
+                      return {std::make_shared<v1::Select>(std::make_shared<v1::Less>(x, a), a, x)};
+                    }};
   t["softsign"] = unary<ov::op::v9::SoftSign>();
   t["square"] = unary_fn([](Lowerer&, const Value& x) { return mul(x, x); });
   t["relu6"] = unary_fn([](Lowerer&, const Value& x) -> Value { return std::make_shared<v0::Clamp>(x, 0.0, 6.0); });
@@ -152,6 +199,9 @@ void add_elementwise_lowerings(LoweringTable& t) {
                  [](Lowerer& op) -> std::vector<Value> {
                    return {std::make_shared<v1::Select>(op.input("cond"), op.input("a"), op.input("b"))};
                  }};
+  t["logical_and"] = logical<v1::LogicalAnd>();
+  t["logical_or"] = logical<v1::LogicalOr>();
+  t["logical_xor"] = logical<v1::LogicalXor>();
   t["logical_not"] = {[](const OpReader& op) {
                         return op.type("x").dtype == DType::Bool ? Verdict::claim() : Verdict::refuse("x is not bool");
                       },

@@ -1,6 +1,7 @@
 #include "backends/openvino/lowering.h"
 
 #include <openvino/op/constant.hpp>
+#include <openvino/op/convert.hpp>
 
 namespace coremlrt::backends::openvino {
 
@@ -50,6 +51,16 @@ bool OpReader::is_constant(const std::string& param) const {
   return has(param);
 }
 
+Verdict float_input(const OpReader& op, const char* param) {
+  if (fp16_or_fp32(op.type(param).dtype)) return Verdict::claim();
+  return Verdict::refuse(std::string(param) + " is not fp16 or fp32");
+}
+
+Value converted(const Value& v, ov::element::Type type) {
+  if (v.get_element_type() == type) return v;
+  return std::make_shared<ov::op::v0::Convert>(v, type);
+}
+
 void OpReader::param_error(const std::string& message) const { fail(op_.describe(), ": ", message); }
 
 Value Lowerer::constant_of(ov::element::Type type, const std::vector<int64_t>& shape, const std::vector<double>& data) {
@@ -75,6 +86,7 @@ const LoweringTable& lowerings() {
     // for dims known only at prediction: linear_conv.cc, resolve_pads).
     LoweringTable t;
     add_elementwise_lowerings(t);
+    add_activation_lowerings(t);
     add_linear_conv_lowerings(t);
     add_reduction_lowerings(t);
     for (auto& [type, lowering] : t) lowering.any_dims = true;

@@ -32,6 +32,12 @@ std::optional<ov::element::Type> element_type(DType dtype);
 // The float dtypes of MIL's op tables (T = F), the only ones most lowerings accept.
 inline bool fp16_or_fp32(DType d) { return d == DType::Float16 || d == DType::Float32; }
 
+class OpReader;
+// Claimed when the op's `param` is fp16 or fp32.
+Verdict float_input(const OpReader& op, const char* param = "x");
+// `v` in element type `type` (a Convert where it is another).
+ov::Output<ov::Node> converted(const ov::Output<ov::Node>& v, ov::element::Type type);
+
 // Reads one op's parameters: types, constants and (while lowering) graph values; constants as
 // plain values through ir::ParamReader (src/ir/param_reader.h), as our kernels read them.
 class OpReader : public ir::ParamReader {
@@ -107,6 +113,7 @@ Value packed_constant(const ir::PackedTensor& packed, ov::element::Type compute,
 const LoweringTable& lowerings();
 
 void add_elementwise_lowerings(LoweringTable& table);
+void add_activation_lowerings(LoweringTable& table);
 void add_linear_conv_lowerings(LoweringTable& table);
 void add_normalization_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);

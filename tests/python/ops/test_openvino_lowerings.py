@@ -22,6 +22,7 @@ from coremltools.converters.mil import Builder as mb
 
 import backend_check
 from mil_helpers import save_program, tensor_spec
+from nn_helpers import save_spec
 
 RNG = np.random.default_rng(71)
 EXACT = (0.0, 0.0)
@@ -45,7 +46,15 @@ def as_int32(v):
     return mb.cast(x=v, dtype="int32", name="out")
 
 
+def uniform(low, high, *shape):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
 X = {"x": normal(2, 3, 4, 5, scale=2.0)}
+# Past both knees of the clamping activations (hard sigmoid's at -3 and 3) and softplus's large
+# and very small values.
+X_WIDE = {"x": normal(2, 3, 4, 5, scale=8.0)}
+X_UNIT = {"x": uniform(-0.95, 0.95, 2, 3, 4, 5)}  # inside the inverse sine, cosine and tanh's domain
 XP = {"x": positive(2, 3, 4, 5)}
 XY = {"x": normal(2, 3, 4, 5, scale=2.0), "y": normal(3, 1, 5, scale=2.0)}
 XYP = {"x": positive(2, 3, 4, 5), "y": positive(3, 1, 5)}
@@ -53,6 +62,15 @@ XYP = {"x": positive(2, 3, 4, 5), "y": positive(3, 1, 5)}
 
 def unary(op, inputs=X, tol=ELEMENTWISE, **params):
     return inputs, lambda v: getattr(mb, op)(x=v["x"], name="out", **params), tol
+
+
+class Layer:
+    """A case for an op type that no MIL program holds but a neuralNetwork layer lowers onto
+    (asinh, acosh: src/format/neural_network/elementwise_layers.cc): `add(builder)` adds the layer
+    reading input "x" and writing "out"."""
+
+    def __init__(self, inputs, add, tol):
+        self.inputs, self.add, self.tol = inputs, add, tol
 
 
 def binary(op, inputs=XY, tol=ELEMENTWISE):
@@ -120,6 +138,35 @@ CASES = {
     "square": unary("square"),
     "sub": binary("sub"),
     "tanh": unary("tanh"),
+    "tan": unary("tan", {"x": uniform(-1.2, 1.2, 2, 3, 4, 5)}),
+    "sinh": unary("sinh"),
+    "cosh": unary("cosh"),
+    "asin": unary("asin", X_UNIT),
+    "acos": unary("acos", X_UNIT),
+    "atan": unary("atan"),
+    "asinh": Layer(X, lambda b: b.add_asinh("op", "x", "out"), ELEMENTWISE),
+    "acosh": Layer({"x": uniform(1.0, 9.0, 2, 3, 4, 5)}, lambda b: b.add_acosh("op", "x", "out"), ELEMENTWISE),
+    "atanh": unary("atanh", X_UNIT),
+    # Halves among the values: they round to even.
+    "round": unary("round", {"x": (RNG.integers(-12, 12, (2, 3, 4, 5)) / 4).astype(np.float32)}, tol=EXACT),
+    "sign": unary("sign", {"x": np.round(normal(2, 3, 4, 5))}, tol=EXACT),
+    "threshold": unary("threshold", alpha=0.3, tol=EXACT),
+    "logical_and": (XY, lambda v: as_int32(mb.logical_and(x=mb.greater(x=v["x"], y=0.0), y=mb.less(x=v["y"], y=0.5))),
+                    EXACT),
+    "logical_or": (XY, lambda v: as_int32(mb.logical_or(x=mb.greater(x=v["x"], y=0.0), y=mb.less(x=v["y"], y=0.5))),
+                   EXACT),
+    "logical_xor": (XY, lambda v: as_int32(mb.logical_xor(x=mb.greater(x=v["x"], y=0.0), y=mb.less(x=v["y"], y=0.5))),
+                    EXACT),
+    # activation.cc
+    "clamped_relu": unary("clamped_relu", X_WIDE, alpha=0.2, beta=3.0),
+    "prelu": unary("prelu", alpha=const(3)),
+    "scaled_tanh": unary("scaled_tanh", alpha=1.5, beta=0.7),
+    # hardsigmoid as coremltools writes it (hardswish's second half)
+    "sigmoid_hard": unary("sigmoid_hard", X_WIDE, alpha=1.0 / 6, beta=0.5),
+    "softplus": unary("softplus", X_WIDE),
+    "softplus_parametric": unary("softplus_parametric", alpha=positive(3), beta=const(3)),
+    # hardswish's first half: x >= -3 ? x : 0
+    "thresholded_relu": unary("thresholded_relu", X_WIDE, alpha=-3.0, tol=EXACT),
     # linear_conv.cc
     "avg_pool": unary("avg_pool", kernel_sizes=[2, 2], strides=[1, 2], pad_type="valid", tol=SUMS),
     "conv": ({"x": normal(2, 3, 8, 7)},
@@ -170,8 +217,22 @@ def test_every_lowering_has_a_test():
     assert sorted(set(CASES) - set(backend_check.LOWERED_OP_TYPES)) == [], "tests of op types OpenVINO does not lower"
 
 
+def save_layer(case, tmp_path):
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    builder = NeuralNetworkBuilder([(n, datatypes.Array(*v.shape)) for n, v in case.inputs.items()], [("out", None)],
+                                   disable_rank5_shape_mapping=True)
+    case.add(builder)
+    return save_spec(tmp_path, builder.spec)
+
+
 @pytest.mark.parametrize("op_type", sorted(CASES))
 def test_lowering(tmp_path, op_type):
+    if isinstance(CASES[op_type], Layer):
+        case = CASES[op_type]
+        backend_check.check_all_backends(save_layer(case, tmp_path), case.inputs, op_type, *case.tol)
+        return
     inputs, body, (rtol, atol) = CASES[op_type]
     names = list(inputs)
 
