@@ -38,6 +38,24 @@ import peer_models  # noqa: E402
 # Timed runs per contender in one turn of the interleaving (measure()).
 BLOCK = 5
 
+# torchvision's image classifiers (random weights, 224x224), built like peer_models.py's networks:
+# architectures nobody here wrote, with the ops coremltools writes for them (MobileNetV3's
+# hard-swish, Swin's shifted windows, ViT's attention). Listed after peer_models.py's own.
+TORCHVISION = ("mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny", "swin_t", "vit_b_16")
+
+
+def _torchvision(name):
+    def make():
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None), {
+            "image": np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+
+    return make
+
+
+peer_models.NETWORKS.update({name: _torchvision(name) for name in TORCHVISION})
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -175,6 +193,21 @@ print(json.dumps({"load_s": load, "rss_base_mb": base, "rss_peak_mb": peak, "wei
 """
 
 
+def placement(paths, precision):
+    """Where coremlrt (backend auto) runs the model's ops: {"ops", "regions" (OpenVINO regions),
+    "ours" (ops left on our kernels), "why" ({reason: count} of those)}."""
+    import coremlrt
+
+    placements = coremlrt.MLModel(paths[f"coreml_{precision}"], cache_dir=None).placements()
+    ours = [p for p in placements if p["backend"] != "openvino"]
+    why = {}
+    for p in ours:
+        key = f"{p['op_type']}: {p['reason']}"
+        why[key] = why.get(key, 0) + 1
+    return {"ops": len(placements), "ours": len(ours), "why": why,
+            "regions": len({p["region"] for p in placements if p["backend"] == "openvino"})}
+
+
 def load_and_memory(paths, precision):
     """First load (empty cache), cached load (a new process, same cache), and peak RSS."""
     with tempfile.TemporaryDirectory() as cache:
@@ -232,7 +265,7 @@ def _sections_kept(path_md):
     except FileNotFoundError:
         return []
     ours = re.compile(r"## (\d+ threads?: median latency|Targets$|Load time and memory|Contenders that could not"
-                      r" run)")
+                      r" run|Placement under backend auto)")
     kept, keep = [], False
     for line in old:
         if line.startswith("## "):
@@ -244,7 +277,7 @@ def _sections_kept(path_md):
     return kept
 
 
-def write_report(results, loads, targets, args, errors, path_md, path_png):
+def write_report(results, loads, targets, args, errors, path_md, path_png, placements=None):
     lines = ["# Performance: coremlrt and its peers", "",
              f"Measured by `python3 benchmarks/bench_peers.py` on {datetime.date.today().isoformat()}, "
              f"{_cpu_name()}, {os.cpu_count()} cores; batch 1; median of {args.runs} runs after {args.warmup} "
@@ -260,6 +293,13 @@ def write_report(results, loads, targets, args, errors, path_md, path_png):
         lines.append("")
     lines += ["## Targets", "", "| target | figure | goal |", "|---|---|---|"]
     lines += [f"| {t['name']} | {t['figure']} | {t['goal']} |" for t in targets]
+    if placements:
+        lines += ["", "## Placement under backend auto", "",
+                  "OpenVINO regions and ops left on our kernels (`MLModel.placements()`), with why.", "",
+                  "| model | ops | OpenVINO regions | ops on our kernels | why |", "|---|---|---|---|---|"]
+        for key, p in placements.items():
+            why = "; ".join(f"{n}× {reason}" for reason, n in sorted(p["why"].items(), key=lambda kv: -kv[1]))
+            lines.append(f"| {key} | {p['ops']} | {p['regions']} | {p['ours']} | {why or '—'} |")
     lines += ["", "## Load time and memory (coremlrt, backend auto, default threads)", "",
               "| model | weights (MB) | first load (s) | cached load (s) | cached / first | peak RSS while predicting (MB) |",
               "|---|---|---|---|---|---|"]
@@ -307,6 +347,26 @@ def write_chart(results, path_png):
     ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path_png, dpi=110)
+
+
+def torchvision_targets(results, placements):
+    """Each torchvision network: one OpenVINO region under backend auto, fp32 auto at most 1.05x
+    min(ONNX Runtime, OpenVINO f32); MobileNetV3-Large at most ONNX Runtime's time."""
+    t2 = results.get(2) or results[max(results)]
+    out = []
+    for net in [n for n in TORCHVISION if n in t2]:
+        t = t2[net]
+        peers = [t[k] for k in ("onnxruntime f32", "openvino f32") if k in t]
+        ratio = t["coremlrt fp32 auto"] / min(peers) if peers and "coremlrt fp32 auto" in t else float("nan")
+        regions = ", ".join(f"{precision} {placements[f'{net} {precision}']['regions']}"
+                            for precision in ("fp32", "fp16") if f"{net} {precision}" in placements)
+        out.append({"name": f"{net}: OpenVINO regions under auto; fp32 auto / min(ORT, OV f32)",
+                    "figure": f"{regions}; {ratio:.2f}", "goal": "1 region; ≤ 1.05"})
+    if "mobilenet_v3_large" in t2 and "onnxruntime f32" in t2["mobilenet_v3_large"]:
+        t = t2["mobilenet_v3_large"]
+        out.append({"name": "mobilenet_v3_large: fp32 auto / ORT",
+                    "figure": f"{t['coremlrt fp32 auto'] / t['onnxruntime f32']:.2f}", "goal": "≤ 1.0"})
+    return out
 
 
 def targets_from(results, loads, base_reference=None):
@@ -370,7 +430,11 @@ def main(argv=None):
     for name in [n for n in ("resnet18",) if n in args.only]:
         for precision in ("fp32", "fp16"):
             loads[f"{name} {precision}"] = load_and_memory(paths[name], precision)
-    targets = targets_from(results, loads)
+    placements = {f"{name} {precision}": placement(paths[name], precision)
+                  for name in args.only if name not in peer_models.STATEFUL for precision in ("fp32", "fp16")}
+    for key, p in placements.items():
+        print(f"{key}: {p['ops']} ops, {p['regions']} OpenVINO regions, {p['ours']} on our kernels", flush=True)
+    targets = targets_from(results, loads) + torchvision_targets(results, placements)
     if "gpt2_decode" in paths:
         for precision in ("fp16", "fp32"):
             copied, written = state_bytes_copied_per_step(paths["gpt2_decode"], precision)
@@ -381,7 +445,7 @@ def main(argv=None):
         print(f"{t['name']}: {t['figure']}  (goal {t['goal']})")
     for k, v in all_errors.items():
         print(f"could not run: {k}: {v}")
-    write_report(results, loads, targets, args, all_errors, args.output, args.chart)
+    write_report(results, loads, targets, args, all_errors, args.output, args.chart, placements)
     print(f"wrote {args.output} and {args.chart}")
 
 

@@ -74,7 +74,7 @@ Verdict crossable(const ir::ValueType& type, bool any_dims) {
   return Verdict::claim();
 }
 
-Verdict support(const ir::Operation& op, const ValueInfo& values) {
+Verdict support(const ir::Operation& op, const ValueInfo& values, int ios_version) {
   auto it = lowerings().find(op.type);
   if (it == lowerings().end()) return Verdict::refuse("no lowering for op type '" + op.type + "'");
   const bool any_dims = it->second.any_dims;
@@ -95,7 +95,7 @@ Verdict support(const ir::Operation& op, const ValueInfo& values) {
     }
   if (!it->second.check) return Verdict::claim();
   try {
-    return it->second.check(OpReader(op, values));
+    return it->second.check(OpReader(op, values, ios_version));
   } catch (const Error& e) {
     return Verdict::refuse(e.what());
   }
@@ -241,7 +241,7 @@ class OpenVinoBackend final : public Backend {
                                            "forces it)"));
         continue;
       }
-      verdicts.push_back(support(*op, view.values));
+      verdicts.push_back(support(*op, view.values, view.function.ios_version));
     }
     return verdicts;
   }
@@ -393,7 +393,8 @@ class RegionBuilder {
  private:
   class OpLowerer final : public Lowerer {
    public:
-    OpLowerer(const ir::Operation& op, RegionBuilder& builder) : Lowerer(op, builder.region_.values), builder_(builder) {}
+    OpLowerer(const ir::Operation& op, RegionBuilder& builder)
+        : Lowerer(op, builder.region_.values, builder.region_.function.ios_version), builder_(builder) {}
     Value input(const std::string& param, size_t index) override { return builder_.value_of(binding(param, index)); }
     Value stored(const std::string& param) override { return builder_.stored(binding(param, 0)); }
     void require(const Value& condition) override { builder_.guards_.push_back(condition); }

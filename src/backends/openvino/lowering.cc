@@ -93,6 +93,9 @@ const LoweringTable& lowerings() {
     add_normalization_lowerings(t);
     add_shape_lowerings(t);
     add_recurrent_lowerings(t);
+    add_gather_lowerings(t);
+    add_misc_lowerings(t);
+    add_tensor_op_lowerings(t);
     return t;
   }();
   return table;

@@ -42,9 +42,12 @@ ov::Output<ov::Node> converted(const ov::Output<ov::Node>& v, ov::element::Type 
 // plain values through ir::ParamReader (src/ir/param_reader.h), as our kernels read them.
 class OpReader : public ir::ParamReader {
  public:
-  OpReader(const ir::Operation& op, const ValueInfo& values) : op_(op), values_(values) {}
+  OpReader(const ir::Operation& op, const ValueInfo& values, int ios_version)
+      : op_(op), values_(values), ios_version_(ios_version) {}
 
   const ir::Operation& op() const { return op_; }
+  // The opset of the op's function (15 for iOS15, ...): some ops' rules changed between opsets.
+  int ios_version() const { return ios_version_; }
   bool has(const std::string& param) const override;
   // Number of bindings of a (variadic) parameter; 0 when absent.
   size_t count(const std::string& param) const;
@@ -61,6 +64,7 @@ class OpReader : public ir::ParamReader {
   const ir::Binding& binding(const std::string& param, size_t index) const;
   const ir::Operation& op_;
   const ValueInfo& values_;
+  const int ios_version_;
 };
 
 // While lowering: graph values for the op's parameters.
@@ -114,6 +118,9 @@ const LoweringTable& lowerings();
 
 void add_elementwise_lowerings(LoweringTable& table);
 void add_activation_lowerings(LoweringTable& table);
+void add_gather_lowerings(LoweringTable& table);
+void add_misc_lowerings(LoweringTable& table);
+void add_tensor_op_lowerings(LoweringTable& table);
 void add_linear_conv_lowerings(LoweringTable& table);
 void add_normalization_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);

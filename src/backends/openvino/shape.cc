@@ -6,6 +6,7 @@
 #include <openvino/op/ops.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "backends/openvino/lowering.h"
@@ -95,12 +96,6 @@ Value slice(const Value& x, const SliceSpec& s) {
 }
 
 int64_t normalized_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
-
-std::optional<DType> cast_target(const std::string& name) {
-  if (name == "fp32") return DType::Float32;
-  if (name == "fp16") return DType::Float16;
-  return std::nullopt;
-}
 
 }  // namespace
 
@@ -229,21 +224,47 @@ void add_shape_lowerings(LoweringTable& t) {
                [](Lowerer& op) -> std::vector<Value> {
                  return {std::make_shared<ov::op::v0::Tile>(op.input("x"), Lowerer::i64s(op.const_ints("reps")))};
                }};
-  t["cast"] = {[](const OpReader& op) -> Verdict {
-                 // Float to float and integer to float only: float to integer rounding and
-                 // saturation are defined by our kernel (src/ops/misc.cc).
-                 if (!cast_target(op.const_string("dtype")))
-                   return Verdict::refuse("cast to " + op.const_string("dtype"));
-                 const DType from = op.type("x").dtype;
-                 if (from != DType::Float16 && from != DType::Float32 && from != DType::Int32)
-                   return Verdict::refuse("cast from this dtype");
-                 return Verdict::claim();
-               },
-               [](Lowerer& op) -> std::vector<Value> {
-                 // A cast to fp16 inside a region computed in fp32 keeps fp32 (fp16 or wider).
-                 return {std::make_shared<ov::op::v0::Convert>(op.input("x"),
-                                                               op.compute_type(*cast_target(op.const_string("dtype"))))};
-               }};
+  // pad (our kernel: src/ops/shape.cc): (before, after) pairs for the last len(pad) / 2 dims;
+  // constant, reflect (the edge not repeated: OpenVINO's reflect) and replicate (its edge).
+  t["pad"] = {[](const OpReader& op) -> Verdict {
+                if (!op.constant("pad")) return Verdict::refuse("pad is not known at load");
+                const std::string mode = op.const_string("mode", "constant");
+                if (mode != "constant" && mode != "reflect" && mode != "replicate") return Verdict::refuse("mode " + mode);
+                const std::vector<int64_t>& x = op.type("x").dims;
+                const std::vector<int64_t> pad = op.const_ints("pad");
+                if (pad.size() % 2 || pad.size() > 2 * x.size()) return Verdict::refuse("pad does not fit x's rank");
+                const size_t first = x.size() - pad.size() / 2;
+                for (size_t i = 0; i < pad.size(); ++i) {
+                  if (pad[i] < 0) return Verdict::refuse("negative padding");
+                  // Our kernel fails such a program at run time and says why.
+                  if (mode == "reflect" && pad[i] >= x[first + i / 2])
+                    return Verdict::refuse("reflect padding as large as the dim");
+                }
+                return Verdict::claim();
+              },
+              [](Lowerer& op) -> std::vector<Value> {
+                const std::vector<int64_t>& x = op.type("x").dims;
+                const std::vector<int64_t> pad = op.const_ints("pad");
+                std::vector<int64_t> begin(x.size(), 0), end(x.size(), 0);
+                const size_t first = x.size() - pad.size() / 2;
+                for (size_t i = 0; i < pad.size() / 2; ++i) {
+                  begin[first + i] = pad[2 * i];
+                  end[first + i] = pad[2 * i + 1];
+                }
+                const std::string mode = op.const_string("mode", "constant");
+                Value input = op.input("x");
+                // The fill value as our kernel stores it in x's dtype: truncated for integers,
+                // nonzero for bool (fp16 constants are fp16 in the file already).
+                double fill = op.const_float("constant_val", 0.0);
+                const DType dtype = op.type("x").dtype;
+                if (dtype == DType::Bool) fill = fill != 0;
+                else if (!fp16_or_fp32(dtype)) fill = std::trunc(fill);
+                const auto pad_mode = mode == "constant" ? ov::op::PadMode::CONSTANT
+                                      : mode == "reflect" ? ov::op::PadMode::REFLECT
+                                                          : ov::op::PadMode::EDGE;
+                return {std::make_shared<ov::op::v12::Pad>(input, Lowerer::i64s(begin), Lowerer::i64s(end),
+                                                           Lowerer::scalar_like(input, fill), pad_mode)};
+              }};
   t["identity"] = {{}, [](Lowerer& op) -> std::vector<Value> { return {op.input("x")}; }};
 }
 

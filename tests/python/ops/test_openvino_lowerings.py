@@ -167,6 +167,34 @@ CASES = {
     "softplus_parametric": unary("softplus_parametric", alpha=positive(3), beta=const(3)),
     # hardswish's first half: x >= -3 ? x : 0
     "thresholded_relu": unary("thresholded_relu", X_WIDE, alpha=-3.0, tol=EXACT),
+    # gather.cc: indices computed at run time (the region checks their range, and that a
+    # scatter's are distinct), negative ones among them where the op wraps them.
+    "gather_along_axis": ({"x": normal(2, 3, 4, 5), "indices": RNG.integers(-4, 4, (2, 3, 2, 5)).astype(np.int32)},
+                          lambda v: mb.gather_along_axis(x=v["x"], indices=v["indices"], axis=2, name="out"), EXACT),
+    "gather_nd": ({"x": normal(2, 3, 4, 5), "indices": np.array([[[0, -1], [1, 2]], [[-2, 0], [1, -3]]], np.int32)},
+                  lambda v: mb.gather_nd(x=v["x"], indices=v["indices"], name="out"), EXACT),
+    "scatter": ({"data": normal(4, 3, 5), "indices": np.array([3, 0, 1], np.int32), "updates": normal(3, 3, 5)},
+                lambda v: mb.scatter(data=v["data"], indices=v["indices"], updates=v["updates"], axis=0, mode="sub",
+                                     name="out"), EXACT),
+    "scatter_along_axis": ({"data": normal(2, 3, 6), "indices": np.argsort(RNG.random((2, 3, 4)), axis=2).astype(np.int32),
+                            "updates": normal(2, 3, 4)},
+                           lambda v: mb.scatter_along_axis(data=v["data"], indices=v["indices"], updates=v["updates"],
+                                                           axis=2, mode="max", name="out"), EXACT),
+    "scatter_nd": ({"data": normal(4, 5, 3), "indices": np.array([[3, 1], [0, 4], [3, 0]], np.int32),
+                    "updates": normal(3, 3)},
+                   lambda v: mb.scatter_nd(data=v["data"], indices=v["indices"], updates=v["updates"], mode="mul",
+                                           name="out"), EXACT),
+    # tensor_ops.cc
+    "argsort": unary("argsort", axis=1, ascending=True, tol=EXACT),
+    "band_part": unary("band_part", lower=1, upper=2, tol=EXACT),
+    "cumsum": (X, lambda v: (mb.cumsum(x=v["x"], axis=1, exclusive=True, reverse=True, name="out"),
+                             mb.cumsum(x=mb.cast(x=v["x"], dtype="int32"), axis=-1, name="ints")), ELEMENTWISE),
+    "fill_like": (X, lambda v: mb.add(x=v["x"], y=mb.fill_like(ref_tensor=v["x"], value=2.5), name="out"), EXACT),
+    "one_hot": ({"indices": np.array([[0, 3, -1], [5, 2, 4]], np.int32)},
+                lambda v: mb.one_hot(indices=v["indices"], one_hot_vector_size=5, axis=1, on_value=2.0, off_value=-1.0,
+                                     name="out"), EXACT),
+    "sliding_windows": unary("sliding_windows", axis=3, size=3, stride=2, tol=EXACT),
+    "topk": (X, lambda v: mb.topk(x=v["x"], k=3, axis=-1, ascending=False, name="out"), EXACT),
     # linear_conv.cc
     "avg_pool": unary("avg_pool", kernel_sizes=[2, 2], strides=[1, 2], pad_type="valid", tol=SUMS),
     "conv": ({"x": normal(2, 3, 8, 7)},
@@ -191,7 +219,7 @@ CASES = {
              lambda v: mb.lstm(x=v["x"], initial_h=v["h0"], initial_c=v["c0"], weight_ih=W_IH, weight_hh=W_HH,
                                bias=B_LSTM, direction="forward", output_sequence=True, name="out"), SUMS),
     # shape.cc
-    # (The lowering casts to fp16 and fp32 only: casts to int32 stay on our kernels.)
+    # misc.cc (every pair of dtypes: test_cast)
     "cast": ({"x": RNG.integers(-1000, 1000, (2, 3, 4, 5)).astype(np.int32)},
              lambda v: mb.cast(x=v["x"], dtype="fp32", name="out"), EXACT),
     "concat": (XY, lambda v: mb.concat(values=[v["x"], mb.tile(x=mb.expand_dims(x=v["y"], axes=[0]),
@@ -199,6 +227,9 @@ CASES = {
     "expand_dims": unary("expand_dims", axes=[-2], tol=EXACT),
     "flatten2d": unary("flatten2d", axis=2, tol=EXACT),
     "gather": unary("gather", indices=INDICES, axis=-1, tol=EXACT),
+    # Each mode, over the edges of the last two dims.
+    "pad": (X, lambda v: tuple(mb.pad(x=v["x"], pad=[1, 2, 2, 0], mode=mode, constant_val=1.5, name=mode)
+                               for mode in ("constant", "reflect", "replicate")), EXACT),
     "identity": unary("identity", tol=EXACT),
     "reshape": unary("reshape", shape=[6, 20], tol=EXACT),
     "slice_by_index": unary("slice_by_index", begin=[0, 1, 0, 1], end=[2, 3, 4, 5], stride=[1, 1, 2, 2], tol=EXACT),
@@ -208,6 +239,48 @@ CASES = {
     "tile": unary("tile", reps=[1, 2, 1, 3], tol=EXACT),
     "transpose": unary("transpose", perm=[3, 1, 0, 2], tol=EXACT),
 }
+
+
+CAST_DTYPES = ("fp32", "fp16", "int32", "int16", "uint16", "int8", "uint8", "bool")
+# Floats at the edges of each integer type and between (NaN, infinities, halves, values past every
+# bound), and integers that wrap in each narrower type.
+CAST_FLOATS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.75, -1.75, 127.875, 128.5, -128.75, -129.0,
+                        255.5, 256.0, 300.0, -300.0, 32767.9, 32768.0, -32769.0, 65535.5, 65536.0, 70000.0, -70000.0,
+                        3e9, -3e9, 2147483520.0, 2147483648.0, -2147483648.0, 1e30], np.float32)
+CAST_INTS = np.array([0, 1, -1, 127, 128, -128, -129, 255, 256, 300, -300, 32767, 32768, -32769, 65535, 65536, 70000,
+                      -70000, 16777217, 2147483647, -2147483648, 123456789], np.int32)
+# Values fp16 holds exactly, for the casts to fp16: a region computes fp16 values in fp32 (fp16 or
+# wider, docs/design/architecture.md law 6), so only these give Core ML's exact fp16 results.
+CAST_FP16_EXACT = np.array([0, 1, -1, 2, 127, -128, 255, 256, -300, 2048, -4096, 32768], np.float32)
+# ... and integers fp16 holds exactly once wrapped into each integer dtype (-128 is 65408 in uint16).
+CAST_FP16_EXACT_INTS = np.array([0, 1, 2, 127, -128, 255, 256, 2048, -4096, 32768], np.int32)
+
+
+@pytest.mark.parametrize("source", CAST_DTYPES)
+def test_cast(tmp_path, source):
+    """A value of dtype `source` cast to every other dtype, each result read back as int32 or fp32
+    (a model output cannot be bool or a narrow integer)."""
+    floats = source in ("fp32", "fp16")
+    x = CAST_FLOATS if floats else CAST_INTS
+    if source == "fp16":  # the values the cast to fp16 below gives exactly
+        x = x[~(np.abs(x) < np.inf) | (np.abs(x) <= 65504)].astype(np.float16).astype(np.float32)
+    inputs = {"x": x, "exact": CAST_FP16_EXACT if floats else CAST_FP16_EXACT_INTS}
+
+    @mb.program(input_specs=[tensor_spec(v) for v in inputs.values()], opset_version=ct.target.iOS18)
+    def prog(x, exact):
+        def as_source(v):
+            return v if source in ("fp32", "int32") else mb.cast(x=v, dtype=source)
+
+        outputs = []
+        for target in CAST_DTYPES:
+            if target == source:
+                continue
+            y = mb.cast(x=as_source(exact if target == "fp16" else x), dtype=target)
+            outputs.append(mb.cast(x=y, dtype="fp32" if target == "fp16" else "int32", name=target)
+                           if target not in ("fp32", "int32") else mb.identity(x=y, name=target))
+        return tuple(outputs)
+
+    backend_check.check_all_backends(save_program(prog, tmp_path), inputs, "cast", *EXACT)
 
 
 def test_every_lowering_has_a_test():
