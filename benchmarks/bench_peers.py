@@ -2,8 +2,10 @@
 
     python3 benchmarks/bench_peers.py [--runs 50] [--threads 1 2] [--only resnet18 ...]
 
-Each network (benchmarks/peer_models.py) exists as a Core ML model in fp32 and fp16 (converted
-by coremltools from the torch module) and as ONNX (exported from the same module). For every
+Each network (benchmarks/peer_models.py, and torchvision's classifiers listed in TORCHVISION below)
+exists as a Core ML model in fp32 and fp16 (converted by coremltools from the torch module) and as
+ONNX (exported from the same module); a torchvision network the converters cannot take is reported
+as such. For every
 thread count, the contenders run interleaved, in turns of a few runs each (the first of a turn
 untimed), round after round, so that whatever else the machine does falls on all of them alike:
 
@@ -12,7 +14,8 @@ untimed), round after round, so that whatever else the machine does falls on all
 * ONNX Runtime (CPU provider) and OpenVINO (fp32 and bf16 inference precision) on the ONNX
   model; torch eager on the module.
 
-It prints a table of median latencies and of ratios, load times (first and cached), peak RSS
+It prints a table of median latencies and of ratios, where coremlrt places each network's ops
+(OpenVINO regions, ops left on our kernels and why), load times (first and cached), peak RSS
 while predicting, and writes docs/reports/performance.md (keeping the sections it does not write:
 "Compressed models", "Measurements behind code choices") and docs/reports/performance.png. Absolute
 times on a shared machine are noise; the ratios measured in the same run are the result.
@@ -55,6 +58,9 @@ def _torchvision(name):
 
 
 peer_models.NETWORKS.update({name: _torchvision(name) for name in TORCHVISION})
+# coremltools 9.0 cannot convert these traced (its `int` op meets a tensor): they go through
+# torch.export, as BERT does.
+peer_models.VIA_EXPORT.update({"swin_t", "vit_b_16"})
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -417,21 +423,29 @@ def main(argv=None):
         import matplotlib  # noqa: F401  (checked before a run of minutes, not after it)
     except ImportError:
         parser.error("the chart needs matplotlib: pip install .[bench]")
-    paths = {name: peer_models.build(name, args.models_dir) for name in args.only}
-    results, all_errors = {}, {}
+    paths, all_errors = {}, {}
+    for name in args.only:
+        try:
+            paths[name] = peer_models.build(name, args.models_dir)
+        except Exception as exc:  # a network the converters cannot take is reported, not fatal
+            if name not in TORCHVISION:
+                raise
+            all_errors[f"{name}, conversion"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            print(f"{name}: could not convert: {all_errors[f'{name}, conversion']}", flush=True)
+    results = {}
     for threads in args.threads:
         results[threads] = {}
-        for name in args.only:
+        for name in paths:
             times, errors = measure(name, paths[name], threads, args.runs, args.warmup)
             results[threads][name] = times
             all_errors.update({f"{name}, {threads} threads, {k}": v for k, v in errors.items()})
             print(f"[{threads} thr] {name}: " + ", ".join(f"{k} {v:.3g} ms" for k, v in times.items()), flush=True)
     loads = {}
-    for name in [n for n in ("resnet18",) if n in args.only]:
+    for name in [n for n in ("resnet18",) if n in paths]:
         for precision in ("fp32", "fp16"):
             loads[f"{name} {precision}"] = load_and_memory(paths[name], precision)
     placements = {f"{name} {precision}": placement(paths[name], precision)
-                  for name in args.only if name not in peer_models.STATEFUL for precision in ("fp32", "fp16")}
+                  for name in paths if name not in peer_models.STATEFUL for precision in ("fp32", "fp16")}
     for key, p in placements.items():
         print(f"{key}: {p['ops']} ops, {p['regions']} OpenVINO regions, {p['ours']} on our kernels", flush=True)
     targets = targets_from(results, loads) + torchvision_targets(results, placements)

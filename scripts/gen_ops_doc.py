@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Writes docs/reports/ops.md: the ops this build has kernels for (from the kernel registry, through
-coremlrt._core.supported_ops()), and the MIL ops of docs/design/coreml-format.md that have none.
+coremlrt._core.supported_ops()), whether the OpenVINO backend lowers each or why not (its lowering
+table and declared reasons, src/backends/openvino/, through coremlrt._core.backend_op_support), and
+whether the ONNX export translates it (coremlrt.onnx_export's translator registry); then the MIL
+ops of docs/design/coreml-format.md that have no kernel. Needs a build with OpenVINO.
 
     PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
     PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
@@ -30,8 +33,10 @@ NO_KERNEL_NEEDED = {
 HEADER = f"""\
 # Supported ops
 
-Generated from the kernel registry by `scripts/gen_ops_doc.py`; do not edit by hand.
-After changing a kernel registration (`registry.add` in `src/ops/`), rebuild and run:
+Generated from the kernel registry, the OpenVINO lowering table and the ONNX translators by
+`scripts/gen_ops_doc.py`; do not edit by hand.
+After changing a kernel registration (`registry.add` in `src/ops/`), an OpenVINO lowering or an
+ONNX translator, rebuild and run:
 
     {REGENERATE}
 
@@ -39,6 +44,10 @@ After changing a kernel registration (`registry.add` in `src/ops/`), rebuild and
 
 * **opsets**: the iOS opsets (ML program spec versions) the kernel serves; `iOS17+` means
   iOS17 and every later opset. An op with two rows has a kernel per definition.
+* **OpenVINO**: "lowered" where the OpenVINO backend runs the op (for the parameters and types
+  its checks accept: an op it refuses says why in `coremlrt info --plan`), else why it never
+  does (src/backends/openvino/unlowered.cc).
+* **ONNX**: "yes" where `coremlrt.onnx_export` has a translator for the op.
 * **dtypes**: the element types the kernel accepts for the op's main tensor input (for
   `fill`, `fill_like`, `one_hot` and `random_*`, the types it produces; for the
   `constexpr_*` ops, the type of the values it decompresses). `any`: the kernel moves
@@ -77,13 +86,28 @@ def _table(header, rows):
     return "\n".join(lines) + "\n"
 
 
-def render(format_doc=FORMAT_DOC):
-    from coremlrt import ops_table
+def openvino_cell(support, op):
+    if op not in support:
+        raise ValueError(f"op '{op}' has neither an OpenVINO lowering nor a reason in src/backends/openvino/unlowered.cc")
+    return "lowered" if support[op] == "" else support[op]
 
+
+def render(format_doc=FORMAT_DOC):
+    from coremlrt import _core, ops_table
+    from coremlrt.onnx_export import exporter  # noqa: F401  (its modules register the translators)
+    from coremlrt.onnx_export.registry import TRANSLATORS
+
+    if "openvino" not in _core.available_backends():
+        raise RuntimeError("docs/reports/ops.md is written from a build with OpenVINO")
+    support = _core.backend_op_support("openvino")
     kernel_rows = ops_table.rows()
     with_kernel = {op for op, _, _ in kernel_rows}
-    out = [HEADER, "\n## Ops with a kernel\n\n"]
-    out.append(_table(("op", "opsets", "dtypes"), [(f"`{op}`", opsets, dtypes) for op, opsets, dtypes in kernel_rows]))
+    lowered = sorted(op for op in with_kernel if support.get(op) == "")
+    out = [HEADER, f"\n{len(with_kernel)} ops have a kernel; the OpenVINO backend lowers {len(lowered)} of them.\n",
+           "\n## Ops with a kernel\n\n"]
+    out.append(_table(("op", "opsets", "dtypes", "OpenVINO", "ONNX"),
+                      [(f"`{op}`", opsets, dtypes, openvino_cell(support, op), "yes" if op in TRANSLATORS else "—")
+                       for op, opsets, dtypes in kernel_rows]))
     missing = sorted(format_doc_ops(format_doc) - with_kernel)
     out.append("\n## MIL ops without a kernel\n\n")
     out.append("Ops of the op tables in docs/design/coreml-format.md that this build has no kernel for.\n\n")

@@ -13,6 +13,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "coremlrt/backend_ops.h"
 #include "coremlrt/float_formats.h"
 #include "coremlrt/model.h"
 #include "coremlrt/threads.h"
@@ -370,6 +371,12 @@ NB_MODULE(_core, m) {
       .def_prop_ro("names", &PyState::names);
   m.def("inspect", &inspect, nb::arg("path"));
   m.def("available_backends", &available_backends);
+  // {op type: "" where the backend runs such ops, else why it runs none}; {} for "reference".
+  m.def("backend_op_support", [](const std::string& backend) {
+    nb::dict out;
+    for (const auto& [op_type, why] : backend_op_support(backend)) out[op_type.c_str()] = why;
+    return out;
+  });
   // The intra-op pool of our own kernels (include/coremlrt/threads.h). Shrinking it joins pool
   // threads, so the GIL is released meanwhile.
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());

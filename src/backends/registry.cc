@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/backend.h"
+#include "backends/op_support.h"
 #ifdef COREMLRT_WITH_OPENVINO
 #include "backends/openvino/openvino_backend.h"
 #endif
@@ -32,6 +33,13 @@ std::vector<std::shared_ptr<const Backend>> select_backends(const std::string& c
   out.push_back(openvino::make_backend(options));
 #endif
   return out;
+}
+
+std::map<std::string, std::string> op_support(const std::string& backend) {
+#ifdef COREMLRT_WITH_OPENVINO
+  if (backend == "openvino") return openvino::lowering_status();
+#endif
+  return {};
 }
 
 }  // namespace coremlrt::backends

@@ -1,5 +1,7 @@
 #include "coremlrt/model.h"
 
+#include "coremlrt/backend_ops.h"
+
 #include <algorithm>
 #include <mutex>
 #include <tuple>
@@ -8,6 +10,7 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "backends/op_support.h"
 #include "format/coreai_asset.h"
 #include "format/model_kinds.h"
 #include "format/spec_reader.h"
@@ -298,6 +301,10 @@ std::vector<Model::OpPlacement> Model::placements() const {
 }
 
 std::vector<std::string> available_backends() { return backends::available_backends(); }
+
+std::map<std::string, std::string> backend_op_support(const std::string& backend) {
+  return backends::op_support(backend);
+}
 
 std::shared_ptr<State> Model::make_state() const { return std::make_shared<State>(impl_->function_description->states); }
 

@@ -76,7 +76,11 @@ Verdict crossable(const ir::ValueType& type, bool any_dims) {
 
 Verdict support(const ir::Operation& op, const ValueInfo& values, int ios_version) {
   auto it = lowerings().find(op.type);
-  if (it == lowerings().end()) return Verdict::refuse("no lowering for op type '" + op.type + "'");
+  if (it == lowerings().end()) {
+    auto why = unlowered_reasons().find(op.type);
+    return Verdict::refuse("no lowering for op type '" + op.type + "'" +
+                           (why == unlowered_reasons().end() ? std::string() : ": " + why->second));
+  }
   const bool any_dims = it->second.any_dims;
   for (const ir::NamedValue& out : op.outputs) {
     Verdict why = crossable(out.type, any_dims);

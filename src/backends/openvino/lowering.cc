@@ -96,6 +96,7 @@ const LoweringTable& lowerings() {
     add_gather_lowerings(t);
     add_misc_lowerings(t);
     add_tensor_op_lowerings(t);
+    add_space_lowerings(t);
     return t;
   }();
   return table;

@@ -116,11 +116,16 @@ Value packed_constant(const ir::PackedTensor& packed, ov::element::Type compute,
 // The whole table, filled once by the families below.
 const LoweringTable& lowerings();
 
+// Op types of our kernel registry without a lowering, each with why (unlowered.cc).
+using UnloweredReasons = std::map<std::string, std::string>;
+const UnloweredReasons& unlowered_reasons();
+
 void add_elementwise_lowerings(LoweringTable& table);
 void add_activation_lowerings(LoweringTable& table);
 void add_gather_lowerings(LoweringTable& table);
 void add_misc_lowerings(LoweringTable& table);
 void add_tensor_op_lowerings(LoweringTable& table);
+void add_space_lowerings(LoweringTable& table);
 void add_linear_conv_lowerings(LoweringTable& table);
 void add_normalization_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);

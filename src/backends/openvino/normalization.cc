@@ -49,6 +49,21 @@ std::vector<int64_t> trailing_axes(const OpReader& op) {
 }  // namespace
 
 void add_normalization_lowerings(LoweringTable& t) {
+  // x / sqrt(sum of squares over the last three dims + epsilon), as our kernel.
+  t["l2_norm"] = {[](const OpReader& op) -> Verdict {
+                    if (op.type("x").rank < 3) return Verdict::refuse("x has rank < 3");
+                    return float_io(op, {});
+                  },
+                  [](Lowerer& op) -> std::vector<Value> {
+                    Value x = op.input("x");
+                    const int64_t rank = op.type("x").rank;
+                    Value squares = std::make_shared<v1::ReduceSum>(std::make_shared<v1::Multiply>(x, x),
+                                                                   Lowerer::i64s({rank - 3, rank - 2, rank - 1}), true);
+                    Value eps = Lowerer::scalar_like(x, static_cast<float>(op.const_float("epsilon", 1e-6)));
+                    Value norm = std::make_shared<ov::op::v0::Sqrt>(std::make_shared<v1::Add>(squares, eps));
+                    Value inverse = std::make_shared<v1::Divide>(Lowerer::scalar_like(x, 1.0), norm);
+                    return {std::make_shared<v1::Multiply>(x, inverse)};
+                  }};
   t["batch_norm"] = {[](const OpReader& op) -> Verdict {
                        if (op.type("x").rank < 2) return Verdict::refuse("x has rank < 2");
                        return float_io(op, {"mean", "variance", "gamma", "beta"});

@@ -265,6 +265,39 @@ void add_shape_lowerings(LoweringTable& t) {
                 return {std::make_shared<ov::op::v12::Pad>(input, Lowerer::i64s(begin), Lowerer::i64s(end),
                                                            Lowerer::scalar_like(input, fill), pad_mode)};
               }};
+  t["reshape_like"] = regroup();
+  // values stacked along a new axis: each given that axis, then joined.
+  t["stack"] = {[](const OpReader& op) -> Verdict {
+                  const DType d = op.type("values", 0).dtype;
+                  for (size_t i = 1; i < op.count("values"); ++i)
+                    if (op.type("values", i).dtype != d) return Verdict::refuse("values have different dtypes");
+                  return Verdict::claim();
+                },
+                [](Lowerer& op) -> std::vector<Value> {
+                  const int64_t axis = normalized_axis(op.const_int("axis"), op.output_type(0).rank);
+                  ov::OutputVector values;
+                  for (size_t i = 0; i < op.count("values"); ++i)
+                    values.push_back(std::make_shared<ov::op::v0::Unsqueeze>(op.input("values", i), Lowerer::i64s({axis})));
+                  return {std::make_shared<ov::op::v0::Concat>(values, axis)};
+                }};
+  // Every axis reversed when axes are absent.
+  t["reverse"] = {[](const OpReader& op) -> Verdict {
+                    if (op.has("axes") && !op.constant("axes")) return Verdict::refuse("axes are not known at load");
+                    return Verdict::claim();
+                  },
+                  [](Lowerer& op) -> std::vector<Value> {
+                    const int64_t rank = op.type("x").rank;
+                    std::vector<int64_t> axes;
+                    if (op.has("axes")) {
+                      axes = op.const_ints("axes");
+                      for (int64_t& a : axes) a = normalized_axis(a, rank);
+                    } else {
+                      for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+                    }
+                    if (axes.empty()) return {op.input("x")};
+                    return {std::make_shared<ov::op::v1::Reverse>(op.input("x"), Lowerer::i64s(axes),
+                                                                  ov::op::v1::Reverse::Mode::INDEX)};
+                  }};
   t["identity"] = {{}, [](Lowerer& op) -> std::vector<Value> { return {op.input("x")}; }};
 }
 

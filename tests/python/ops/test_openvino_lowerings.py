@@ -21,6 +21,7 @@ import pytest
 from coremltools.converters.mil import Builder as mb
 
 import backend_check
+import coremlrt
 from mil_helpers import save_program, tensor_spec
 from nn_helpers import save_spec
 
@@ -204,16 +205,27 @@ CASES = {
     "max_pool": unary("max_pool", kernel_sizes=[2, 3], strides=[2, 1], pad_type="valid", tol=EXACT),
     # normalization.cc
     "batch_norm": unary("batch_norm", mean=MEAN, variance=VAR, gamma=GAMMA, beta=BETA, epsilon=1e-3, tol=SUMS),
+    "l2_norm": unary("l2_norm", epsilon=1e-6, tol=SUMS),
     "instance_norm": unary("instance_norm", gamma=GAMMA, beta=BETA, epsilon=1e-3, tol=SUMS),
     "layer_norm": unary("layer_norm", axes=[-1], gamma=const(5), beta=const(5), epsilon=1e-3, tol=SUMS),
     # reduction.cc
     "reduce_l1_norm": reduction("reduce_l1_norm"),
     "reduce_l2_norm": reduction("reduce_l2_norm"),
-    "reduce_max": reduction("reduce_max"),
+    # int32 too (torch.any as coremltools writes it), with values fp32 does not hold
+    "reduce_max": ({"x": normal(2, 3, 4, 5), "n": RNG.integers(-2**31, 2**31, (2, 3, 4, 5)).astype(np.int32)},
+                   lambda v: (mb.reduce_max(x=v["x"], axes=[1, -1], name="out"),
+                              mb.reduce_max(x=v["n"], axes=[0, 2], keep_dims=True, name="ints")), SUMS),
+    "reduce_min": ({"x": normal(2, 3, 4, 5), "n": RNG.integers(-2**31, 2**31, (2, 3, 4, 5)).astype(np.int32)},
+                   lambda v: (mb.reduce_min(x=v["x"], axes=[1, -1], name="out"),
+                              mb.reduce_min(x=v["n"], axes=[3], name="ints")), SUMS),
     "reduce_mean": reduction("reduce_mean"),
-    "reduce_min": reduction("reduce_min"),
     "reduce_prod": reduction("reduce_prod", XP),
     "reduce_sum": reduction("reduce_sum"),
+    "reduce_sum_square": reduction("reduce_sum_square"),
+    "reduce_log_sum": reduction("reduce_log_sum", XP),
+    "reduce_log_sum_exp": reduction("reduce_log_sum_exp"),
+    "reduce_argmax": unary("reduce_argmax", axis=1, keep_dims=False, tol=EXACT),
+    "reduce_argmin": unary("reduce_argmin", axis=-1, keep_dims=True, tol=EXACT),
     # recurrent.cc
     "lstm": ({"x": normal(T, B, I), "h0": normal(B, H), "c0": normal(B, H)},
              lambda v: mb.lstm(x=v["x"], initial_h=v["h0"], initial_c=v["c0"], weight_ih=W_IH, weight_hh=W_HH,
@@ -225,6 +237,17 @@ CASES = {
     "concat": (XY, lambda v: mb.concat(values=[v["x"], mb.tile(x=mb.expand_dims(x=v["y"], axes=[0]),
                                                                  reps=[2, 1, 1, 1])], axis=2, name="out"), EXACT),
     "expand_dims": unary("expand_dims", axes=[-2], tol=EXACT),
+    "reshape_like": ({"x": normal(2, 3, 4, 5), "ref": normal(6, 20)},
+                     lambda v: mb.reshape_like(x=v["x"], ref_tensors=(v["ref"],), begins=(0,), ends=(2,),
+                                               end_masks=(True,), name="out"), EXACT),
+    "reverse": unary("reverse", axes=[0, -1], tol=EXACT),
+    "stack": ({"x": normal(2, 3, 4), "y": normal(2, 3, 4)},
+              lambda v: mb.stack(values=[v["x"], v["y"], v["x"]], axis=2, name="out"), EXACT),
+    # space.cc
+    "depth_to_space": unary("depth_to_space", {"x": normal(1, 8, 3, 4)}, block_size=2, tol=EXACT),
+    "space_to_depth": unary("space_to_depth", {"x": normal(1, 2, 4, 6)}, block_size=2, tol=EXACT),
+    "pixel_shuffle": unary("pixel_shuffle", {"x": normal(2, 8, 3, 4)}, upscale_factor=2, tol=EXACT),
+    "pixel_unshuffle": unary("pixel_unshuffle", {"x": normal(2, 2, 4, 6)}, downscale_factor=np.uint32(2), tol=EXACT),
     "flatten2d": unary("flatten2d", axis=2, tol=EXACT),
     "gather": unary("gather", indices=INDICES, axis=-1, tol=EXACT),
     # Each mode, over the edges of the last two dims.
@@ -298,6 +321,21 @@ def save_layer(case, tmp_path):
                                    disable_rank5_shape_mapping=True)
     case.add(builder)
     return save_spec(tmp_path, builder.spec)
+
+
+def test_every_op_has_a_lowering_or_a_reason():
+    """Each op type of the kernel registry is lowered or declared unlowered with why
+    (src/backends/openvino/unlowered.cc), and the lowered ones are the table's."""
+    from coremlrt import _core
+
+    if "openvino" not in coremlrt.available_backends():
+        pytest.skip("this build has no OpenVINO backend")
+    support = _core.backend_op_support("openvino")
+    kernel_ops = {op for op, *_ in _core.supported_ops()}
+    assert sorted(kernel_ops - set(support)) == [], "ops with neither a lowering nor a reason"
+    assert all(support[op] for op in set(support) - set(backend_check.LOWERED_OP_TYPES)), "an empty reason"
+    if backend_check.LOWERED_OP_TYPES:
+        assert {op for op, why in support.items() if not why} == set(backend_check.LOWERED_OP_TYPES)
 
 
 @pytest.mark.parametrize("op_type", sorted(CASES))

@@ -27,6 +27,8 @@ def load_generator():
 
 
 def test_ops_doc_is_current():
+    if "openvino" not in coremlrt.available_backends():
+        pytest.skip("docs/reports/ops.md is written from a build with OpenVINO")
     gen = load_generator()
     assert os.path.isfile(gen.FORMAT_DOC), f"{gen.FORMAT_DOC}: the op list docs/reports/ops.md is made from"
     expected = gen.render()
