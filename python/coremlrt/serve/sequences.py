@@ -1,22 +1,39 @@
 """Live stateful sequences of one model: one MLState per sequence id, as Triton's sequence
 batcher keeps one per correlation id.
 
-A request carries ``sequence_id`` (int or string), ``sequence_start`` and ``sequence_end``
-(booleans) in its parameters (tritonclient's ``infer(sequence_id=..., sequence_start=...,
-sequence_end=...)`` sends exactly these). ``start`` makes a fresh zero state (replacing a live
+A request carries ``sequence_id`` (an integer, signed or unsigned 64-bit, or a string),
+``sequence_start`` and ``sequence_end`` (booleans) in its parameters (tritonclient's
+``infer(sequence_id=..., sequence_start=..., sequence_end=...)`` sends exactly these). An id
+names a sequence by its decimal text (:func:`sequence_key`): 31337 and "31337" are one
+sequence, "031337" another; 0 and "" mean "no sequence". ``start`` makes a fresh zero state (replacing a live
 one of that id), a request without ``start`` continues a live sequence, ``end`` drops the
 state once its prediction is done. Requests of one sequence run one at a time, in arrival
 order (an asyncio lock per sequence); different sequences run side by side.
 
 At most ``max_sequences`` live at once; one idle for ``timeout_s`` is dropped (a client that
-went away must not hold memory). Starting one more when all are live and busy gets 503.
+went away must not hold memory or a slot): a reaper drops them every ``timeout_s / 4``, and a
+start that finds every slot taken first drops the idle ones itself. Starting one more when all
+are live and in use within the timeout gets 503 with Retry-After.
 """
 
 import asyncio
 import contextlib
 import time
 
-from .features import RequestError
+from .errors import RequestError
+
+
+def sequence_key(value):
+    """The key of a ``sequence_id`` parameter, or None for "no sequence" (absent, 0, "")."""
+    if value is None or isinstance(value, bool):
+        if value is None:
+            return None
+        raise RequestError(f"sequence_id must be an integer or a string, not {value!r}")
+    if isinstance(value, int):
+        return None if value == 0 else str(value)
+    if isinstance(value, str):
+        return None if value in ("", "0") else value
+    raise RequestError(f"sequence_id must be an integer or a string, not {value!r}")
 
 
 class _Sequence:
@@ -62,7 +79,8 @@ class SequenceTable:
                 if len(self._live) >= self.max_sequences:
                     self.metrics.rejected.labels(self.name, "sequences_full").inc()
                     raise RequestError(f"model '{self.name}': {len(self._live)} sequences are live (the limit); "
-                                       f"end one or retry after {self.retry_after_s} s", 503)
+                                       f"end one or retry after {self.retry_after_s} s", 503,
+                                       {"Retry-After": str(self.retry_after_s)})
                 self._live[sequence_id] = _Sequence(make_state())
                 created = True
         sequence = self._live.get(sequence_id)
