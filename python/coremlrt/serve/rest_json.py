@@ -231,4 +231,4 @@ def encode_response(model_name, version, request_id, outputs, binary_outputs, pa
     if not pieces:
         return header, [(b"content-type", b"application/json")]
     return [header, *pieces], [(b"content-type", b"application/octet-stream"),
-                               (b"inference-header-content-length", str(len(header)).encode())]
+                               (b"Inference-Header-Content-Length", str(len(header)).encode())]
