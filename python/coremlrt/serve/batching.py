@@ -75,6 +75,9 @@ class Batcher:
         self.merge = options["merge"] and mergeable(model._function)
         self.rows_limit = batch_limit(model._function) if self.merge else 1
         self.metrics = metrics
+        # The model's series, looked up once (a labels() call per request costs more than a tiny prediction).
+        self._batch_sizes = metrics.batch_size.labels(name)
+        self._queue_depth = metrics.queue_depth.labels(name)
         self._queue = collections.deque()
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(options["workers"])
@@ -98,7 +101,7 @@ class Batcher:
             # without the hop through the dispatcher; it would take this request alone too.
             await self._slots.acquire()
             try:
-                self.metrics.batch_size.labels(self.name).observe(1)
+                self._batch_sizes.observe(1)
                 if self._seconds is not None and self._seconds < INLINE_LIMIT_S:
                     results, timing = self._predict([inputs])
                 else:
@@ -116,7 +119,7 @@ class Batcher:
             raise QueueFull(self.name, len(self._queue), self.retry_after_s)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((inputs, future))
-        self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+        self._queue_depth.set(len(self._queue))
         self._wakeup.set()
         return await future
 
@@ -138,11 +141,11 @@ class Batcher:
             batch = []
             try:
                 batch = self._take()
-                self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+                self._queue_depth.set(len(self._queue))
                 if not batch:
                     self._slots.release()
                     continue
-                self.metrics.batch_size.labels(self.name).observe(len(batch))
+                self._batch_sizes.observe(len(batch))
                 work = loop.run_in_executor(self.executor, self._predict, [inputs for inputs, _ in batch])
                 work.add_done_callback(lambda done, batch=batch: self._finish(done, batch))
             except Exception as exc:  # noqa: BLE001 - a bug here must fail this batch, not stop the dispatcher

@@ -10,6 +10,8 @@ shape, its ranges or its enumerated shapes), missing, doubled and unknown inputs
 does not fill the shape.
 """
 
+import math
+
 import numpy as np
 
 from .errors import RequestError
@@ -83,7 +85,7 @@ def check_shape(name, feature, shape):
         want = metadata_shape(feature)
         ok = len(shape) == 3 and all(w in (-1, d) for w, d in zip(want, shape))
     elif feature["kind"] in ("double", "int64"):
-        want, ok = [1], int(np.prod(shape)) == 1
+        want, ok = [1], math.prod(shape) == 1
     elif feature.get("enumerated_shapes"):
         want = " or ".join(str(list(s)) for s in feature["enumerated_shapes"])
         ok = any(list(s) == shape for s in feature["enumerated_shapes"])
@@ -116,7 +118,7 @@ def decode_inputs(tensors, features):
         shape = tensor.shape
         if any(d < 0 for d in shape):
             raise RequestError(f"input '{tensor.name}': shape {shape} has a negative dimension")
-        if int(np.prod(shape, dtype=np.float64)) > MAX_ELEMENTS:
+        if math.prod(shape) > MAX_ELEMENTS:
             raise RequestError(f"input '{tensor.name}': shape {shape} is over the limit of {MAX_ELEMENTS} "
                                f"elements", 413)
         check_shape(tensor.name, feature, shape)
@@ -135,7 +137,7 @@ def to_array(tensor):
     dtype = NUMPY.get(tensor.datatype)
     if dtype is None:
         raise RequestError(f"input '{tensor.name}': datatype {tensor.datatype} is not one the server takes")
-    data, count = tensor.data, int(np.prod(tensor.shape))
+    data, count = tensor.data, math.prod(tensor.shape)
     try:
         if isinstance(data, (bytes, bytearray, memoryview)):
             itemsize = np.dtype(dtype).itemsize

@@ -84,9 +84,8 @@ def to_infer_request(request, arrived):
         raise RequestError(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: each input needs one")
     tensors = []
     for index, item in enumerate(request.inputs):
-        has_contents = item.HasField("contents")
         if raw:
-            if has_contents and any(len(getattr(item.contents, f)) for f in _ALL_CONTENTS):
+            if item.HasField("contents") and any(len(getattr(item.contents, f)) for f in _ALL_CONTENTS):
                 raise RequestError(f"input '{item.name}' has both raw_input_contents and contents")
             data = raw[index]
         else:
@@ -102,23 +101,21 @@ def to_infer_request(request, arrived):
             data = list(values) if field == "bytes_contents" else np.array(values)
         tensors.append(Tensor(item.name, item.datatype, list(item.shape), data))
     outputs = {}
-    for item in request.outputs:
+    for item in request.outputs if len(request.outputs) else ():
         if item.name in outputs:
             raise RequestError(f"output '{item.name}' is requested twice")
         count = _parameters(item.parameters).get("classification", 0)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise RequestError(f"output '{item.name}': classification must be a non-negative integer")
         outputs[item.name] = count
-    return InferRequest(request.model_name, request.id, _parameters(request.parameters), tensors, outputs, arrived)
+    parameters = _parameters(request.parameters) if len(request.parameters) else {}
+    return InferRequest(request.model_name, request.id, parameters, tensors, outputs, arrived)
 
 
 def to_infer_response(model_name, request_id, outputs):
     response = pb.ModelInferResponse(model_name=model_name, model_version=VERSION, id=request_id)
     for output in outputs:
-        entry = response.outputs.add()
-        entry.name = output.name
-        entry.datatype = output.datatype
-        entry.shape.extend(output.shape)
+        response.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
         response.raw_output_contents.append(output.raw())
     return response
 

@@ -60,6 +60,8 @@ class ServedModel:
         self.executor = None
         self.stats = ModelStats(name, VERSION)
         self.metrics = metrics()
+        self._answered = self.metrics.requests.labels(name, "200")
+        self._latency = self.metrics.latency.labels(name)
 
     @property
     def ready(self):
@@ -184,8 +186,8 @@ class ServedModel:
             status = classify(exc)[0]
             self.metrics.requests.labels(self.name, str(status)).inc()
             raise
-        self.metrics.requests.labels(self.name, "200").inc()
-        self.metrics.latency.labels(self.name).observe(time.perf_counter() - request.arrived)
+        self._answered.inc()
+        self._latency.observe(time.perf_counter() - request.arrived)
         return outputs
 
     async def _infer(self, request):
@@ -193,7 +195,7 @@ class ServedModel:
             raise RequestError(f"model '{self.name}' is not ready: {self.reason}", 503 if self.state == "LOADING"
                                else 400)
         parameters = request.parameters
-        function_name = parameters.get("function") or self.default_function
+        function_name = (parameters.get("function") if parameters else None) or self.default_function
         if not isinstance(function_name, str) or function_name not in self.functions:
             raise RequestError(f"model '{self.name}' has no function {function_name!r}; its functions are "
                                f"{sorted(self.functions)}", 404)
@@ -206,14 +208,13 @@ class ServedModel:
             raise RequestError(f"unknown output(s) {sorted(unknown)}; the function's outputs are "
                                f"{sorted(output_names)}")
         decoded = time.perf_counter()
-        key = sequence_key(parameters.get("sequence_id"))
+        key = sequence_key(parameters.get("sequence_id")) if parameters else None
         if key is None:
             if model._function["states"]:
                 raise RequestError(f"function '{function_name}' of model '{self.name}' is stateful: a request "
                                    f"needs a sequence_id parameter (and sequence_start=true to begin)")
-            for flag in ("sequence_start", "sequence_end"):
-                if _flag(parameters, flag):
-                    raise RequestError(f"{flag} without a sequence_id")
+            if parameters and (_flag(parameters, "sequence_start") or _flag(parameters, "sequence_end")):
+                raise RequestError("sequence_start / sequence_end without a sequence_id")
             result, (started, seconds) = await self.batchers[function_name].submit(inputs)
         else:
             if not model._function["states"]:
