@@ -183,7 +183,8 @@ def _parse_numbers(text, start, end, dtype, shape, name):
     if count < 0 or count > (end - start + 1) // 2 + 1:
         # The text cannot hold that many numbers: read what it holds (bounded by the body, not
         # by the shape), for features.to_array to say how many there were.
-        values = np.fromstring(text[start:end].translate(_NO_BRACKETS) or b" ", dtype=parse_dtype, sep=",")
+        values = np.fromstring(bytes(memoryview(text)[start:end]).translate(_NO_BRACKETS) or b" ", dtype=parse_dtype,
+                               sep=",")
         return values.astype(dtype)
     out = np.empty(count, dtype)
     filled, position = 0, start
@@ -192,7 +193,7 @@ def _parse_numbers(text, start, end, dtype, shape, name):
         if stop < end:
             comma = text.find(b",", stop, end)
             stop = end if comma < 0 else comma
-        piece = text[position:stop].translate(_NO_BRACKETS)
+        piece = bytes(memoryview(text)[position:stop]).translate(_NO_BRACKETS)
         position = stop + 1
         if not piece.strip():
             continue

@@ -63,6 +63,7 @@ def add_routes(router, repository, admin_token=None):
         model = repository.get(request.params["model"], request.params.get("version"))
         tensors, parameters, outputs, binary_outputs, request_id = parse_request(
             request.body, request.headers.get(b"inference-header-content-length"))
+        request.body = None  # JSON tensors are parsed: let the text go (binary ones are views of it)
         answer = await model.infer(InferRequest(model.name, request_id, parameters, tensors, outputs,
                                                 request.arrived))
         body, headers = encode_response(model.name, VERSION, request_id, answer, binary_outputs)
