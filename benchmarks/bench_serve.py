@@ -195,7 +195,11 @@ def write_report(path, rows, args):
         f.write("Written by `python3 benchmarks/bench_serve.py --report docs/reports/serving.md` "
                 f"(measurement window {args.seconds:g} s; the benchmark's docstring defines the columns). "
                 "perf_analyzer 2.41, the server and the in-process loop share this machine's 2 cores; CPU "
-                "figures are milliseconds per request; `busy` is the 1-minute load average after the cell.\n\n")
+                "figures are milliseconds per request; `busy` is the 1-minute load average after the cell. "
+                "Where `busy` is well above 2, other work shared the cores: throughputs are noisy and lean "
+                "towards the side with more runnable threads (the server and perf_analyzer against the "
+                "in-process loop's one), and CPU per request is the comparison that holds. A rate marked ~ "
+                "did not settle within the stability bound (measured again without it).\n\n")
         f.write("```\n" + HEADER + "\n" + "\n".join(rows) + "\n```\n")
 
 

@@ -431,6 +431,10 @@ def _perf(perf_analyzer, server, protocol, model, *args):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_perf_analyzer_drives_the_server(perf_analyzer, served, protocol):
     _perf(perf_analyzer, served, protocol, "tiny")
+    if protocol == "http":  # JSON both ways: answers with no per-output parameters for its C++ client to trip on
+        _perf(perf_analyzer, served, protocol, "tiny", "--input-tensor-format=json", "--output-tensor-format=json")
+    else:
+        _perf(perf_analyzer, served, protocol, "tiny", "--streaming")
     _perf(perf_analyzer, served, protocol, "conv", "-b", "2")  # Triton's batch dimension
     _perf(perf_analyzer, served, protocol, "detector")  # optional inputs left out
     _perf(perf_analyzer, served, protocol, "lm", "--sequence-length", "4", "--shape", "tokens:1,5",
