@@ -19,7 +19,7 @@ import time
 import grpc
 import numpy as np
 
-from .errors import classify, grpc_code
+from .errors import RequestError, classify, grpc_code
 from .features import Tensor
 from .protocol import grpc_inference_pb2 as pb
 from .rest_routes import check_admin, server_metadata
@@ -77,8 +77,6 @@ def _set_parameter(target, value):
 
 
 def to_infer_request(request, arrived):
-    from .errors import RequestError
-
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise RequestError(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: each input needs one")
@@ -192,8 +190,6 @@ class Service:
             arrived = time.perf_counter()
             try:
                 if isinstance(request, _Malformed):
-                    from .errors import RequestError
-
                     raise RequestError(f"malformed request message: {request.message}")
                 model = self.repository.get(request.model_name, request.model_version)
                 outputs = await model.infer(to_infer_request(request, arrived))

@@ -41,7 +41,9 @@ class Request:
         self.query, self.body, self._receive, self.arrived = query, body, receive, arrived
 
     def header(self, name, default=None):
-        return self.headers.get(name.lower().encode(), default if default is None else default.encode())
+        """A request header as text (names are case-insensitive), or ``default``."""
+        value = self.headers.get(name.lower().encode())
+        return value.decode("latin-1") if value is not None else default
 
     async def disconnected(self):
         """Waits until the client closes the connection (for streaming handlers)."""

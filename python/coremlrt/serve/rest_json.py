@@ -29,11 +29,10 @@ _NO_BRACKETS = bytes.maketrans(b"[]", b"  ")
 
 
 def parse_request(body, header_length=None):
-    """(document, {input name: Tensor}-ready list, binary outputs wanted) of an infer body.
-
-    Returns (tensors, parameters, outputs, binary_outputs, id): ``outputs`` maps requested
-    output names to their classification count, ``binary_outputs`` is the set of outputs to
-    answer as binary (or True: every output)."""
+    """An infer body read: (tensors, parameters, outputs, binary_outputs, id). ``outputs`` maps
+    requested output names to their classification count; ``binary_outputs`` is the set of
+    outputs to answer in binary (or True: every output). ``header_length``: the
+    Inference-Header-Content-Length header (binary extension), or None for plain JSON."""
     if header_length is not None:
         try:
             length = int(header_length)
@@ -112,6 +111,11 @@ def _object(value, what):
     if not isinstance(value, dict):
         raise RequestError(f"{what} must be a JSON object")
     return value
+
+
+def load_json(text):
+    """json.loads of a body, refused with a 400 (not a 500) when it is not JSON or nested too deeply."""
+    return _load(text)[0]
 
 
 def _load(text):

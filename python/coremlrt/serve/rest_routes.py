@@ -5,7 +5,7 @@ import hmac
 
 from .errors import RequestError
 from .http_app import Response
-from .rest_json import encode_response, parse_request
+from .rest_json import encode_response, load_json, parse_request
 from .served_model import VERSION, InferRequest
 
 SERVER_NAME = "coremlrt"
@@ -72,9 +72,7 @@ def add_routes(router, repository, admin_token=None):
     async def index(request):
         ready_only = False
         if request.body:
-            from .rest_json import _load
-
-            document, _ = _load(request.body)
+            document = load_json(request.body)
             ready_only = bool(isinstance(document, dict) and document.get("ready"))
         return Response.json(repository.index(ready_only))
 

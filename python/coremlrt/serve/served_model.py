@@ -21,7 +21,7 @@ import time
 
 from ..model import MLModel
 from . import features as F
-from .batching import Batcher, batch_limit, mergeable
+from .batching import Batcher, batch_limit
 from .errors import RequestError, classify, scrub
 from .metrics import metrics
 from .sequences import SequenceTable, sequence_key
@@ -150,8 +150,9 @@ class ServedModel:
             raise RequestError(f"model '{self.name}' is not ready: {self.reason}", 400)
         function = self._default()
         batched = self.default_function in self.batchers and self.batchers[self.default_function].merge
-        max_batch = min(batch_limit(function), self.options["max_batch"] * 64) if batched else 0
-        max_batch = max_batch if max_batch < (1 << 30) else self.options["max_batch"]
+        # The most rows one request may bring: the first dimension's upper bound (int32's
+        # largest where it has none).
+        max_batch = min(batch_limit(function), (1 << 31) - 1) if batched else 0
 
         def dims(feature, output=False):
             shape = F.metadata_shape(feature)
@@ -274,4 +275,4 @@ def _flag(parameters, key):
     return bool(value)
 
 
-__all__ = ["InferRequest", "ServedModel", "VERSION", "mergeable"]
+__all__ = ["InferRequest", "ServedModel", "VERSION"]

@@ -14,7 +14,6 @@ import signal
 import sys
 import time
 
-from ..model import Error
 from .config import ServeConfig, discover_models
 
 logger = logging.getLogger("coremlrt.serve")
@@ -124,4 +123,4 @@ def main(path, config: ServeConfig, extra_routes=()):
     return asyncio.run(serve(config, models, extra_routes))
 
 
-__all__ = ["build_app", "main", "serve", "Error"]
+__all__ = ["build_app", "main", "serve"]
