@@ -267,19 +267,22 @@ def test_asyncio_client(served, folder):
     _, paths = folder
     x = np.random.default_rng(6).standard_normal((1, 8)).astype(np.float32)
 
-    async def run():
-        client = grpcaio.InferenceServerClient(served.grpc_url)
+    import tritonclient.http.aio as httpaio
+
+    async def run(module, url):
+        client = module.InferenceServerClient(url)
         try:
-            results = await asyncio.gather(*[client.infer("tiny", [_input(grpcaio, "x", x)]) for _ in range(8)])
+            results = await asyncio.gather(*[client.infer("tiny", [_input(module, "x", x)]) for _ in range(8)])
             return [r.as_numpy("y") for r in results], await client.is_model_ready("nosuch")
         finally:
             await client.close()
 
-    answers, ready = asyncio.run(run())
     expected = coremlrt.MLModel(paths["tiny"]).predict({"x": x})["y"]
-    for got in answers:
-        np.testing.assert_array_equal(got, expected)
-    assert ready is False
+    for module, url in ((grpcaio, served.grpc_url), (httpaio, served.http_url)):
+        answers, ready = asyncio.run(run(module, url))
+        for got in answers:
+            np.testing.assert_array_equal(got, expected)
+        assert ready is False
 
 
 # Protocol details -------------------------------------------------------------------------------
