@@ -15,12 +15,12 @@ one run after the other, each checked for errors), and each client thread loops 
   unknown model, function or input, garbage protobuf, a body over the limit): each must get a 4xx (or the gRPC code
   for one).
 
-It reports requests by kind, 5xx answers to good requests (503s for capacity counted apart),
+It reports requests by kind, 4xx and 5xx answers to good requests (503s for capacity counted apart),
 mismatches, 4xx misses (a malformed request that was not refused with a 4xx), sequence starts
 refused for want of a slot (after the first 10 % of the run, once abandoned sequences have
 had time to time out), the gaps between a sequence's requests (what the idle timeout must
 exceed), perf_analyzer's runs and errors, and the server's RSS: after warm-up, at the end, and
-the largest seen. Exit status 1 if any good request got a 5xx other than 503, any answer
+the largest seen. Exit status 1 if any good request got a 4xx or a 5xx other than 503, any answer
 mismatched, a malformed request was not refused, a perf_analyzer run failed, or more than 1 %
 of sequence starts were refused.
 """
@@ -117,6 +117,8 @@ class Client:
                 self.tally.add("sequence starts refused")
         elif status >= 500:
             self.tally.add("good: 5xx")
+        elif status >= 400:  # a live sequence dropped as idle, say: a good request must not get one
+            self.tally.add("good: 4xx")
 
     def good_stateless(self):
         from tritonclient.utils import InferenceServerException
@@ -308,7 +310,7 @@ def main(argv=None):
         gaps = np.asarray(tally.gaps) * 1000
         print(f"  gap between a sequence's requests: p50 {np.percentile(gaps, 50):.1f} ms, p99 "
               f"{np.percentile(gaps, 99):.1f} ms, max {gaps.max():.1f} ms")
-    bad = (tally.counts.get("good: 5xx", 0) + tally.counts.get("mismatch", 0)
+    bad = (tally.counts.get("good: 5xx", 0) + tally.counts.get("good: 4xx", 0) + tally.counts.get("mismatch", 0)
            + tally.counts.get("malformed not refused with 4xx", 0) + tally.counts.get("perf_analyzer failed runs", 0)
            + (0 if alive else 1) + (1 if share > 0.01 else 0))
     return 1 if bad else 0

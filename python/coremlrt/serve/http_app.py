@@ -197,9 +197,16 @@ class App:
     async def _send(response, send):
         if isinstance(response, StreamingResponse):
             await send({"type": "http.response.start", "status": response.status, "headers": response.headers})
-            async for chunk in response.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
+            try:
+                async for chunk in response.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+            except OSError:  # the client went away mid-stream: stop producing (uvicorn's ClientDisconnected)
+                pass
+            finally:
+                close = getattr(response.chunks, "aclose", None)
+                if close is not None:
+                    await close()
             return
         body = response.body
         if isinstance(body, list):  # pieces sent as one body (a binary answer's header and tensors)

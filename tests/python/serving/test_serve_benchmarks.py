@@ -43,7 +43,7 @@ def test_soak_serve_short_run_is_clean():
                   if line.startswith("  ") and ": " in line
                   and not line.strip().startswith(("live", "server RSS", "sequence starts refused", "gap")))
     assert int(counts.get("malformed", 0)) > 0 and int(counts.get("sequences", 0)) > 0, out
-    assert not any(k in counts for k in ("good: 5xx", "mismatch", "malformed not refused with 4xx")), out
+    assert not any(k in counts for k in ("good: 4xx", "good: 5xx", "mismatch", "malformed not refused with 4xx")), out
     assert not any(k.startswith("client error") for k in counts), out
     assert int(counts.get("perf_analyzer runs (tiny grpc)", 0)) > 0, out
     assert "sequence starts refused after the first 10 %" in out
