@@ -75,7 +75,8 @@ class Batcher:
         self.merge = options["merge"] and mergeable(model._function)
         self.rows_limit = batch_limit(model._function) if self.merge else 1
         self.metrics = metrics
-        # The model's series, looked up once (a labels() call per request costs more than a tiny prediction).
+        # The model's series, looked up once: a labels() call costs about what the tiny model's whole
+        # prediction does (a profile of the gRPC path, docs/design/serving.md).
         self._batch_sizes = metrics.batch_size.labels(name)
         self._queue_depth = metrics.queue_depth.labels(name)
         self._queue = collections.deque()
