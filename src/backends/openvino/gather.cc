@@ -66,9 +66,15 @@ Value checked_indices(Lowerer& op, const Value& sizes, bool wrap) {
     Value flat = std::make_shared<v1::Reshape>(in_range, Lowerer::i64s({-1}), false);
     op.require(std::make_shared<v1::ReduceLogicalAnd>(flat, Lowerer::i64(0), false));
   }
-  if (!wrap) return indices;
-  Value shifted = std::make_shared<v1::Add>(indices, typed_sizes);
-  return std::make_shared<v1::Select>(std::make_shared<v1::Less>(indices, zero), shifted, indices);
+  if (wrap) {
+    Value shifted = std::make_shared<v1::Add>(indices, typed_sizes);
+    indices = std::make_shared<v1::Select>(std::make_shared<v1::Less>(indices, zero), shifted, indices);
+  }
+  if (op.constant("indices")) return indices;
+  // Clamped into [0, D): the CPU plugin's scatters throw on an index out of range, before the
+  // region's check above can send the run to our kernels.
+  Value last = std::make_shared<v1::Subtract>(typed_sizes, Lowerer::scalar_like(indices, 1.0));
+  return std::make_shared<v1::Minimum>(std::make_shared<v1::Maximum>(indices, zero), last);
 }
 
 // The region's check that no two updates of a scatter land on one position: `counts` is a

@@ -9,8 +9,9 @@
 // So a cast is lowered to values the Convert takes exactly: floats already truncated, NaN-free and
 // clamped; integers already reduced modulo 2^bits by a mask. int64, uint32 and fp64 stay on our
 // kernels: the CPU plugin computes int64 in int32 (a float of 3e9 converts to INT32_MIN there).
-// An fp16 value of a region computed in fp32 is cast from its fp32 value (fp16 or wider,
-// docs/design/architecture.md, law 6): the plugin folds a round trip through fp16 away.
+// Casts from fp16 to an integer or bool stay ours: a region computes fp16 values in fp32 (fp16 or
+// wider, docs/design/architecture.md, law 6), whose truncation can differ from the fp16 value's,
+// and the plugin folds a round trip through fp16 away.
 #include <openvino/op/ops.hpp>
 
 #include <cmath>
@@ -95,6 +96,12 @@ void add_misc_lowerings(LoweringTable& t) {
                  if (!to) return Verdict::refuse("cast to " + op.const_string("dtype"));
                  const DType from = op.type("x").dtype;
                  if (!castable(from)) return Verdict::refuse("cast from " + std::string(dtype_name(from)));
+                 // The fp16 value itself decides an integer or bool: a region computes it in fp32
+                 // (fp16 or wider), where -7.99 truncates to -7 and its fp16 value, -8, to -8; and
+                 // the CPU plugin folds a round trip through fp16 away.
+                 if (from == DType::Float16 && !fp16_or_fp32(*to))
+                   return Verdict::refuse("cast from fp16 to " + op.const_string("dtype") +
+                                          ": the region holds fp16 values in fp32, whose truncation can differ");
                  return Verdict::claim();
                },
                [](Lowerer& op) -> std::vector<Value> {

@@ -97,7 +97,8 @@ OpLowering arg_reduce(bool max) {
             auto top = std::make_shared<ov::op::v11::TopK>(x, Lowerer::i64(1), axis,
                                                             max ? ov::op::TopKMode::MAX : ov::op::TopKMode::MIN,
                                                             ov::op::TopKSortType::SORT_VALUES, ov::element::i32, true);
-            return {declared(op, top->output(1), {axis})};
+            // int32, or uint16 where output_dtype (iOS17) asks for it.
+            return {converted(declared(op, top->output(1), {axis}), op.compute_type(op.output_type(0).dtype))};
           }};
 }
 

@@ -93,7 +93,6 @@ const UnloweredReasons& unlowered_reasons() {
       {"resize_nearest_neighbor", kNotYet},
       {"reverse_sequence", kNotYet},
       {"rnn", kNotYet},
-      {"scaled_dot_product_attention", kNotYet},
       {"shape", kNotYet},
       {"slice_update", kNotYet},
       {"space_to_batch", kNotYet},

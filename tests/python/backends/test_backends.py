@@ -335,22 +335,24 @@ def test_cli_info_plan_shows_placements(models):
 @needs_openvino
 def test_region_whose_inputs_differ_from_the_declared_shapes_runs_on_our_kernels(tmp_path):
     """coremltools declares slice_by_size(begin -2, size -1) as [2, 7] where the op yields
-    [2, 2] (docs/design/declared-shapes.md). cumsum has no OpenVINO lowering, so the multiply after it
-    is a region compiled for the declared [2, 7]; at run time its input is [2, 2], and the
-    region's own ops run on our kernels instead."""
+    [2, 2] (docs/design/declared-shapes.md). reverse_sequence has no OpenVINO lowering
+    (src/backends/openvino/unlowered.cc), so the multiply after it is a region compiled for the
+    declared [2, 7]; at run time its input is [2, 2], and the region's own ops run on our kernels
+    instead."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(2, 5))], opset_version=ct.target.iOS18)
     def prog(x):
         tail = mb.slice_by_size(x=x, begin=[0, -2], size=[-1, -1], name="tail")
-        return mb.mul(x=mb.cumsum(x=tail, axis=1), y=2.0, name="y")
+        reversed_rows = mb.reverse_sequence(x=tail, lengths=np.array([2, 2], np.int32), seq_axis=1, batch_axis=0)
+        return mb.mul(x=reversed_rows, y=2.0, name="y")
 
     path = save_program(prog, tmp_path, name="declared")
     m = coremlrt.MLModel(path, backend="openvino", cache_dir=None)
     assert [p["backend"] for p in m.placements() if p["op_type"] == "mul"] == ["openvino"]
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
-    np.testing.assert_array_equal(m.predict({"x": x})["y"], np.cumsum(x[:, -2:], axis=1) * 2)
+    np.testing.assert_array_equal(m.predict({"x": x})["y"], x[:, -2:][:, ::-1] * 2)
 
 
 @needs_openvino
