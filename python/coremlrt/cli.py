@@ -9,6 +9,10 @@
     coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
                    [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
+    coremlrt generate MODEL (--prompt TEXT | --prompt-ids IDS) [--tokenizer PATH] [--max-new-tokens N]
+                      [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
+                      [--stop TEXT ...] [--ignore-eos] [--ids]
+    coremlrt score MODEL TEXT_FILE [--tokenizer PATH] [--window N] [--stride N] [--json]
     coremlrt export MODEL -o OUT.onnx [--function NAME] [--opset N] [--fp32] [--external-data]
     coremlrt export MODEL -o DIR --all-functions [--opset N] [--fp32]
     coremlrt export --check MODEL [--function NAME | --all-functions] [--opset N]
@@ -307,6 +311,9 @@ def main(argv=None):
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_serve_parser(sub)
     _add_export_parser(sub)
+    from .llm import cli as llm_cli
+
+    llm_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     try:
         model = getattr(args, "model", None)
@@ -314,8 +321,8 @@ def main(argv=None):
             # A Core AI model: every command reads the ML program it translates to (coremlrt.coreai).
             from .coreai import compile_aimodel
             args.model = compile_aimodel(model)
-        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
-                "batch": cmd_batch, "serve": cmd_serve, "export": cmd_export}[args.command](args)
+        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict, "batch": cmd_batch, "serve": cmd_serve,
+                "export": cmd_export, "generate": llm_cli.cmd_generate, "score": llm_cli.cmd_score}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return 1

@@ -27,7 +27,6 @@ fp16 when it writes them, as the Core ML program does.
 """
 
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -219,11 +218,11 @@ def make_llama(config, seed=0, logit_scale=1.0):
 
 
 def reference_logits(module, tokens):
-    """Logits [len, vocab] (float64) of the torch module over `tokens` at positions 0.., no cache
-    left behind."""
+    """Logits [len, vocab] (float64) of the torch module over `tokens` at positions 0... The
+    module's cache buffers are overwritten from position 0 on; slots past the tokens are masked."""
     import torch
 
-    m = copy.deepcopy(module)
+    m = module
     m.seq_len = None
     with torch.no_grad():
         logits = m(torch.as_tensor(np.asarray(tokens, np.int64).reshape(1, -1)), torch.zeros(1, dtype=torch.int32))
@@ -345,7 +344,7 @@ SAMPLE_TEXT = (
 def make_tokenizer(directory, vocab_size=256, text=SAMPLE_TEXT, chat_template=CHAT_TEMPLATE):
     """A byte-level BPE of at most `vocab_size` tokens (<unk>=0, <s>=1, </s>=2) trained on `text`:
     writes tokenizer.json and tokenizer_config.json into `directory` and returns its path."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -353,6 +352,9 @@ def make_tokenizer(directory, vocab_size=256, text=SAMPLE_TEXT, chat_template=CH
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tokenizer.train_from_iterator([text] * 4, trainer=trainer)
+    # BOS first, as LLaMA's tokenizer.json files add it.
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                             special_tokens=[("<s>", 1)])
     os.makedirs(directory, exist_ok=True)
     tokenizer.save(os.path.join(directory, "tokenizer.json"))
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:

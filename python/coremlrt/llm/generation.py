@@ -128,17 +128,26 @@ def _generate_tokens(lm, sequence, ids, o):
                 best = np.argsort(-row, kind="stable")[:top_n]
                 top = [(int(t), float(row[t])) for t in best]
         if token in stop_ids:
-            yield Chunk(token, stops.flush(), logprob, top, "stop", stop_token=True)
+            yield Chunk(token, _rest(text, stops), logprob, top, "stop", stop_token=True)
             return
         delta, hit = stops.feed(text.add(token)) if text is not None else ("", False)
         if hit:
             yield Chunk(token, delta, logprob, top, "stop")
             return
         if step == o["max_new_tokens"] - 1:
-            yield Chunk(token, delta + stops.flush(), logprob, top, "length")
+            yield Chunk(token, delta + _rest(text, stops), logprob, top, "length")
             return
         yield Chunk(token, delta, logprob, top)
         logits = lm.feed(sequence, [token])
+
+
+def _rest(text, stops):
+    """At the end: the text held back (a partial character, a possible stop string's start),
+    still cut at a stop string that the partial character's replacement completes."""
+    if text is None:
+        return stops.flush()
+    emit, hit = stops.feed(text.rest())
+    return emit if hit else emit + stops.flush()
 
 
 def generate(lm, prompt, **options):

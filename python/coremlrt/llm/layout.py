@@ -179,15 +179,16 @@ def plan(path, layout=None):
         for name in candidates:
             if name not in functions:
                 raise Error(f"{path} has no function '{name}'; its functions: {sorted(functions)}")
-    shapes = {}
+    shapes, problems = {}, []
     for name in candidates:
         try:
             shapes[name] = _describe_function(functions[name], layout)
-        except Error:
+        except Error as exc:
             if layout.prefill or layout.decode or len(candidates) == 1:
                 raise
+            problems.append(str(exc))
     if not shapes:
-        raise Error(f"{path}: no function takes the inputs the layout names")
+        raise Error(f"{path}: no function takes what the layout names: " + "; ".join(problems))
     prefill = _choose(shapes, layout.prefill, default, prefer="prefill", many=True)
     decode = _choose(shapes, layout.decode, default, prefer="decode", many=False)
     states = {s for fs in shapes.values() for s in fs.state_shapes}

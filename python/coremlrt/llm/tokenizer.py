@@ -53,8 +53,8 @@ class Tokenizer:
             template = named.get("default") or next(iter(named.values()), None)
         self.chat_template = template
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
-        self._special = {self.token_id(t) for t in self._tokenizer.get_added_tokens_decoder().values()
-                         if getattr(t, "special", False)} if hasattr(self._tokenizer, "get_added_tokens_decoder") else set()
+        self.special_ids = frozenset(i for i, t in self._tokenizer.get_added_tokens_decoder().items()
+                                     if getattr(t, "special", False))
 
     def token_id(self, token):
         return None if token is None else self._tokenizer.token_to_id(token)
@@ -91,6 +91,12 @@ class Tokenizer:
                       bos_token=self.bos_token or "", eos_token=self.eos_token or "")
 
 
+def find_tokenizer(model_path):
+    """The folder beside a model that holds tokenizer.json (the model's own folder), or None."""
+    folder = os.path.dirname(os.path.abspath(os.path.expanduser(os.fspath(model_path)).rstrip("/" + os.sep)))
+    return folder if os.path.isfile(os.path.join(folder, "tokenizer.json")) else None
+
+
 def _read_json(path):
     if not os.path.isfile(path):
         return {}
@@ -116,9 +122,19 @@ class IncrementalText:
         text = self.tokenizer.decode(self.ids)
         if text.endswith("\ufffd"):
             return ""
-        delta = text[len(self.emitted):] if text.startswith(self.emitted) else text[len(self.emitted):]
+        # Decoding more tokens leaves the text before them as it was (the partial character held
+        # back above is the only thing a later token changes).
+        delta = text[len(self.emitted):]
         self.emitted = text
         return delta
+
+    def rest(self):
+        """The text not given out yet (at the end: a partial character too, as the replacement
+        character)."""
+        text = self.tokenizer.decode(self.ids)
+        rest = text[len(self.emitted):] if text.startswith(self.emitted) else ""
+        self.emitted = text
+        return rest
 
     @property
     def text(self):
