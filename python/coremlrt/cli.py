@@ -8,7 +8,7 @@
                          [--format npz|parquet] [--function NAME] [--no-progress]
     coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
-                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
+                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST] [--tokenizer PATH]
     coremlrt generate MODEL (--prompt TEXT | --prompt-ids IDS) [--tokenizer PATH] [--max-new-tokens N]
                       [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
                       [--stop TEXT ...] [--ignore-eos] [--ids]
@@ -180,7 +180,7 @@ def cmd_serve(args, out=None):
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                          max_request_bytes=args.max_request_bytes, max_sequences=args.max_sequences,
                          sequence_timeout_s=args.sequence_timeout, merge=not args.no_merge, backend=args.backend,
-                         threads=args.threads, log_format=args.log_format)
+                         threads=args.threads, log_format=args.log_format, tokenizer=args.tokenizer)
     return serve_main(args.model, config)
 
 
@@ -272,6 +272,9 @@ def _add_serve_parser(sub):
     serve.add_argument("--backend", default=None, help="auto (default), reference or a backend name")
     serve.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     serve.add_argument("--log-format", choices=["json", "text"], default=defaults.log_format)
+    serve.add_argument("--tokenizer", default=None, metavar="PATH",
+                       help="tokenizer folder (tokenizer.json) of the language models served under the OpenAI API "
+                            "(default: each model's folder); --max-sequences bounds their concurrent requests")
 
 
 def main(argv=None):

@@ -109,14 +109,16 @@ def _prepare(lm, prompt, options):
     return sequence, ids, o
 
 
-def _generate_tokens(lm, sequence, ids, o):
+def _generate_tokens(lm, sequence, ids, o, on_prompt_rows=None):
+    """`on_prompt_rows(offset, rows)`: the prompt's logits rows as lm.feed gives them (the
+    server's echo of prompt log-probabilities)."""
     stop_ids, top_n = o["stop_ids"], o["logprobs"]
     sampler = Sampler(o["params"])
     penalize = o["params"].repetition_penalty != 1.0
     text = IncrementalText(lm.tokenizer) if lm.tokenizer is not None else None
     stops = StopStrings(o["stop"])
     history = list(ids)
-    logits = lm.feed(sequence, ids)
+    logits = lm.feed(sequence, ids, on_rows=on_prompt_rows)
     for step in range(o["max_new_tokens"]):
         token = sampler.choose(logits, history if penalize else ())
         history.append(token)

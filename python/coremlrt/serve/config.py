@@ -36,6 +36,9 @@ class ServeConfig:
     log_format: str = "json"
     # Seconds a client is told to wait after a 503.
     retry_after_s: int = 1
+    # Language models (coremlrt.llm) are also served under the OpenAI API; their tokenizer
+    # folder (default: the folder beside each model, when it holds tokenizer.json).
+    tokenizer: Optional[str] = None
 
     def runtime_options(self):
         """The fields the runtime reads, as plain values (MLServer passes them in ModelSettings)."""

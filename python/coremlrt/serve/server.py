@@ -80,7 +80,8 @@ class RequestLimits:
             receive = _replay(b"".join(chunks), receive)
 
         async def marked_send(message):
-            if message["type"] == "http.response.start" and message["status"] == 503:
+            if message["type"] == "http.response.start" and message["status"] == 503 and not any(
+                    k.lower() == b"retry-after" for k, _ in message.get("headers", [])):
                 message = dict(message, headers=list(message.get("headers", [])) + [(b"retry-after", self.retry_after)])
             await send(message)
 
@@ -117,11 +118,17 @@ async def serve(config: ServeConfig, models):
     from . import grpc_guard
     from .rest_binary import TritonBinaryTensors
 
+    from ..llm.openai_service import OpenAIService
+    from .openai_routes import OpenAIRoutes, language_models
+
     settings, model_settings = build_settings(config, models)
     grpc_guard.install()
     server = MLServer(settings)
     app = server._rest_server._app  # MLServer has no public hook for ASGI middleware
     app.add_middleware(TritonBinaryTensors)
+    llms = language_models(models, config.tokenizer, backend=config.backend, threads=config.threads)
+    if llms:
+        app.add_middleware(OpenAIRoutes, service=OpenAIService(llms, config.max_sequences, config.retry_after_s))
     app.add_middleware(RequestLimits, max_bytes=config.max_request_bytes, retry_after_s=config.retry_after_s)
     logger.info("serving %s on http://%s:%d (REST), %s:%d (gRPC), metrics on :%d", sorted(models), config.host,
                 config.http_port, config.host, config.grpc_port, config.metrics_port)
