@@ -64,6 +64,8 @@ class LanguageModel:
         # Seconds per call, measured as calls run: whether padding a short piece of a prompt to
         # the prefill window costs less than running its tokens one by one.
         self._seconds = {"prefill": None, "decode": None}
+        # Seconds spent inside predict, summed (bench_llm.py: what generation adds around it).
+        self.predict_seconds = 0.0
 
     def __repr__(self):
         return (f"coremlrt.llm.LanguageModel({self.path!r}, layout={self.layout.kind}, prefill="
@@ -158,6 +160,7 @@ class LanguageModel:
         started = time.perf_counter()
         out = model.predict(inputs, state=sequence.state)
         elapsed = time.perf_counter() - started
+        self.predict_seconds += elapsed
         previous = self._seconds[kind]
         self._seconds[kind] = elapsed if previous is None else 0.8 * previous + 0.2 * elapsed
         try:
