@@ -211,9 +211,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.child:
         return child(args)
-    manifest = llm_models.build(args.dir, args.tiny, args.llama_cpp, args.sdist)
-    manifest_path = os.path.join(args.dir, "tiny" if args.tiny else "", "manifest.json")
     contenders = [c for c in CONTENDERS if not args.only or c[0] in args.only]
+    kinds = {{"coremlrt": "coreml", "openvino": "openvino", "llama.cpp": "gguf"}[c] for c, _ in contenders}
+    manifest = llm_models.build(args.dir, args.tiny, args.llama_cpp, args.sdist, tuple(sorted(kinds)))
+    manifest_path = os.path.join(args.dir, "tiny" if args.tiny else "", "manifest.json")
     samples = {c: [] for c in contenders}
     bandwidths = []
     for round_ in range(2):

@@ -197,12 +197,16 @@ def _gguf(hf_dir, out, llama_cpp_dir, sdist_dir):
     return {"fp16": f16, "int4": q4}
 
 
-def build(directory=DEFAULT_DIR, tiny=False, llama_cpp_dir=LLAMA_CPP, sdist_dir=SDIST_DIR):
+KINDS = ("coreml", "openvino", "gguf")
+
+
+def build(directory=DEFAULT_DIR, tiny=False, llama_cpp_dir=LLAMA_CPP, sdist_dir=SDIST_DIR, kinds=KINDS):
+    """Makes what is missing of `kinds` (coreml, openvino, gguf) and returns the manifest."""
     out = os.path.join(directory, "tiny") if tiny else directory
     manifest_path = os.path.join(out, "manifest.json")
     manifest = json.load(open(manifest_path)) if os.path.exists(manifest_path) else {}
     exists = lambda kind: all(os.path.exists(p) for p in manifest.get(kind, {}).values()) and manifest.get(kind)  # noqa: E731
-    if all(exists(k) for k in ("coreml", "openvino", "gguf")) and os.path.isdir(manifest.get("hf", "")):
+    if all(exists(k) for k in kinds) and os.path.isdir(manifest.get("hf", "")):
         return manifest
     os.makedirs(out, exist_ok=True)
     import torch
@@ -214,8 +218,9 @@ def build(directory=DEFAULT_DIR, tiny=False, llama_cpp_dir=LLAMA_CPP, sdist_dir=
     hf_dir = os.path.join(out, "hf")
     if not os.path.isdir(hf_dir):
         L.save_hf_folder(module, hf_dir + ".tmp", dtype="float16")
-        _sentencepiece_tokenizer(hf_dir + ".tmp")
         os.rename(hf_dir + ".tmp", hf_dir)
+    if "gguf" in kinds and not os.path.exists(os.path.join(hf_dir, "tokenizer.model")):
+        _sentencepiece_tokenizer(hf_dir)  # llama.cpp's converter needs a tokenizer
     manifest["hf"] = hf_dir
     rng = np.random.default_rng(SEED)
     manifest["prompt"] = rng.integers(3, cfg.vocab, cfg.prompt).tolist()
@@ -225,19 +230,19 @@ def build(directory=DEFAULT_DIR, tiny=False, llama_cpp_dir=LLAMA_CPP, sdist_dir=
             json.dump(manifest, f, indent=1)
 
     with torch.no_grad():
-        if not exists("coreml"):
+        if "coreml" in kinds and not exists("coreml"):
             print("building Core ML fp16, int4", file=sys.stderr, flush=True)
             manifest["coreml"] = _coreml(module, out, ("fp16", "int4"))
             save()
             gc.collect()
-        if not exists("openvino"):
+        if "openvino" in kinds and not exists("openvino"):
             print("building OpenVINO fp16, int4", file=sys.stderr, flush=True)
             manifest["openvino"] = _openvino(module, out, ("fp16", "int4"))
             save()
             gc.collect()
     del module
     gc.collect()
-    if not exists("gguf"):
+    if "gguf" in kinds and not exists("gguf"):
         print("building GGUF F16, Q4_0", file=sys.stderr, flush=True)
         manifest["gguf"] = _gguf(hf_dir, out, llama_cpp_dir, sdist_dir)
         save()

@@ -108,33 +108,39 @@ def _read_json(path):
 
 
 class IncrementalText:
-    """The text that each newly generated token adds, for streaming: decoded from the tokens
-    so far, holding back a trailing partial UTF-8 character (the tokenizer's replacement
-    character) until the token that completes it arrives."""
+    """The text that each newly generated token adds, for streaming. Each step decodes a short
+    window of the last tokens (so a step costs the same however long the text is): the text of
+    the window's new tokens is what decoding them adds to the decoding of the window without
+    them. Decoding starts a few tokens back because tokenizers decode the first token of a
+    sequence differently (a SentencePiece word's leading space is dropped there). A trailing
+    partial UTF-8 character (the replacement character) is held back until the token that
+    completes it arrives."""
+
+    _CONTEXT = 4
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.ids = []
-        self.emitted = ""
+        self._start = 0     # first token of the decoding window
+        self._emitted = 0   # tokens whose text has been given out
 
     def add(self, token_id):
         self.ids.append(int(token_id))
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
-            return ""
-        # Decoding more tokens leaves the text before them as it was (the partial character held
-        # back above is the only thing a later token changes).
-        delta = text[len(self.emitted):]
-        self.emitted = text
-        return delta
+        return self._delta(final=False)
 
     def rest(self):
         """The text not given out yet (at the end: a partial character too, as the replacement
         character)."""
-        text = self.tokenizer.decode(self.ids)
-        rest = text[len(self.emitted):] if text.startswith(self.emitted) else ""
-        self.emitted = text
-        return rest
+        return self._delta(final=True)
+
+    def _delta(self, final):
+        before = self.tokenizer.decode(self.ids[self._start:self._emitted])
+        text = self.tokenizer.decode(self.ids[self._start:])
+        if text.endswith("\ufffd") and not final:
+            return ""
+        self._emitted = len(self.ids)
+        self._start = max(0, self._emitted - self._CONTEXT)
+        return text[len(before):]
 
     @property
     def text(self):
