@@ -1,7 +1,7 @@
 """Language-model generation speed and memory: coremlrt against llama.cpp and OpenVINO on the
 same weights (benchmarks/llm_models.py: TinyLlama-1.1B's shape, random weights), fp16 and int4.
 
-    python3 benchmarks/bench_llm.py [--processes 2] [--runs 3] [--threads 2] [--write-report]
+    python3 benchmarks/bench_llm.py [--processes 2] [--runs 3] [--rounds 2] [--threads 2] [--write-report]
 
 Each contender runs in fresh processes (``--processes`` per round, two rounds in opposite
 orders); each process loads the model, then ``--runs`` times: a fresh cache, the 128-token
@@ -202,6 +202,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3, help="prefill + 64 tokens per process")
     parser.add_argument("--processes", type=int, default=2, help="fresh processes per contender and round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, each in the opposite order of the last")
     parser.add_argument("--only", nargs="*", default=None, choices=["coremlrt", "llama.cpp", "openvino"])
     parser.add_argument("--llama-cpp", default=llm_models.LLAMA_CPP)
     parser.add_argument("--sdist", default=llm_models.SDIST_DIR)
@@ -217,9 +218,9 @@ def main(argv=None):
     manifest_path = os.path.join(args.dir, "tiny" if args.tiny else "", "manifest.json")
     samples = {c: [] for c in contenders}
     bandwidths = []
-    for round_ in range(2):
+    for round_ in range(args.rounds):
         bandwidths.append(bandwidth(args.threads))
-        for contender, form in (contenders if round_ == 0 else contenders[::-1]):
+        for contender, form in (contenders if round_ % 2 == 0 else contenders[::-1]):
             for _ in range(args.processes):
                 samples[(contender, form)].append(measure(args, manifest_path, contender, form))
                 print(f"round {round_ + 1}: {contender} {form} done", file=sys.stderr, flush=True)
@@ -235,17 +236,17 @@ def report(manifest, results, bandwidths, args):
     best_bw = max(bandwidths)
     cfg = manifest["config"]
     lines = [f"Measured by `python3 benchmarks/bench_llm.py --processes {args.processes} --runs {args.runs} "
-             f"--threads {args.threads}` on {datetime.date.today().isoformat()}: a LLaMA model of TinyLlama-1.1B's "
+             f"--rounds {args.rounds} --threads {args.threads}` on {datetime.date.today().isoformat()}: a LLaMA model of TinyLlama-1.1B's "
              f"shape (hidden {cfg['hidden']}, {cfg['layers']} layers, {cfg['heads']} heads, {cfg['kv_heads']} KV "
              f"heads, SwiGLU {cfg['intermediate']}, vocabulary {cfg['vocab']}; {manifest['params'] / 1e9:.2f} B "
              f"parameters, random weights), prompt {cfg['prompt']} tokens, {NEW_TOKENS} greedy tokens, "
-             f"{args.threads} threads. Medians of {2 * args.processes} fresh processes per row "
-             f"({args.runs} runs each; two rounds in opposite orders). Read bandwidth measured in the same run "
+             f"{args.threads} threads. Medians of {args.rounds * args.processes} fresh processes per row "
+             f"({args.runs} runs each; {args.rounds} rounds, each in the opposite order of the last). Read bandwidth measured in the same run "
              f"(benchmarks/read_bandwidth.c, {args.threads} threads): "
              + ", ".join(f"{b:.1f}" for b in bandwidths) + f" GB/s; the best, {best_bw:.1f} GB/s, is the "
              "reference for \"of bandwidth\".", "",
              "| format | runtime | decode ms/token | decode tokens/s | weights read per token | weights streamed | "
-             "of bandwidth | prefill ms (128 tokens) | prefill tokens/s | load s | RSS anon / file after load (MB) | "
+             f"of bandwidth | prefill ms ({cfg['prompt']} tokens) | prefill tokens/s | load s | RSS anon / file after load (MB) | "
              "after prefill + 64 tokens (MB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (contender, form), r in results.items():

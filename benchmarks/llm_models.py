@@ -47,7 +47,7 @@ SEED = 0
 
 def config(tiny=False):
     if tiny:  # bench_llm.py --tiny: the same code paths in seconds
-        return L.LlamaConfig(vocab=512, hidden=128, layers=2, heads=4, kv_heads=2, intermediate=352, max_len=64,
+        return L.LlamaConfig(vocab=512, hidden=128, layers=2, heads=4, kv_heads=2, intermediate=352, max_len=96,
                              prompt=16)
     return L.LLAMA_1B
 
