@@ -1,48 +1,19 @@
-"""The OpenAI-compatible API (coremlrt.llm.openai_service) under ``coremlrt serve``: an ASGI
-middleware that answers /v1/models, /v1/completions and /v1/chat/completions and hands every
-other request to the server it wraps. The service computes on worker threads, never on the
-event loop; a streamed answer is read one server-sent event at a time, and a client that goes
-away closes it (its sequence's slot is given back)."""
+"""The OpenAI-compatible API (coremlrt.llm.openai_service) under ``coremlrt serve``: routes for
+/v1/models, /v1/completions and /v1/chat/completions added to the server's router
+(``server.main(..., extra_routes=[openai_routes(path, config)])``, docs/design/serving.md,
+"Adding routes"). The service computes on worker threads, never on the event loop; a streamed
+answer is read one server-sent event at a time, and a client that goes away closes it (its
+sequence's slot is given back)."""
 
 import asyncio
 import logging
 
-logger = logging.getLogger("mlserver.coremlrt")
+from .config import discover_models
 
+logger = logging.getLogger("coremlrt.serve")
 
-class OpenAIRoutes:
-    def __init__(self, app, service):
-        self.app, self.service = app, service
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not self.service.handles(scope["path"]):
-            return await self.app(scope, receive, send)
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        reply = await asyncio.to_thread(self.service.handle, scope["method"], scope["path"], b"".join(chunks))
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
-        if reply.stream is None:
-            headers.append((b"content-length", str(len(reply.body)).encode()))
-            await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-            await send({"type": "http.response.body", "body": reply.body})
-            return
-        events = reply.stream
-        try:
-            await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-            while True:
-                event = await asyncio.to_thread(next, events, None)
-                if event is None:
-                    break
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await asyncio.to_thread(events.close)
+ROUTES = (("GET", "/v1/models"), ("GET", "/v1/models/{model}"), ("POST", "/v1/completions"),
+          ("POST", "/v1/chat/completions"))
 
 
 def language_models(models, tokenizer=None, **load_options):
@@ -63,3 +34,41 @@ def language_models(models, tokenizer=None, **load_options):
         logger.info("serving %s under the OpenAI API (/v1/completions, /v1/chat/completions)%s", name,
                     "" if found[name].tokenizer else " with token-id prompts only (no tokenizer.json)")
     return found
+
+
+def openai_routes(path, config):
+    """An ``extra_routes`` callable: loads the language models among the models at `path` and
+    adds the OpenAI routes when there are any."""
+
+    def add(router, repository):
+        from ..llm.openai_service import OpenAIService
+        from .http_app import Response, StreamingResponse
+
+        models = language_models(discover_models(path), config.tokenizer, backend=config.backend,
+                                 threads=config.threads)
+        if not models:
+            return
+        service = OpenAIService(models, config.max_sequences, config.retry_after_s)
+
+        async def handle(request):
+            reply = await asyncio.to_thread(service.handle, request.method, request.path, request.body)
+            headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
+            if reply.stream is None:
+                return Response(reply.body, reply.status, headers)
+            return StreamingResponse(_events(reply.stream), reply.status, headers, content_type=None)
+
+        for method, pattern in ROUTES:
+            router.add(method, pattern, handle)
+
+    return add
+
+
+async def _events(stream):
+    try:
+        while True:
+            event = await asyncio.to_thread(next, stream, None)
+            if event is None:
+                return
+            yield event
+    finally:
+        await asyncio.to_thread(stream.close)

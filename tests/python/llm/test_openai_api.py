@@ -120,7 +120,8 @@ def test_errors_and_the_bound_on_sequences(service):
     assert post(service, "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlserver") is None, reason="coremlrt serve needs the serve extra")
+@pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("grpc") is None,
+                    reason="coremlrt serve needs the serve extra")
 def test_coremlrt_serve_answers_the_openai_api(lm, tmp_path):
     import server_helpers as SH
 
