@@ -79,7 +79,8 @@ def loglikelihood(lm, context, continuation):
         context_ids = lm.tokenizer.encode(context) if context else []
         if not context:
             # No text before: score from BOS (encode already put it first when the tokenizer adds it).
-            context_ids = whole[:1] if lm.tokenizer.add_bos else []
+            bos = lm.tokenizer.bos_id
+            context_ids = whole[:1] if bos is not None and whole and whole[0] == bos else []
         continuation_ids = whole[len(context_ids):]
         context_ids = whole[:len(context_ids)]
     else:
