@@ -399,7 +399,7 @@ ModelReport inspect_model(const std::string& path) {
 std::vector<SupportedOp> supported_ops() {
   std::vector<SupportedOp> out;
   for (const auto& entry : ops::KernelRegistry::cpu().entries())
-    out.push_back({entry.op_type, entry.min_ios, entry.max_ios, entry.dtypes.list(), entry.dtypes.is_any()});
+    out.push_back({entry.op_type, entry.family, entry.min_ios, entry.max_ios, entry.dtypes.list(), entry.dtypes.is_any()});
   std::sort(out.begin(), out.end(), [](const SupportedOp& a, const SupportedOp& b) {
     return std::tie(a.op_type, a.min_ios) < std::tie(b.op_type, b.min_ios);
   });
