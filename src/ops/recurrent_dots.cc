@@ -40,7 +40,7 @@ namespace {
 // C[r, 0:8] += A[r, k0:k1] . W[0:8, k0:k1]^T for r < MR: each sixteen-lane accumulator holds
 // two rows of W (as dot_tile_pairs does), so that CPUs with two 512-bit multiply-add units
 // use both. (Halves are joined and split with __builtin_shufflevector: GCC 12's intrinsics for
-// that start from an undefined register and draw -Wmaybe-uninitialized, ops/gemm.cc.)
+// that start from an undefined register and draw -Wmaybe-uninitialized, ops/gemm_parts.h.)
 template <int MR>
 [[gnu::target("arch=x86-64-v4"), gnu::always_inline]] inline void project_tile(int64_t k0, int64_t k1, const float* A,
                                                                              int64_t lda, const float* W, int64_t ldw,
