@@ -1,4 +1,6 @@
-// cast (our kernel: src/ops/misc.cc, cast_tensor) between the dtypes of Core ML's cast: fp16, fp32,
+// select, cast, identity (our kernels: src/ops/misc.cc).
+//
+// cast (cast_tensor there) between the dtypes of Core ML's cast: fp16, fp32,
 // int32, bool (iOS15) and int8, uint8, int16, uint16 (iOS17). Our kernel's rules, which OpenVINO's
 // Convert does not keep on its own (its CPU plugin turns NaN and out-of-range floats into
 // INT32_MIN, wraps 300.0 to int8 44, and gives false for NaN to bool):
@@ -91,6 +93,15 @@ Value integer_to_integer(const Value& x, DType to, ov::element::Type type) {
 }  // namespace
 
 void add_misc_lowerings(LoweringTable& t) {
+  t["select"] = {[](const OpReader& op) -> Verdict {
+                   if (op.type("cond").dtype != DType::Bool) return Verdict::refuse("cond is not bool");
+                   if (op.type("a").dtype != op.type("b").dtype)
+                     return Verdict::refuse("a and b have different dtypes");
+                   return Verdict::claim();
+                 },
+                 [](Lowerer& op) -> std::vector<Value> {
+                   return {std::make_shared<v1::Select>(op.input("cond"), op.input("a"), op.input("b"))};
+                 }};
   t["cast"] = {[](const OpReader& op) -> Verdict {
                  const std::optional<DType> to = cast_target(op.const_string("dtype"));
                  if (!to) return Verdict::refuse("cast to " + op.const_string("dtype"));
@@ -116,6 +127,8 @@ void add_misc_lowerings(LoweringTable& t) {
                  if (fp16_or_fp32(from)) return {float_to_integer(x, to, type)};
                  return {integer_to_integer(x, to, type)};
                }};
+  t["identity"] = {{}, [](Lowerer& op) -> std::vector<Value> { return {op.input("x")}; }};
+  t["select"].any_dims = true;  // reads ranks only, as the elementwise ops
 }
 
 }  // namespace coremlrt::backends::openvino

@@ -12,8 +12,6 @@ namespace {
 
 namespace v1 = ov::op::v1;
 
-int64_t normalized_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
-
 // A value stored in `dtype` as our kernels store it (fill_value): truncated for integers, nonzero
 // for bool, as is for floats.
 double stored_as(DType dtype, double value) {
@@ -53,7 +51,7 @@ std::shared_ptr<ov::op::v11::TopK> sorted(Lowerer& op, int64_t k, ov::element::T
 
 }  // namespace
 
-void add_tensor_op_lowerings(LoweringTable& t) {
+void add_tensor_ops_lowerings(LoweringTable& t) {
   // Sums in the element type the region computes in, one after the other along the axis, as our
   // kernel's running sum (float for fp16 and fp32; int32 wrapping).
   t["cumsum"] = {[](const OpReader& op) -> Verdict {

@@ -96,7 +96,7 @@ INDICES = np.array([2, 0, 3, 3, 1], np.int32)
 
 # op type -> (inputs, body building the op from {name: var}, (rtol, atol)).
 CASES = {
-    # elementwise.cc
+    # elementwise_binary.cc, elementwise_unary.cc, activation.cc, misc.cc (select)
     "abs": unary("abs"),
     "add": binary("add"),
     "ceil": unary("ceil", tol=EXACT),
@@ -196,7 +196,7 @@ CASES = {
                                      name="out"), EXACT),
     "sliding_windows": unary("sliding_windows", axis=3, size=3, stride=2, tol=EXACT),
     "topk": (X, lambda v: mb.topk(x=v["x"], k=3, axis=-1, ascending=False, name="out"), EXACT),
-    # linear_conv.cc
+    # linear.cc, conv.cc, pool.cc, attention.cc
     "avg_pool": unary("avg_pool", kernel_sizes=[2, 2], strides=[1, 2], pad_type="valid", tol=SUMS),
     "conv": ({"x": normal(2, 3, 8, 7)},
              lambda v: mb.conv(x=v["x"], weight=W_CONV, bias=B_CONV, strides=[1, 2], pad_type="same", name="out"), SUMS),
@@ -235,8 +235,7 @@ CASES = {
     "lstm": ({"x": normal(T, B, I), "h0": normal(B, H), "c0": normal(B, H)},
              lambda v: mb.lstm(x=v["x"], initial_h=v["h0"], initial_c=v["c0"], weight_ih=W_IH, weight_hh=W_HH,
                                bias=B_LSTM, direction="forward", output_sequence=True, name="out"), SUMS),
-    # shape.cc
-    # misc.cc (every pair of dtypes: test_cast)
+    # shape.cc, slice.cc, gather.cc (gather), misc.cc (cast: every pair of dtypes in test_cast; identity)
     "cast": ({"x": RNG.integers(-1000, 1000, (2, 3, 4, 5)).astype(np.int32)},
              lambda v: mb.cast(x=v["x"], dtype="fp32", name="out"), EXACT),
     "concat": (XY, lambda v: mb.concat(values=[v["x"], mb.tile(x=mb.expand_dims(x=v["y"], axes=[0]),
