@@ -94,7 +94,7 @@ std::vector<StructureSubModel> stage_structures(const std::vector<format::Pipeli
 
 }  // namespace
 
-ModelStructure read_model_structure(const std::string& path) {
+ModelStructure read_model_structure(const std::string& path) try {
   const format::ModelFiles files = format::locate_model(path);
   format::LoadedModel loaded = format::read_model(files);
   ModelStructure out;
@@ -104,6 +104,8 @@ ModelStructure read_model_structure(const std::string& path) {
   if (format::is_model_family(out.model_type, format::ModelFamily::Pipeline))
     out.sub_models = stage_structures(format::read_pipeline_stages(files));
   return out;
+} catch (...) {
+  rethrow_as(ErrorKind::BadModel);  // what it reads is a model: coremlrt/error.h
 }
 
 }  // namespace coremlrt

@@ -9,8 +9,9 @@ metadata, Prometheus, logs); this class turns one request into a prediction:
 * stateless requests go through the function's :class:`~.batching.Batcher`; stateful ones
   through the model's :class:`~.sequences.SequenceTable`, on the same worker threads;
 * every failure a client can cause is a :class:`mlserver.errors.MLServerError` with a 4xx
-  status (503 for capacity), naming what was wrong; coremlrt.Error from the engine is a 400
-  (law 5: it names the model, function and feature). Nothing else escapes as a 500 unless it
+  status (503 for capacity), naming what was wrong; coremlrt.Error from the engine has the
+  status of its kind (ENGINE_KIND_STATUS: 400 for a bad input, 507 for a resource limit, ...;
+  law 5: it names the model, function and feature). Nothing else escapes as a 500 unless it
   is a bug here.
 """
 
@@ -36,6 +37,15 @@ _MAX_ELEMENTS = 1 << 28
 
 # Names of the models this process has loaded, ever (server.py exits 1 when one never was).
 LOADED: set[str] = set()
+
+
+# coremlrt.Error's kind -> HTTP status (docs/guide/limits-and-errors.md, "Error kinds"): a bad
+# input is the client's to fix (400); a model the engine cannot read or run is no fault of the
+# request (422); a resource limit is the server's capacity (507); an internal error is ours
+# (500). An error without a kind (the Python layer's own checks of a request) is a bad input.
+ENGINE_KIND_STATUS = {"bad_input": 400, "bad_model": 422, "unsupported": 422, "resource_limit": 507,
+                      "internal": 500}
+
 
 
 class CoreMLRuntime(mlserver.MLModel):
@@ -104,9 +114,10 @@ class CoreMLRuntime(mlserver.MLModel):
         except F.RequestError as exc:
             self.metrics.requests.labels(self.name, str(exc.status)).inc()
             raise MLServerError(str(exc), exc.status) from None
-        except Error as exc:  # the engine refused the values (law 5): the client's request
-            self.metrics.requests.labels(self.name, "400").inc()
-            raise MLServerError(str(exc), 400) from None
+        except Error as exc:  # the engine refused: its error's kind says whose fault it is
+            status = ENGINE_KIND_STATUS.get(getattr(exc, "kind", "bad_input"), 500)
+            self.metrics.requests.labels(self.name, str(status)).inc()
+            raise MLServerError(str(exc), status) from None
         self.metrics.requests.labels(self.name, "200").inc()
         self.metrics.latency.labels(self.name).observe(time.perf_counter() - began)
         return response
