@@ -176,7 +176,8 @@ def cmd_serve(args, out=None):
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                          max_request_bytes=args.max_request_bytes, max_sequences=args.max_sequences,
                          sequence_timeout_s=args.sequence_timeout, merge=not args.no_merge, backend=args.backend,
-                         threads=args.threads, log_format=args.log_format)
+                         threads=args.threads, log_format=args.log_format,
+                         admin_token=args.admin_token or os.environ.get("COREMLRT_ADMIN_TOKEN") or None)
     return serve_main(args.model, config)
 
 
@@ -238,12 +239,12 @@ def _add_export_parser(sub):
 
 
 def _add_serve_parser(sub):
-    from .serve.config import ServeConfig  # no MLServer import: `coremlrt --help` works without it
+    from .serve.config import ServeConfig  # no server import: `coremlrt --help` works without grpcio
 
     defaults = ServeConfig()
     serve = sub.add_parser("serve", help="serve models over the Open Inference Protocol (REST and gRPC)",
                            description="Serves one model, or each model in a folder (named after its file), "
-                                       "over the Open Inference Protocol (KServe V2 / Triton), with MLServer. "
+                                       "over the Open Inference Protocol (KServe V2 / Triton), REST and gRPC. "
                                        "docs/design/serving.md describes batching, sequences and limits.")
     serve.add_argument("model", metavar="MODEL_OR_FOLDER")
     serve.add_argument("--host", default=defaults.host, help="address to listen on (default: loopback only)")
@@ -263,11 +264,14 @@ def _add_serve_parser(sub):
     serve.add_argument("--max-sequences", type=int, default=defaults.max_sequences,
                        help="live stateful sequences per model")
     serve.add_argument("--sequence-timeout", type=float, default=defaults.sequence_timeout_s,
-                       help="seconds after which an idle sequence is dropped")
+                       help="seconds after which an idle sequence is dropped (default %(default)s, as Triton)")
     serve.add_argument("--no-merge", action="store_true", help="never merge requests; run them side by side")
     serve.add_argument("--backend", default=None, help="auto (default), reference or a backend name")
     serve.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     serve.add_argument("--log-format", choices=["json", "text"], default=defaults.log_format)
+    serve.add_argument("--admin-token", default=None,
+                       help="turn on model control (repository load/unload), for requests that carry "
+                            "'Authorization: Bearer TOKEN' (default: off); also read from COREMLRT_ADMIN_TOKEN")
 
 
 # The exit status of a failed command, by the kind of the engine error that stopped it
