@@ -338,41 +338,45 @@ nb::dict inspect(const std::string& path) {
 
 // coremlrt.Error (a RuntimeError, as it always was) and one subclass of it per ErrorKind
 // (coremlrt/error.h), whose class attribute `kind` is the kind's name; the package exports them
-// (python/coremlrt/__init__.py). Indexed by ErrorKind.
-PyObject* g_error_classes[5] = {};
+// (python/coremlrt/__init__.py). The classes live only as attributes of this module, found by
+// name when an error is raised (law 2: no C++ code but PyOwner holds a Python object).
+struct ErrorClass {
+  ErrorKind kind;
+  const char* name;
+  const char* doc;
+};
+constexpr ErrorClass kErrorClasses[] = {  // in ErrorKind's order
+    {ErrorKind::BadModel, "BadModelError", "The model's files cannot be read, or contradict themselves or the format."},
+    {ErrorKind::Unsupported, "UnsupportedError", "An op, layer, model type or feature this build does not run."},
+    {ErrorKind::BadInput, "BadInputError", "What the caller passed: inputs, states, options or names."},
+    {ErrorKind::ResourceLimit, "ResourceLimitError", "A memory, size or iteration limit was reached."},
+    {ErrorKind::Internal, "InternalError", "A fault of the engine or of a library it calls."},
+};
 
 void bind_errors(nb::module_& m) {
-  PyObject* base = PyErr_NewExceptionWithDoc(
+  nb::object base = nb::steal(PyErr_NewExceptionWithDoc(
       "coremlrt._core.Error", "An error of the coremlrt engine; its subclasses say what kind it is.", PyExc_RuntimeError,
-      nullptr);
-  m.attr("Error") = nb::steal(base);
-  struct Class {
-    ErrorKind kind;
-    const char* name;
-    const char* doc;
-  };
-  const Class classes[] = {
-      {ErrorKind::BadModel, "BadModelError", "The model's files cannot be read, or contradict themselves or the format."},
-      {ErrorKind::Unsupported, "UnsupportedError", "An op, layer, model type or feature this build does not run."},
-      {ErrorKind::BadInput, "BadInputError", "What the caller passed: inputs, states, options or names."},
-      {ErrorKind::ResourceLimit, "ResourceLimitError", "A memory, size or iteration limit was reached."},
-      {ErrorKind::Internal, "InternalError", "A fault of the engine or of a library it calls."},
-  };
-  for (const Class& c : classes) {
+      nullptr));
+  if (!base) throw nb::python_error();
+  m.attr("Error") = base;
+  for (const ErrorClass& c : kErrorClasses) {
     nb::dict attributes;
     attributes["kind"] = error_kind_name(c.kind);
-    PyObject* cls = PyErr_NewExceptionWithDoc((std::string("coremlrt._core.") + c.name).c_str(), c.doc, base,
-                                              attributes.ptr());
+    nb::object cls = nb::steal(PyErr_NewExceptionWithDoc((std::string("coremlrt._core.") + c.name).c_str(), c.doc,
+                                                         base.ptr(), attributes.ptr()));
     if (!cls) throw nb::python_error();
-    g_error_classes[static_cast<int>(c.kind)] = cls;  // owned by the module from here on
-    m.attr(c.name) = nb::borrow(cls);
-    Py_DECREF(cls);
+    m.attr(c.name) = cls;
   }
+  // Translators run with the GIL held, as the exception reaches Python.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyErr_SetString(g_error_classes[static_cast<int>(e.kind())], e.what());
+      const char* name = "InternalError";
+      for (const ErrorClass& c : kErrorClasses)
+        if (c.kind == e.kind()) name = c.name;
+      nb::object cls = nb::module_::import_("coremlrt._core").attr(name);
+      PyErr_SetString(cls.ptr(), e.what());
     }
   });
 }
