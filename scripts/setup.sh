@@ -42,6 +42,9 @@ python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4
 python3 -m pip install -q --disable-pip-version-check "uvicorn==0.55.0" "httptools==0.9.0" "uvloop==0.23.0" "grpcio==1.85.4" \
   "protobuf==6.33.6" "prometheus_client==0.26.0" "fastapi==0.115.14" "starlette==0.46.2" \
   "tritonclient[http,grpc]==2.73.0" "grpcio-reflection==1.78.2"
+# The language-model API's client test (tests/python/llm/test_openai_api.py streams a chat
+# completion through the openai client); tokenizers and jinja2 come with transformers.
+python3 -m pip install -q --disable-pip-version-check "openai==3.63.0"
 # Triton's load generator, perf_analyzer (tests/python/serving/test_protocol.py, benchmarks/bench_serve.py,
 # benchmarks/soak_serve.py): unpacked into build/perf_analyzer, nothing installed system-wide.
 bash scripts/install_perf_analyzer.sh >/dev/null

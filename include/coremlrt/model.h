@@ -187,6 +187,7 @@ ModelReport inspect_model(const std::string& path);
 // main tensor input (any_dtype: elements of every dtype are moved without being read).
 struct SupportedOp {
   std::string op_type;
+  std::string family;  // the op family its kernel belongs to (docs/guide/adding-an-op.md)
   int min_ios = 15;
   int max_ios = 99;
   std::vector<DType> dtypes;  // empty when any_dtype

@@ -31,12 +31,12 @@ from .batch import BatchResult, predict_dataset
 from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
-# coremlrt.dask, coremlrt.ray, coremlrt.serve and coremlrt.onnx_export are imported on demand:
-# they need the optional extras. export_onnx and export_onnx_functions are reached from here,
-# imported when first used.
+# coremlrt.dask, coremlrt.ray, coremlrt.serve, coremlrt.onnx_export and coremlrt.llm are imported
+# on demand: they need the optional extras. export_onnx, export_onnx_functions and generate
+# (coremlrt.llm.generate) are reached from here, imported when first used.
 __all__ = ["BadInputError", "BadModelError", "BatchResult", "ComputeUnit", "Error", "InternalError", "MLModel",
            "MLState", "ResourceLimitError", "UnsupportedError", "available_backends", "compile_model",
-           "export_onnx", "export_onnx_functions", "num_threads", "predict_dataset", "set_num_threads",
+           "export_onnx", "export_onnx_functions", "generate", "num_threads", "predict_dataset", "set_num_threads",
            "state_traffic"]
 __version__ = "0.1.0"
 
@@ -46,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from . import onnx_export
 
         return getattr(onnx_export, name)
+    if name == "generate":
+        from .llm import generate
+
+        return generate
     raise AttributeError(f"module 'coremlrt' has no attribute '{name}'")

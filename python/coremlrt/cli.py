@@ -8,7 +8,11 @@
                          [--format npz|parquet] [--function NAME] [--no-progress]
     coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
-                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
+                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST] [--tokenizer PATH]
+    coremlrt generate MODEL (--prompt TEXT | --prompt-ids IDS) [--tokenizer PATH] [--max-new-tokens N]
+                      [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
+                      [--stop TEXT ...] [--ignore-eos] [--ids]
+    coremlrt score MODEL TEXT_FILE [--tokenizer PATH] [--window N] [--stride N] [--json]
     coremlrt export MODEL -o OUT.onnx [--function NAME] [--opset N] [--fp32] [--external-data]
     coremlrt export MODEL -o DIR --all-functions [--opset N] [--fp32]
     coremlrt export --check MODEL [--function NAME | --all-functions] [--opset N]
@@ -177,8 +181,11 @@ def cmd_serve(args, out=None):
                          max_request_bytes=args.max_request_bytes, max_sequences=args.max_sequences,
                          sequence_timeout_s=args.sequence_timeout, merge=not args.no_merge, backend=args.backend,
                          threads=args.threads, log_format=args.log_format,
-                         admin_token=args.admin_token or os.environ.get("COREMLRT_ADMIN_TOKEN") or None)
-    return serve_main(args.model, config)
+                         admin_token=args.admin_token or os.environ.get("COREMLRT_ADMIN_TOKEN") or None,
+                         tokenizer=args.tokenizer)
+    from .serve.openai_routes import openai_routes
+
+    return serve_main(args.model, config, extra_routes=[openai_routes(args.model, config)])
 
 
 def cmd_export(args, out=None):
@@ -272,6 +279,9 @@ def _add_serve_parser(sub):
     serve.add_argument("--admin-token", default=None,
                        help="turn on model control (repository load/unload), for requests that carry "
                             "'Authorization: Bearer TOKEN' (default: off); also read from COREMLRT_ADMIN_TOKEN")
+    serve.add_argument("--tokenizer", default=None, metavar="PATH",
+                       help="tokenizer folder (tokenizer.json) of the language models served under the OpenAI API "
+                            "(default: each model's folder); --max-sequences bounds their concurrent requests")
 
 
 # The exit status of a failed command, by the kind of the engine error that stopped it
@@ -318,6 +328,9 @@ def main(argv=None):
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_serve_parser(sub)
     _add_export_parser(sub)
+    from .llm import cli as llm_cli
+
+    llm_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     try:
         model = getattr(args, "model", None)
@@ -325,8 +338,8 @@ def main(argv=None):
             # A Core AI model: every command reads the ML program it translates to (coremlrt.coreai).
             from .coreai import compile_aimodel
             args.model = compile_aimodel(model)
-        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
-                "batch": cmd_batch, "serve": cmd_serve, "export": cmd_export}[args.command](args)
+        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict, "batch": cmd_batch, "serve": cmd_serve,
+                "export": cmd_export, "generate": llm_cli.cmd_generate, "score": llm_cli.cmd_score}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
         return EXIT_STATUS.get(getattr(exc, "kind", None), 1)

@@ -68,6 +68,11 @@ def _convert(name, value, feature):
     """Returns (array for the engine, whether it is the caller's own memory)."""
     want_name = feature["dtype"]
     want = np.dtype(_NUMPY_DTYPES[want_name])
+    if type(value) is np.ndarray and value.dtype == want and value.flags.c_contiguous and \
+            value.ndim == len(feature["shape"]) and value.ndim:
+        # Already what the engine takes (a language model's decode step passes two such arrays
+        # per token: the checks below cost it about 0.1 ms each).
+        return value, True
     try:
         array = source = _as_array(value)
     except Exception as exc:  # noqa: BLE001 - any failure here means "not array-like"

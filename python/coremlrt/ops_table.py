@@ -29,4 +29,4 @@ def dtypes_text(dtypes):
 def rows():
     """(op type, opsets, dtypes) per kernel registration, sorted by op type, then opset."""
     ops = sorted(_core.supported_ops(), key=lambda op: (op[0], op[1]))
-    return [(op_type, opsets_text(lo, hi), dtypes_text(dtypes)) for op_type, lo, hi, dtypes in ops]
+    return [(op_type, opsets_text(lo, hi), dtypes_text(dtypes)) for op_type, lo, hi, dtypes, _family in ops]

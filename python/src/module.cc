@@ -429,15 +429,16 @@ NB_MODULE(_core, m) {
   });
   bind_structure(m);
   bind_program(m);
-  // (op_type, min_ios, max_ios, dtypes): dtypes is a tuple of numpy-style names, or ("any",)
-  // for kernels that move elements of every dtype without reading them.
+  // (op_type, min_ios, max_ios, dtypes, family): dtypes is a tuple of numpy-style names, or
+  // ("any",) for kernels that move elements of every dtype without reading them; family is the op
+  // family of its kernel (src/ops/register.h).
   m.def("supported_ops", [] {
     nb::list out;
     for (const auto& op : supported_ops()) {
       nb::list dtypes;
       if (op.any_dtype) dtypes.append("any");
       for (DType dtype : op.dtypes) dtypes.append(dtype_name(dtype));
-      out.append(nb::make_tuple(op.op_type, op.min_ios, op.max_ios, nb::tuple(dtypes)));
+      out.append(nb::make_tuple(op.op_type, op.min_ios, op.max_ios, nb::tuple(dtypes), op.family));
     }
     return out;
   });

@@ -31,7 +31,7 @@ KernelRegistry::Entry& KernelRegistry::add(const std::string& op_type, DTypeSet 
     if (e.op_type == op_type && e.min_ios <= max_ios && min_ios <= e.max_ios)
       fail("kernel for '", op_type, "' registered twice for overlapping opsets");
   if (!dtypes.is_any() && dtypes.list().empty()) fail("kernel for '", op_type, "' accepts no dtype");
-  entries_.push_back({op_type, min_ios, max_ios, dtypes, std::move(factory), OpTraits{}, {}});
+  entries_.push_back({op_type, family_, min_ios, max_ios, dtypes, std::move(factory), OpTraits{}, {}});
   return entries_.back();
 }
 
@@ -39,6 +39,12 @@ const KernelRegistry::Entry* KernelRegistry::find_entry(const std::string& op_ty
   for (const Entry& e : entries_)
     if (e.op_type == op_type && e.min_ios <= ios_version && ios_version <= e.max_ios) return &e;
   return nullptr;
+}
+
+void KernelRegistry::add_family(const std::string& family, void (*add)(KernelRegistry&)) {
+  family_ = family;
+  add(*this);
+  family_.clear();
 }
 
 const KernelFactory* KernelRegistry::find(const std::string& op_type, int ios_version) const {

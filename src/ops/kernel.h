@@ -209,6 +209,7 @@ class KernelRegistry {
  public:
   struct Entry {
     std::string op_type;
+    std::string family;  // the src/ops file of its kernel (register.h)
     int min_ios;
     int max_ios;
     DTypeSet dtypes;
@@ -223,6 +224,9 @@ class KernelRegistry {
   const KernelFactory* find(const std::string& op_type, int ios_version) const;
   // The entry serving `op_type` at `ios_version`; nullptr when none does.
   const Entry* find_entry(const std::string& op_type, int ios_version) const;
+  // Runs `add` (one family's register_<family>_kernels, register.h) with every entry it adds
+  // marked as of `family`.
+  void add_family(const std::string& family, void (*add)(KernelRegistry&));
   const std::vector<Entry>& entries() const { return entries_; }
 
   // The registry of every CPU kernel in this build.
@@ -230,6 +234,7 @@ class KernelRegistry {
 
  private:
   std::vector<Entry> entries_;
+  std::string family_;  // add_family's while it runs
 };
 
 }  // namespace coremlrt::ops

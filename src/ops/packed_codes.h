@@ -99,10 +99,11 @@ inline float value_of(const Group& g, float code, uint32_t raw) {
 //   bytes:    a run of int8 or uint8 codes, kShiftScale or kAffine
 //   expand:   a sparse run of fp16 or fp32 codes (kIdentity): the mask's bits from bit
 //             `position` on say which of the n values take the next code; returns codes used
-bool nibbles_simd(const Run& run, half* out);
-bool nibbles_simd(const Run& run, float* out);
-bool bytes_simd(const Run& run, half* out);
-bool bytes_simd(const Run& run, float* out);
+// Out is half or float (packed_codes_x86.cc instantiates both).
+template <class Out>
+bool nibbles_simd(const Run& run, Out* out);
+template <class Out>
+bool bytes_simd(const Run& run, Out* out);
 // What `expand` reads: a sparsity mask (bit i set: dense position i takes the next value) and
 // the nonzero values in order, fp16 or fp32 (a sparse tensor's codes, or values decoded from its
 // codes by the caller).
@@ -118,8 +119,8 @@ struct SparseValues {
     return {t.mask.ptr<uint8_t>(), t.mask.numel(), t.codes.data.data, t.codes.dtype, t.codes.count};
   }
 };
-int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, half* out);
-int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, float* out);
+template <class Out>
+int64_t expand_simd(const SparseValues& s, int64_t position, int64_t k, int64_t n, Out* out);
 
 // Rows [r0, r0 + nr) of a packed matrix, columns [c0, c0 + nc) (packed_weight.h's PackedMatrix):
 // `cols` per row, groups of `row_block` rows by `col_groups` groups of `col_block` columns.

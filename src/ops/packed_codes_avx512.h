@@ -12,7 +12,7 @@
 #define COREMLRT_PACKED_X86 1
 #include <immintrin.h>
 // GCC 12's AVX-512 intrinsics that fill half a register start from an undefined value and draw
-// false "may be used uninitialized" warnings (as in gemm.cc).
+// false "may be used uninitialized" warnings (as in gemm_parts.h).
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"

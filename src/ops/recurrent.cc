@@ -7,31 +7,29 @@
 // after reading x[s-1-k]); a bidirectional LSTM aligns the backward half with input time
 // (as PyTorch does). Without output_sequence the output is the final state.
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cmath>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "ops/gemm.h"
+#include "ops/recurrent_parts.h"
 #include "ops/register.h"
 #include "ops/thread_pool.h"
 #include "ops/util.h"
 #include "ops/vector_math.h"
 
-// On x86-64 (GCC) some functions below have versions for newer CPUs, as in ops/gemm.cc, and
-// as there COREMLRT_GEMM_PORTABLE_ONLY (the TSan build: CMakeLists.txt) leaves only the plain
-// code.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COREMLRT_GEMM_PORTABLE_ONLY)
-#define COREMLRT_RECURRENT_X86_V3 1
-#include <immintrin.h>
-#endif
-
 namespace coremlrt::ops {
 
 namespace {
+
+using recurrent_parts::for_each_step;
+using recurrent_parts::kMaxBlocks;
+#ifdef COREMLRT_RECURRENT_DOTS
+using recurrent_parts::gate_dots;
+using recurrent_parts::have_gate_dots;
+using recurrent_parts::have_project_dots;
+using recurrent_parts::project_dots;
+#endif
 
 enum class Act { Sigmoid, Tanh, Relu, Linear, HardSigmoid, ScaledTanh };
 
@@ -74,276 +72,6 @@ inline float apply(Act act, float v) {
 
 COREMLRT_LANES_VERSIONS(void activate(Act act, float* v, int64_t n) { activate_lanes(act, v, n); })
 
-// ---- Dot products summed as gemm sums them, in fewer instructions.
-
-#ifdef COREMLRT_RECURRENT_X86_V3
-#define COREMLRT_RECURRENT_DOTS 1
-// The kernels below compute C[r, j] += dot(A[r, :], W[j, :]) for rows of a row-major W whose
-// length K is a multiple of 8, with each element summed exactly as gemm's x86-64-v3 and v4 dot
-// forms sum it (dot_tile and dot_tile_pairs in ops/gemm.cc): eight lanes, each a chain of fused
-// multiply-adds over its share of a block of kGemmDotBlockK, the lanes then added in order to 0, and
-// that sum added to C, block after block. So their results are those of the gemm call they
-// replace; they differ in adding the lanes of eight elements at once, after a transposition,
-// where gemm adds them one element at a time.
-
-// out += the lane sums of acc[0..8), lane j of the result summing acc[j].
-[[gnu::target("avx"), gnu::always_inline]] inline void add_lane_sums(const __m256 (&acc)[8], __m256& out) {
-  const __m256 t0 = _mm256_unpacklo_ps(acc[0], acc[1]), t1 = _mm256_unpackhi_ps(acc[0], acc[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(acc[2], acc[3]), t3 = _mm256_unpackhi_ps(acc[2], acc[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(acc[4], acc[5]), t5 = _mm256_unpackhi_ps(acc[4], acc[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(acc[6], acc[7]), t7 = _mm256_unpackhi_ps(acc[6], acc[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  __m256 sum = _mm256_add_ps(_mm256_setzero_ps(), _mm256_permute2f128_ps(u0, u4, 0x20));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u1, u5, 0x20));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u2, u6, 0x20));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u3, u7, 0x20));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u0, u4, 0x31));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u1, u5, 0x31));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u2, u6, 0x31));
-  sum = _mm256_add_ps(sum, _mm256_permute2f128_ps(u3, u7, 0x31));
-  out = _mm256_add_ps(out, sum);
-}
-
-// The recurrent product of one block of hidden units for a single row of h:
-// g[q*n + i] = x[q*H + i] + dot(h, w[(q*H + i) * H ...]) for the gates q < `gates` and units
-// i < n (n and H multiples of 8), w pointing at the block's first row. One pass over all gates'
-// rows instead of a gemm call per gate, whose set-up costs about as much as these small
-// products. Reading W_hh is what bounds it, so eight lanes suffice.
-__attribute__((target("arch=x86-64-v3"))) void gate_dots(const float* h, const float* w, int64_t H, int64_t n,
-                                                        int64_t gates, const float* x, float* g) {
-  for (int64_t q = 0; q < gates; ++q)
-    for (int64_t i0 = 0; i0 < n; i0 += 8) {
-      const float* rows = w + (q * H + i0) * H;
-      __m256 out = _mm256_loadu_ps(x + q * H + i0);
-      for (int64_t k0 = 0; k0 < H; k0 += kGemmDotBlockK) {
-        const int64_t k1 = std::min(H, k0 + kGemmDotBlockK);
-        __m256 acc[8];
-        for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-        for (int64_t k = k0; k < k1; k += 8) {
-          const __m256 a = _mm256_loadu_ps(h + k);
-          for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(a, _mm256_loadu_ps(rows + r * H + k), acc[r]);
-        }
-        add_lane_sums(acc, out);
-      }
-      _mm256_storeu_ps(g + q * n + i0, out);
-    }
-}
-
-// C[r, 0:8] += A[r, k0:k1] . W[0:8, k0:k1]^T for r < MR: each sixteen-lane accumulator holds
-// two rows of W (as dot_tile_pairs does), so that CPUs with two 512-bit multiply-add units
-// use both. (Halves are joined and split with __builtin_shufflevector: GCC 12's intrinsics for
-// that start from an undefined register and draw -Wmaybe-uninitialized, ops/gemm.cc.)
-template <int MR>
-[[gnu::target("arch=x86-64-v4"), gnu::always_inline]] inline void project_tile(int64_t k0, int64_t k1, const float* A,
-                                                                             int64_t lda, const float* W, int64_t ldw,
-                                                                             float* C, int64_t ldc) {
-  __m512 acc[MR][4];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_setzero_ps();
-  for (int64_t k = k0; k < k1; k += 8) {
-    __m512 w[4];
-    for (int p = 0; p < 4; ++p) {
-      const __m256 low = _mm256_loadu_ps(W + 2 * p * ldw + k), high = _mm256_loadu_ps(W + (2 * p + 1) * ldw + k);
-      w[p] = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    }
-    for (int r = 0; r < MR; ++r) {
-      const __m256 row = _mm256_loadu_ps(A + r * lda + k);
-      const __m512 a = __builtin_shufflevector(row, row, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-      for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_fmadd_ps(a, w[p], acc[r][p]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    __m256 halves[8];
-    for (int p = 0; p < 4; ++p) {
-      halves[2 * p] = __builtin_shufflevector(acc[r][p], acc[r][p], 0, 1, 2, 3, 4, 5, 6, 7);
-      halves[2 * p + 1] = __builtin_shufflevector(acc[r][p], acc[r][p], 8, 9, 10, 11, 12, 13, 14, 15);
-    }
-    __m256 out = _mm256_loadu_ps(C + r * ldc);
-    add_lane_sums(halves, out);
-    _mm256_storeu_ps(C + r * ldc, out);
-  }
-}
-
-// Prefetches the cache lines [first, last) from p on, into L1 (locality 3) or L2 (2).
-template <int Locality>
-[[gnu::always_inline]] inline void prefetch_lines(const char* p, int64_t first, int64_t last) {
-  for (int64_t l = first; l < last; ++l) __builtin_prefetch(p + l * 64, 0, Locality);
-}
-
-// C[M, N] += A[M, K] . W[N, K]^T for N and K multiples of 8 and ldw == K (the input projection
-// of all steps), in panels of eight rows of W. While a panel is used, the next one is fetched,
-// and `ahead_bytes` from `ahead` on are fetched towards L2 (the recurrent weight that the steps
-// read next): the products keep the core busy while memory delivers both. Without it, the
-// first pass over each weight waits on memory, which costs about as much as five later steps.
-__attribute__((target("arch=x86-64-v4"))) void project_dots(int64_t M, int64_t N, int64_t K, const float* A,
-                                                           int64_t lda, const float* W, float* C, int64_t ldc,
-                                                           const char* ahead, int64_t ahead_bytes) {
-  const int64_t panels = N / 8, panel_lines = 8 * K * 4 / 64, ahead_lines = ahead_bytes / 64;
-  const int64_t tiles = (M + 3) / 4;
-  for (int64_t p = 0; p < panels; ++p) {
-    const float* w = W + p * 8 * K;
-    const char* next = reinterpret_cast<const char*>(w + 8 * K);
-    const int64_t a0 = p * ahead_lines / panels, a1 = (p + 1) * ahead_lines / panels;
-    for (int64_t k0 = 0; k0 < K; k0 += kGemmDotBlockK) {
-      const int64_t k1 = std::min(K, k0 + kGemmDotBlockK);
-      for (int64_t t = 0; t < tiles; ++t) {
-        if (k0 == 0) {  // a share of the prefetches before each tile
-          if (p + 1 < panels) prefetch_lines<3>(next, t * panel_lines / tiles, (t + 1) * panel_lines / tiles);
-          prefetch_lines<2>(ahead, a0 + t * (a1 - a0) / tiles, a0 + (t + 1) * (a1 - a0) / tiles);
-        }
-        const int64_t i = 4 * t;
-        if (i + 4 <= M) {
-          project_tile<4>(k0, k1, A + i * lda, lda, w, K, C + i * ldc + p * 8, ldc);
-        } else {
-          for (int64_t r = i; r < M; ++r) project_tile<1>(k0, k1, A + r * lda, lda, w, K, C + r * ldc + p * 8, ldc);
-        }
-      }
-    }
-  }
-}
-
-// Whether gemm takes its fused multiply-add versions on this CPU, which the kernels above
-// reproduce; project_dots also needs x86-64-v4.
-bool have_gate_dots() {
-  static const bool v3 = __builtin_cpu_supports("x86-64-v3");
-  return v3;
-}
-bool have_project_dots() {
-  static const bool v4 = __builtin_cpu_supports("x86-64-v4");
-  return v4;
-}
-#endif
-
-// ---- Time steps split into blocks that run in parallel.
-
-// The blocks of the steps of one sequence, shared by the threads that run them. One pool loop
-// serves the whole sequence rather than one per step: each thread claims blocks of the current
-// step from atomic cursors, and the thread that finishes a step's last block opens the next
-// step. A thread waits only for blocks another thread has claimed and is running, so a pool
-// thread that joins late, or never, just leaves more blocks to the others (as
-// ops/thread_pool.h requires of loops).
-//
-// Blocks are split into one range per part. A part claims from its own range first: from the
-// front on even steps and from the back on odd ones, so that it starts on the weight rows it
-// read last; then it takes what is left of the other ranges from their other end.
-class StepLoop {
- public:
-  StepLoop(int64_t steps, int64_t blocks, int parts)
-      : steps_(steps), blocks_(blocks), parts_(parts), cursors_(new Cursor[static_cast<size_t>(parts)]) {
-    open(0);
-  }
-
-  // Runs body(part, k, b) for the blocks this thread claims, from the current step to the last.
-  template <class Body>
-  void take_part(int part, Body& body) {
-    for (int64_t k = ready_.load(std::memory_order_acquire); k < steps_;) {
-      int64_t ran = 0;
-      try {
-        for (int i = 0; i < parts_; ++i) {
-          const int range = (part + i) % parts_;
-          const bool from_front = (i == 0) == (k % 2 == 0);
-          for (int64_t b = 0; claim(range, k, from_front, b); ++ran) body(part, k, b);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex_);
-        if (!error_) error_ = std::current_exception();
-        failed_.store(true, std::memory_order_relaxed);
-        return;
-      }
-      if (ran > 0 && finished_.fetch_add(ran, std::memory_order_acq_rel) + ran == (k + 1) * blocks_) {
-        open(k + 1);
-        ready_.store(k + 1, std::memory_order_release);
-      }
-      ++k;
-      // Spin: a step takes microseconds, far less than a sleep and a wake-up. Yielding now
-      // and then lets the thread waited for run where threads outnumber cores.
-      for (int polls = 1; ready_.load(std::memory_order_acquire) < k; ++polls) {
-        if (failed_.load(std::memory_order_relaxed)) return;
-        if (polls % 256 == 0) std::this_thread::yield();
-        else cpu_relax();
-      }
-    }
-  }
-
-  void rethrow() {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  // A range's unclaimed blocks [front, back) in step `step`: step << 32 | front << 16 | back.
-  struct alignas(64) Cursor {
-    std::atomic<uint64_t> bits{0};
-  };
-
-  static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-
-  void open(int64_t k) {
-    for (int r = 0; r < parts_; ++r) {
-      const uint64_t front = static_cast<uint64_t>(r * blocks_ / parts_);
-      const uint64_t back = static_cast<uint64_t>((r + 1) * blocks_ / parts_);
-      cursors_[r].bits.store(static_cast<uint64_t>(static_cast<uint32_t>(k)) << 32 | front << 16 | back,
-                             std::memory_order_relaxed);
-    }
-  }
-
-  bool claim(int range, int64_t k, bool from_front, int64_t& block) {
-    std::atomic<uint64_t>& cursor = cursors_[range].bits;
-    uint64_t bits = cursor.load(std::memory_order_relaxed);
-    for (;;) {
-      // A cursor already opened for a later step means that step k is all done.
-      if (bits >> 32 != static_cast<uint32_t>(k)) return false;
-      const int64_t front = static_cast<int64_t>(bits >> 16 & 0xffff), back = static_cast<int64_t>(bits & 0xffff);
-      if (front >= back) return false;
-      const uint64_t next = from_front ? bits + (uint64_t{1} << 16) : bits - 1;
-      if (cursor.compare_exchange_weak(bits, next, std::memory_order_relaxed)) {
-        block = from_front ? front : back - 1;
-        return true;
-      }
-    }
-  }
-
-  const int64_t steps_, blocks_;
-  const int parts_;
-  std::unique_ptr<Cursor[]> cursors_;
-  alignas(64) std::atomic<int64_t> finished_{0};  // blocks run, over all steps
-  alignas(64) std::atomic<int64_t> ready_{0};     // the step whose cursors are open
-  std::atomic<bool> failed_{false};
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
-};
-
-// The most blocks a step may have (StepLoop's cursors count them in 16 bits).
-constexpr int64_t kMaxBlocks = 1 << 15;
-
-// Runs body(part, k, b) for every step k in [0, steps) and block b in [0, blocks), all blocks
-// of step k before any of step k+1, on up to `parts` threads; `part` tells apart the threads
-// running at once (for their scratch buffers). Since the blocks of a step are independent, the
-// results do not depend on which thread runs which.
-template <class Body>
-void for_each_step(int64_t steps, int64_t blocks, int parts, Body&& body) {
-  if (parts <= 1) {  // in StepLoop's order
-    for (int64_t k = 0; k < steps; ++k)
-      for (int64_t i = 0; i < blocks; ++i) body(0, k, k % 2 == 0 ? i : blocks - 1 - i);
-    return;
-  }
-  StepLoop loop(steps, blocks, parts);
-  parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
-    // A product started inside a block stays on this thread (the others are busy here).
-    ThreadLimit single(1);
-    for (int64_t part = begin; part < end; ++part) loop.take_part(static_cast<int>(part), body);
-  });
-  loop.rethrow();
-}
-
-// Constant weights of one direction. W_ih [G*H, I] and W_hh [G*H, H] are the constant tensors
-// themselves (views of weight.bin), read in place: x @ W_ih^T and each step's h @ W_hh^T are
 // dot products with their rows (gemm's dot form), so no transposed copy is made.
 struct Weights {
   Tensor ih, hh;             // [G*H, I], [G*H, H]

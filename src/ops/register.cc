@@ -2,36 +2,44 @@
 
 namespace coremlrt::ops {
 
+// Each family's entries carry its name (KernelRegistry::Entry::family).
+#define COREMLRT_OP_FAMILY(family) registry.add_family(#family, register_##family##_kernels)
+
 void register_cpu_kernels(KernelRegistry& registry) {
-  register_elementwise_binary_kernels(registry);
-  register_elementwise_unary_kernels(registry);
-  register_activation_kernels(registry);
-  register_reduction_kernels(registry);
-  register_linear_kernels(registry);
-  register_conv_kernels(registry);
-  register_pool_kernels(registry);
-  register_normalization_kernels(registry);
-  register_shape_kernels(registry);
-  register_gather_kernels(registry);
-  register_constexpr_kernels(registry);
-  register_state_kernels(registry);
-  register_attention_kernels(registry);
-  register_misc_kernels(registry);
-  register_recurrent_kernels(registry);
-  register_resize_kernels(registry);
-  register_control_flow_kernels(registry);
-  register_sampling_kernels(registry);
-  register_detection_kernels(registry);
-  register_random_kernels(registry);
-  register_quantization_kernels(registry);
-  register_dynamic_quantization_kernels(registry);
-  register_classify_kernels(registry);
-  register_glm_kernels(registry);
-  register_feature_engineering_kernels(registry);
-  register_recommender_kernels(registry);
-  register_svm_kernels(registry);
-  register_tree_ensemble_kernels(registry);
-  register_nearest_neighbors_kernels(registry);
+  COREMLRT_OP_FAMILY(elementwise_binary);
+  COREMLRT_OP_FAMILY(elementwise_unary);
+  COREMLRT_OP_FAMILY(activation);
+  COREMLRT_OP_FAMILY(reduction);
+  COREMLRT_OP_FAMILY(linear);
+  COREMLRT_OP_FAMILY(conv);
+  COREMLRT_OP_FAMILY(pool);
+  COREMLRT_OP_FAMILY(normalization);
+  COREMLRT_OP_FAMILY(shape);
+  COREMLRT_OP_FAMILY(slice);
+  COREMLRT_OP_FAMILY(space);
+  COREMLRT_OP_FAMILY(tensor_ops);
+  COREMLRT_OP_FAMILY(gather);
+  COREMLRT_OP_FAMILY(constexpr);
+  COREMLRT_OP_FAMILY(state);
+  COREMLRT_OP_FAMILY(attention);
+  COREMLRT_OP_FAMILY(misc);
+  COREMLRT_OP_FAMILY(recurrent);
+  COREMLRT_OP_FAMILY(resize);
+  COREMLRT_OP_FAMILY(control_flow);
+  COREMLRT_OP_FAMILY(sampling);
+  COREMLRT_OP_FAMILY(detection);
+  COREMLRT_OP_FAMILY(random);
+  COREMLRT_OP_FAMILY(quantization);
+  COREMLRT_OP_FAMILY(dynamic_quantization);
+  COREMLRT_OP_FAMILY(classify);
+  COREMLRT_OP_FAMILY(glm);
+  COREMLRT_OP_FAMILY(feature_engineering);
+  COREMLRT_OP_FAMILY(recommender);
+  COREMLRT_OP_FAMILY(svm);
+  COREMLRT_OP_FAMILY(tree_ensemble);
+  COREMLRT_OP_FAMILY(nearest_neighbors);
 }
+
+#undef COREMLRT_OP_FAMILY
 
 }  // namespace coremlrt::ops

@@ -1,5 +1,7 @@
 #pragma once
-// Explicit, nested registration: one function per op family, no static initialisers.
+// Explicit registration: one function per op family, no static initialisers. A family is the
+// file of src/ops its kernels live in (register_<family>_kernels in <family>.cc), and the name
+// every other layer gives its file for the same ops (docs/guide/adding-an-op.md).
 #include "ops/kernel.h"
 
 namespace coremlrt::ops {
@@ -15,6 +17,9 @@ void register_conv_kernels(KernelRegistry& registry);
 void register_pool_kernels(KernelRegistry& registry);
 void register_normalization_kernels(KernelRegistry& registry);
 void register_shape_kernels(KernelRegistry& registry);
+void register_slice_kernels(KernelRegistry& registry);
+void register_space_kernels(KernelRegistry& registry);
+void register_tensor_ops_kernels(KernelRegistry& registry);
 void register_gather_kernels(KernelRegistry& registry);
 void register_constexpr_kernels(KernelRegistry& registry);
 void register_state_kernels(KernelRegistry& registry);

@@ -11,9 +11,6 @@
 namespace coremlrt::ops {
 
 // Defined in the other files of this family (slice.cc, tensor_ops.cc, space.cc).
-void register_slice_kernels(KernelRegistry& registry);
-void register_tensor_op_kernels(KernelRegistry& registry);
-void register_space_kernels(KernelRegistry& registry);
 
 namespace {
 
@@ -419,9 +416,6 @@ void register_shape_kernels(KernelRegistry& registry) {
   registry.add("stack", kAnyDType, stack);
   registry.add("tile", kAnyDType, tile);
   registry.add("pad", kPlainDTypes, pad);
-  register_slice_kernels(registry);
-  register_tensor_op_kernels(registry);
-  register_space_kernels(registry);
 }
 
 }  // namespace coremlrt::ops

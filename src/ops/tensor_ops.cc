@@ -257,7 +257,7 @@ std::unique_ptr<Kernel> sliding_windows(KernelBuilder& b) {
 
 }  // namespace
 
-void register_tensor_op_kernels(KernelRegistry& registry) {
+void register_tensor_ops_kernels(KernelRegistry& registry) {
   // fill, fill_like and one_hot: the dtypes they can produce.
   registry.add("fill", kPlainDTypes, fill);
   registry.add("fill_like", kPlainDTypes, fill_like, 16);

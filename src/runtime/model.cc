@@ -105,7 +105,7 @@ bool shape_allowed(const Shape& shape, const FeatureDescription& feature, const 
 }
 
 // A neuralNetwork array input in the rank-5 layout whose program input is the blob
-// [Seq, 1, C, H, W] itself (src/format/neural_network/reader.cc: networks that need Seq known
+// [Seq, 1, C, H, W] itself (src/format/neural_network/translator_edges.cc: networks that need Seq known
 // only at prediction) takes an array of the declared [C, H, W] (or [C]) shape as Seq 1: a view
 // of it as [1, 1, C, H, W] (or [1, 1, C, 1, 1]). Any other feed is bound as it is.
 Tensor bind_rank5_sequence(const Tensor& t, const FeatureDescription& feature, const ir::ValueType& type) {
@@ -409,7 +409,7 @@ ModelReport inspect_model(const std::string& path) try {
 std::vector<SupportedOp> supported_ops() {
   std::vector<SupportedOp> out;
   for (const auto& entry : ops::KernelRegistry::cpu().entries())
-    out.push_back({entry.op_type, entry.min_ios, entry.max_ios, entry.dtypes.list(), entry.dtypes.is_any()});
+    out.push_back({entry.op_type, entry.family, entry.min_ios, entry.max_ios, entry.dtypes.list(), entry.dtypes.is_any()});
   std::sort(out.begin(), out.end(), [](const SupportedOp& a, const SupportedOp& b) {
     return std::tie(a.op_type, a.min_ios) < std::tie(b.op_type, b.min_ios);
   });

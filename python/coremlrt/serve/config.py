@@ -40,6 +40,9 @@ class ServeConfig:
     # Model control (repository load/unload) is off unless a token is given; requests carry it
     # as "Authorization: Bearer TOKEN".
     admin_token: Optional[str] = None
+    # Language models (coremlrt.llm) are also served under the OpenAI API; their tokenizer
+    # folder (default: the folder beside each model, when it holds tokenizer.json).
+    tokenizer: Optional[str] = None
 
     def runtime_options(self):
         """The fields each served model reads (served_model.py), as plain values."""

@@ -1,8 +1,8 @@
 #pragma once
 // Lowering MIL ops to OpenVINO nodes: the vocabulary shared by the per-family files of this
-// folder (elementwise.cc, linear_conv.cc, normalization.cc, shape.cc, reduction.cc,
-// recurrent.cc). Only
-// files of src/backends/openvino/ include this header, so OpenVINO's types stay here.
+// folder, each named as the src/ops file of the same ops (elementwise_binary.cc, activation.cc,
+// conv.cc, ...: docs/guide/adding-an-op.md). Only files of src/backends/openvino/ include this
+// header, so OpenVINO's types stay here.
 //
 // Each op type has one OpLowering: `check` says, from the op's parameters and types alone,
 // whether the lowering gives Core ML's semantics for them (a Verdict: claimed, or why not); `lower`
@@ -14,6 +14,7 @@
 #include <openvino/core/type/element_type.hpp>
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -85,10 +86,42 @@ struct OpLowering {
   std::function<std::vector<Value>(Lowerer&)> lower;
   // The lowering reads its values' ranks and dtypes, never their dims, so it also lowers values
   // whose dims are known only at prediction (a flexible input's): OpenVINO infers the shapes.
-  // Set for whole families by lowerings() (lowering.cc).
+  // Set for whole families by lowerings() (lowering.cc), or by the entry itself.
   bool any_dims = false;
 };
 using LoweringTable = std::map<std::string, OpLowering>;
+
+// Pieces that several families' lowerings share.
+Value add(const Value& a, const Value& b);
+Value mul(const Value& a, const Value& b);
+// A claim when `param` is fp16 or fp32, else a refusal saying so.
+Verdict float_input(const OpReader& op, const char* param = "x");
+// Every listed parameter that is present is a float of x's dtype (x being fp16 or fp32).
+Verdict same_float_dtype(const OpReader& op, std::initializer_list<const char*> params);
+// A unary op on float x that one OpenVINO op computes, or that `fn` writes from the lowered x.
+template <class OvOp>
+OpLowering unary() {
+  return {[](const OpReader& op) { return float_input(op); },
+          [](Lowerer& op) -> std::vector<Value> { return {std::make_shared<OvOp>(op.input("x"))}; }};
+}
+OpLowering unary_fn(std::function<Value(Lowerer&, const Value&)> fn);
+// The dims the program declares for output `output`.
+inline std::vector<int64_t> declared_dims(const OpReader& op, size_t output = 0) { return op.output_type(output).dims; }
+// x reshaped to `dims` (a row-major regrouping).
+Value reshape_to(const Value& x, const std::vector<int64_t>& dims);
+inline int64_t normalized_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+// The window of a convolution or a pool (conv.cc, pool.cc).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations;
+  std::vector<int64_t> pad_begin, pad_end;  // resolved explicit pads
+};
+// pad_type / pad of conv and the pools, resolved for x's spatial dims `in` (-1 for a dim known
+// only at prediction, which "same" padding cannot be resolved for here) with the rules of our
+// kernels (same: the odd pixel after; same_lower: before).
+Verdict resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window& w);
+// x's spatial dims (after [N, C]).
+inline std::vector<int64_t> spatial(const ir::ValueType& x) { return std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()); }
 
 // Packed constants (compressed weights, src/ir/packed.h; packed.cc). Whether OpenVINO runs `op`
 // with this packed input, or why not.
@@ -106,11 +139,18 @@ Value packed_constant(const ir::PackedTensor& packed, ov::element::Type compute,
 // The whole table, filled once by the families below.
 const LoweringTable& lowerings();
 
-void add_elementwise_lowerings(LoweringTable& table);
-void add_linear_conv_lowerings(LoweringTable& table);
+void add_elementwise_binary_lowerings(LoweringTable& table);
+void add_elementwise_unary_lowerings(LoweringTable& table);
+void add_activation_lowerings(LoweringTable& table);
+void add_reduction_lowerings(LoweringTable& table);
+void add_linear_lowerings(LoweringTable& table);
+void add_conv_lowerings(LoweringTable& table);
+void add_pool_lowerings(LoweringTable& table);
 void add_normalization_lowerings(LoweringTable& table);
 void add_shape_lowerings(LoweringTable& table);
-void add_reduction_lowerings(LoweringTable& table);
+void add_slice_lowerings(LoweringTable& table);
+void add_gather_lowerings(LoweringTable& table);
+void add_misc_lowerings(LoweringTable& table);
 void add_recurrent_lowerings(LoweringTable& table);
 
 }  // namespace coremlrt::backends::openvino

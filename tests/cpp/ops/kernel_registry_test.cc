@@ -43,6 +43,19 @@ TEST(KernelRegistry, RejectsOverlappingOpsetsAndEmptyDtypeSets) {
   EXPECT_THROW(registry.add("other", DTypeSet{}, no_kernel), Error);
 }
 
+TEST(KernelRegistry, AddFamilyMarksTheEntriesItAdds) {
+  KernelRegistry registry;
+  registry.add_family("first", [](KernelRegistry& r) { r.add("a", kFloat, no_kernel); });
+  registry.add("b", kFloat, no_kernel);
+  ASSERT_EQ(registry.entries().size(), 2u);
+  EXPECT_EQ(registry.entries()[0].family, "first");
+  EXPECT_EQ(registry.entries()[1].family, "");
+}
+
+TEST(KernelRegistry, EveryCpuKernelBelongsToAFamily) {
+  for (const auto& entry : KernelRegistry::cpu().entries()) EXPECT_FALSE(entry.family.empty()) << entry.op_type;
+}
+
 TEST(KernelRegistry, EveryCpuKernelDeclaresItsDtypes) {
   for (const auto& entry : KernelRegistry::cpu().entries())
     EXPECT_TRUE(entry.dtypes.is_any() || !entry.dtypes.list().empty()) << entry.op_type;

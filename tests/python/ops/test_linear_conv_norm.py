@@ -134,7 +134,7 @@ def test_matmul_shapes_and_transposes(tmp_path):
 def test_decode_attention_matmuls_fp16(tmp_path):
     # A decode step's attention: one query row per head against fp16 keys and values. One row
     # widens the fp16 values as the tiles load them, four rows widen them into a block first
-    # (src/ops/gemm.cc, axpy_widens_while_loading); the heads are spread over threads whole
+    # (src/ops/gemm_axpy.cc, axpy_widens_while_loading); the heads are spread over threads whole
     # (gemm_each). Every way sums each element in the same order, so the bits are the same.
     heads, length, depth = 12, 256, 64
     q = (rand(heads, 4, depth) * 0.2).astype(np.float16)
@@ -684,7 +684,7 @@ def test_wide_lstm_steps_split_over_threads(tmp_path, direction, batch, hidden):
 
 
 def test_lstm_step_kernels_sum_as_gemm_does(tmp_path):
-    # One sequence alone takes the step kernel of its own (gate_dots, src/ops/recurrent.cc);
+    # One sequence alone takes the step kernel of its own (gate_dots, src/ops/recurrent_dots.cc);
     # the same sequence twice in a batch takes gemm per block. Both sum every element in gemm's
     # order, so the results are the same bits.
     seq, inp, hidden = 5, 40, 136

@@ -77,7 +77,7 @@ INDICES = np.array([2, 0, 3, 3, 1], np.int32)
 
 # op type -> (inputs, body building the op from {name: var}, (rtol, atol)).
 CASES = {
-    # elementwise.cc
+    # elementwise_binary.cc, elementwise_unary.cc, activation.cc, misc.cc (select)
     "abs": unary("abs"),
     "add": binary("add"),
     "ceil": unary("ceil", tol=EXACT),
@@ -120,7 +120,7 @@ CASES = {
     "square": unary("square"),
     "sub": binary("sub"),
     "tanh": unary("tanh"),
-    # linear_conv.cc
+    # linear.cc, conv.cc, pool.cc
     "avg_pool": unary("avg_pool", kernel_sizes=[2, 2], strides=[1, 2], pad_type="valid", tol=SUMS),
     "conv": ({"x": normal(2, 3, 8, 7)},
              lambda v: mb.conv(x=v["x"], weight=W_CONV, bias=B_CONV, strides=[1, 2], pad_type="same", name="out"), SUMS),
@@ -143,7 +143,7 @@ CASES = {
     "lstm": ({"x": normal(T, B, I), "h0": normal(B, H), "c0": normal(B, H)},
              lambda v: mb.lstm(x=v["x"], initial_h=v["h0"], initial_c=v["c0"], weight_ih=W_IH, weight_hh=W_HH,
                                bias=B_LSTM, direction="forward", output_sequence=True, name="out"), SUMS),
-    # shape.cc
+    # shape.cc, slice.cc, gather.cc, misc.cc (cast, identity)
     # (The lowering casts to fp16 and fp32 only: casts to int32 stay on our kernels.)
     "cast": ({"x": RNG.integers(-1000, 1000, (2, 3, 4, 5)).astype(np.int32)},
              lambda v: mb.cast(x=v["x"], dtype="fp32", name="out"), EXACT),

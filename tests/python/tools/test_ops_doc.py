@@ -48,7 +48,7 @@ def test_format_doc_parser_finds_the_op_tables():
 
 
 def registry():
-    return {(op, lo): (hi, dtypes) for op, lo, hi, dtypes in _core.supported_ops()}
+    return {(op, lo): (hi, dtypes) for op, lo, hi, dtypes, _family in _core.supported_ops()}
 
 
 def test_supported_ops_carry_opsets_and_dtypes():
