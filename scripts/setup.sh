@@ -65,6 +65,11 @@ python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntim
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
   "xgboost-cpu==2.1.4" "nncf==3.4.0"
 bash scripts/xgboost_tested_env.sh >/dev/null
+# Core AI (.aimodel): coreai-core reads main.mlirb for the translation (coremlrt.coreai) and its
+# runtime is the reference tests/python/coreai compares with (in a process of its own:
+# tests/python/coreai_oracle.py); coreai-torch converts the torch modules those tests make. The
+# newest releases the package index serves (pip index versions --pre coreai-core), pinned.
+python3 -m pip install -q --disable-pip-version-check "coreai-core==1.0.0b3" "coreai-torch==0.4.3"
 # coremlrt itself: the wheel that ships (scripts/build_wheel.sh), so the tests run what users
 # install, and the package is built once: the test command's wheel step rebuilds it from the
 # same build directory (nothing to recompile) and tests it in a bare environment. The first

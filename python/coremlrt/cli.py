@@ -284,6 +284,13 @@ def _add_serve_parser(sub):
                             "(default: each model's folder); --max-sequences bounds their concurrent requests")
 
 
+# The exit status of a failed command, by the kind of the engine error that stopped it
+# (docs/guide/command-line.md, "Exit status"); 1 for a bad input, option or file and any other
+# error; 2 is argparse's for a wrong command line and a command's partial failure (batch,
+# export --check).
+EXIT_STATUS = {"bad_input": 1, "bad_model": 3, "unsupported": 4, "resource_limit": 5, "internal": 6}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="coremlrt", description="Run Core ML models on Linux.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -335,7 +342,7 @@ def main(argv=None):
                 "export": cmd_export, "generate": llm_cli.cmd_generate, "score": llm_cli.cmd_score}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_STATUS.get(getattr(exc, "kind", None), 1)
 
 
 if __name__ == "__main__":
