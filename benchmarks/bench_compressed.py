@@ -18,7 +18,11 @@ Contenders:
   nncf (fp16, int8, int4: it has no palettized or sparse form), computing in f32
   (INFERENCE_PRECISION_HINT "f32") with float activations (DYNAMIC_QUANTIZATION_GROUP_SIZE 0:
   its default quantizes activations to int8 for compressed weights, which Core ML does not do).
-  Its decoder takes the caches as inputs and returns them (one model, a dynamic token count);
+  Its decoder is stateful, as OpenVINO's own language models are (benchmarks/compressed_models.py,
+  _openvino_model): one model with a dynamic token count whose KV caches are the infer request's
+  variables, so neither side copies its caches per step;
+* OpenVINO with its own defaults ("openvino defaults": the same models and threads, no precision
+  hint, activations quantized as its CPU plugin chooses), what a user of OpenVINO alone gets;
 * torch eager on the fp32 module, once per model (form "fp32"), as a reference point.
 
 Latency: for every thread count (threads= for coremlrt, INFERENCE_NUM_THREADS for OpenVINO,
@@ -68,7 +72,7 @@ import bench_peers  # noqa: E402
 import compressed_models as cm  # noqa: E402
 
 ROOT = bench_peers.ROOT
-CONTENDERS = ("coremlrt auto", "coremlrt reference", "openvino", "torch eager")
+CONTENDERS = ("coremlrt auto", "coremlrt reference", "openvino", "openvino defaults", "torch eager")
 # Load and memory are also measured with backend="openvino" (every region compiled by
 # OpenVINO, which keeps its own copy of the weights it repacks), except for lm1b.
 LOAD_CONTENDERS = ("coremlrt auto", "coremlrt reference", "coremlrt openvino", "openvino")
@@ -95,16 +99,19 @@ def _coremlrt_load(path, kind, backend, threads, cache_dir, packed_weights=True)
     return {f: coremlrt.MLModel(path, function_name=f, **options) for f in ("prefill", "decode")}
 
 
-def _openvino_compile(path, threads, cache_dir=None):
+def _openvino_compile(path, threads, cache_dir=None, defaults=False):
+    """OpenVINO computing as Core ML does (f32, float activations), or with its own defaults
+    (`defaults`: the precision and activation quantization its CPU plugin picks)."""
     import openvino as ov
 
     core = ov.Core()
     if cache_dir:
         core.set_property({"CACHE_DIR": cache_dir})
-    config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
-              # Float activations, as Core ML computes them (its default for compressed weights
-              # quantizes them to int8 on the fly).
-              "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    config = {"PERFORMANCE_HINT": "LATENCY"} if defaults else {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+        # Float activations, as Core ML computes them (its default for compressed weights
+        # quantizes them to int8 on the fly).
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
     # From the path: with a cache folder, a cached model is not even read.
@@ -124,21 +131,18 @@ def _coremlrt_runners(manifest, form, backend, threads, inputs):
             "decode": lambda: decode.predict(step, state=state)}
 
 
-def _openvino_runners(manifest, form, threads, inputs):
-    compiled = _openvino_compile(manifest["openvino"][form], threads)
+def _openvino_runners(manifest, form, threads, inputs, defaults=False):
+    compiled = _openvino_compile(manifest["openvino"][form], threads, defaults=defaults)
     if manifest["kind"] == "cnn":
         request = compiled.create_infer_request()
         feed = {"image": inputs["image"]}
         return {"predict": lambda: request.infer(feed, share_inputs=True)}
-    cache_shape = (manifest["config"]["layers"], manifest["config"]["heads"], manifest["config"]["max_len"],
-                   manifest["config"]["dim"] // manifest["config"]["heads"])
-    zeros = np.zeros(cache_shape, np.float16)
     prompt, step = _decoder_feeds(inputs, manifest["config"]["prompt"])
-    # One request per phase: switching a request between token counts reshapes it.
+    # One request per phase (switching a request between token counts reshapes it), each with
+    # its own caches (the request's variables): the decode step's filled by a prefill first.
     prefill, decode = compiled.create_infer_request(), compiled.create_infer_request()
-    prompt = dict(prompt, k_cache=zeros, v_cache=zeros)
-    out = prefill.infer(prompt, share_inputs=True)
-    step = dict(step, k_cache=out["k_cache_out"], v_cache=out["v_cache_out"])
+    prefill.infer(prompt, share_inputs=True)
+    decode.infer(prompt, share_inputs=True)
     return {"prefill": lambda: prefill.infer(prompt, share_inputs=True),
             "decode": lambda: decode.infer(step, share_inputs=True)}
 
@@ -173,6 +177,8 @@ def contenders(manifest, forms, threads, inputs, tiny):
                         lambda f=form, b=backend: _coremlrt_runners(manifest, f, b, threads, inputs)))
         if form in manifest["openvino"]:
             out.append((form, "openvino", lambda f=form: _openvino_runners(manifest, f, threads, inputs)))
+            out.append((form, "openvino defaults",
+                        lambda f=form: _openvino_runners(manifest, f, threads, inputs, defaults=True)))
     out.append(("fp32", "torch eager", lambda: _torch_runners(manifest, threads, inputs, tiny)))
     return out
 
@@ -255,13 +261,11 @@ def _worker_load(task):
             prompt_len = task["prompt"]
             prompt, _ = _decoder_feeds(inputs, prompt_len)
             if contender == "openvino":
-                request = compiled.create_infer_request()
-                zeros = np.zeros(task["cache_shape"], np.float16)
-                out = request.infer(dict(prompt, k_cache=zeros, v_cache=zeros))
+                request = compiled.create_infer_request()  # its variables hold the caches
+                out = request.infer(prompt)
                 for i in range(steps):
                     token = np.array([[np.argmax(out["logits"][0, -1])]], np.int32)
-                    out = request.infer({"tokens": token, "start": np.array([prompt_len + i], np.int32),
-                                         "k_cache": out["k_cache_out"], "v_cache": out["v_cache_out"]})
+                    out = request.infer({"tokens": token, "start": np.array([prompt_len + i], np.int32)})
             else:
                 state = models["prefill"].make_state()
                 logits = models["prefill"].predict(prompt, state=state)["logits"]
@@ -290,9 +294,12 @@ def _worker_diff(task):
             for p in models["decode" if task["kind"] == "decoder" else "predict"].placements():
                 placements[p["backend"]] = placements.get(p["backend"], 0) + 1
         del models
-    diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outputs[True], outputs[False]))
-    return {"max_abs_diff": diff, "max_abs": max(float(np.max(np.abs(a))) for a in outputs[True]),
-            "placements": placements}
+    # Each output on its own: a decoder's prefill (many rows of A: the panel path) and its decode
+    # step (one row: the register loops, where the CPU has them) differ from the folded model in
+    # different ways (docs/design/compressed-weights.md, "Kernels").
+    diffs = [float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(outputs[True], outputs[False])]
+    return {"max_abs_diff": max(diffs), "max_abs_diffs": diffs,
+            "max_abs": max(float(np.max(np.abs(a))) for a in outputs[True]), "placements": placements}
 
 
 def _run_worker(task):
@@ -303,11 +310,6 @@ def _run_worker(task):
         tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         raise RuntimeError(f"worker exited with {proc.returncode}: {tail[:200]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _cache_shape(manifest):
-    c = manifest["config"]
-    return [c["layers"], c["heads"], c["max_len"], c["dim"] // c["heads"]]
 
 
 def _load_contenders(manifest, form):
@@ -321,7 +323,7 @@ def loads_and_memory(manifest, forms, threads):
     kind = manifest["kind"]
     base = {"kind": kind, "inputs": manifest["inputs"], "threads": threads}
     if kind == "decoder":
-        base.update(prompt=manifest["config"]["prompt"], cache_shape=_cache_shape(manifest))
+        base.update(prompt=manifest["config"]["prompt"])
     out, errors = {}, {}
     for form in forms:
         for contender in _load_contenders(manifest, form):
@@ -342,7 +344,10 @@ def packed_vs_folded(manifest, forms, threads):
     """{(form, backend): {"max_abs_diff", "max_abs", "placements"}}, {label: error}."""
     out, errors = {}, {}
     for form in forms:
-        for backend in ("reference", "auto"):
+        # "openvino" too, so that the report says where that contender's ops run: a decoder's
+        # functions share their weights, so its decode step stays on coremlrt's kernels there.
+        for backend in ("reference", "auto") + (("openvino",) if "coremlrt openvino" in _load_contenders(
+                manifest, form) else ()):
             task = {"kind": manifest["kind"], "inputs": manifest["inputs"], "threads": threads,
                     "path": manifest["coreml"][form], "backend": backend}
             if manifest["kind"] == "decoder":
@@ -407,11 +412,12 @@ def model_report(name, r, threads_list, tiny):
             rss = lambda k: f"{l['rss_mb'][k]['anon']:.0f} / {l['rss_mb'][k]['file']:.0f}" if l else "—"  # noqa: E731
             d = diffs.get((form, contender.split()[-1])) if contender != "openvino" else None
             placed = ", ".join(f"{k} {v}" for k, v in sorted(d["placements"].items())) if d else "—"
+            diff = (" / ".join(_fmt(x, 2) for x in d.get("max_abs_diffs", [d["max_abs_diff"]])) if d else "—")
             rows.append([form, contender, _fmt(wbytes[kind].get(form, 0) / MB), _fmt(l and l["cold_s"]),
-                         _fmt(l and l["cached_s"]), rss("before"), rss("loaded"), rss("steps"),
-                         _fmt(d and d["max_abs_diff"], 2), placed])
+                         _fmt(l and l["cached_s"]), rss("before"), rss("loaded"), rss("steps"), diff, placed])
     lines += _table(["form", "contender", "weights (MB)", "cold load (s)", "cached load (s)", "RSS before load",
-                     "after load", f"after {steps}", "max \\|diff\\| vs folded",
+                     "after load", f"after {steps}",
+                     "max \\|diff\\| vs folded" + (" (prefill / decode)" if decoder else ""),
                      "ops by placement" + (" (decode)" if decoder else "")], rows)
 
     for phase in phases:
@@ -484,7 +490,11 @@ def report(results, args, errors):
              "Forms (coremltools.optimize.coreml, every weight): fp16 as converted; int8 symmetric per channel; "
              "int4 per block of 32; palettized: 4 bits, a palette per group of 16 channels; sparse: 50 % by magnitude; "
              "sparse_palettized: both. OpenVINO: the same torch module, nncf.compress_weights INT8_SYM / INT4_ASYM "
-             "group 32, f32 inference, float activations. torch eager: the fp32 module (form fp32). "
+             "group 32, f32 inference, float activations; a decoder stateful (its KV caches the infer request's "
+             "variables, as OpenVINO's own language models keep them); \"openvino defaults\": the same with the CPU "
+             "plugin's default precision and activation quantization. \"coremlrt openvino\" (load and memory only) "
+             "is backend=\"openvino\"; its ops by placement say where they run (a decoder's functions share their "
+             "weights, so they stay on coremlrt's kernels). torch eager: the fp32 module (form fp32). "
              "Absolute times on a shared machine are noise; ratios measured in the same run are the result.", ""]
     for name, r in results.items():
         lines += model_report(name, r, args.threads, args.tiny)

@@ -77,12 +77,13 @@ def _ort_runner(path, inputs, threads):
     return lambda: session.run(None, feed)
 
 
-def _openvino_runner(path, inputs, threads, precision):
+def _openvino_runner(name, path, inputs, threads, precision):
     import openvino as ov
 
     core = ov.Core()
-    compiled = core.compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision,
-                                                "PERFORMANCE_HINT": "LATENCY"})
+    # A decoder's KV caches are the infer request's variables (peer_models.openvino_model).
+    compiled = core.compile_model(peer_models.openvino_model(path, name), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     feed = [v.astype(port.get_element_type().to_dtype()) for port, v in zip(compiled.inputs, inputs.values())]
     return lambda: request.infer(feed)
@@ -116,8 +117,8 @@ def contenders(name, paths, inputs, threads):
     out.append(("coremlrt fp16 low-precision",
                 lambda: _coremlrt_runner(paths["coreml_fp16"], coreml_inputs, "auto", threads, low_precision=True)))
     out.append(("onnxruntime f32", lambda: _ort_runner(paths["onnx"], inputs, threads)))
-    out.append(("openvino f32", lambda: _openvino_runner(paths["onnx"], inputs, threads, "f32")))
-    out.append(("openvino bf16", lambda: _openvino_runner(paths["onnx"], inputs, threads, "bf16")))
+    out.append(("openvino f32", lambda: _openvino_runner(name, paths["onnx"], inputs, threads, "f32")))
+    out.append(("openvino bf16", lambda: _openvino_runner(name, paths["onnx"], inputs, threads, "bf16")))
     out.append(("torch eager", lambda: _torch_runner(name, inputs, threads)))
     return out
 

@@ -10,7 +10,9 @@ Models:
   embeddings), its KV cache a Core ML state of 256 positions (fp16), prompt 128 tokens;
 * lm1b: the same architecture at width 2048, 16 heads, 20 layers: 1.07 B parameters (checked
   against 1e9 at build); made only as fp16 and int4;
-* resnet18, mobilenet_v2: torchvision's, random weights, input 1x3x224x224.
+* resnet18, mobilenet_v2: torchvision's, random weights, input 1x3x224x224; mobilenet_v2's batch
+  norms calibrated on random images (peer_models.calibrate_batch_norms), so its logits are of
+  magnitude O(1) rather than 1e-9.
 
 Core ML side: each network is converted by coremltools 9.0 with compute_precision FLOAT16 (its
 default: fp16 weights), iOS18 target, then compressed with coremltools.optimize.coreml into
@@ -30,8 +32,9 @@ and compressed one by one, then joined into one multifunction .mlpackage whose f
 the two cache states, as tests/python/lm_helpers.build_lm_package does.
 
 OpenVINO side (fp16, int8, int4 only: it has no palettized or sparse weights): the same torch
-module through openvino.convert_model (the decoder in the form that takes its caches as inputs
-and returns them, with a dynamic token count so that one model serves prefill and decode), then
+module through openvino.convert_model (the decoder stateful: its caches are the infer request's
+variables, as in OpenVINO's own language models; a dynamic token count so that one model serves
+prefill and decode), then
 nncf.compress_weights: INT8_SYM per channel, INT4_ASYM in groups of 32 with ratio 1.0 and
 all_layers=True (nncf keeps embeddings and the last layer in int8 otherwise). nncf compresses
 matrix products and embeddings in int4 but not convolutions: in the CNNs' int4 model they get
@@ -68,6 +71,9 @@ DECODERS = ("lm6", "lm1b")
 # the form such a model ships in (int4); fp16 is its baseline.
 MODEL_FORMS = {"lm1b": ("fp16", "int4")}
 STATE_NAMES = ("k_cache", "v_cache")
+# A model whose module changed since it was cached is built again (1: mobilenet_v2's batch norms
+# calibrated, peer_models.calibrate_batch_norms).
+REVISIONS = {"mobilenet_v2": 1}
 
 
 class DecoderConfig:
@@ -186,7 +192,10 @@ def make_module(name, tiny=False):
     elif name == "resnet18":
         module = _tiny_resnet() if tiny else torchvision.models.resnet18(weights=None)
     elif name == "mobilenet_v2":
+        from peer_models import calibrate_batch_norms  # logits of magnitude O(1), not 1e-9
+
         module = torchvision.models.mobilenet_v2(weights=None, **({"width_mult": 0.5, "num_classes": 100} if tiny else {}))
+        module = calibrate_batch_norms(module, make_inputs(name, tiny)["image"].shape)
     else:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     return module.eval()
@@ -331,7 +340,10 @@ def _build_coreml_cnn(name, module, inputs, forms, out):
 
 
 def _openvino_model(name, module, config, inputs):
-    """The fp32 ov.Model of the torch module; a decoder takes and returns its caches (fp16)."""
+    """The fp32 ov.Model of the torch module. A decoder is stateful, as OpenVINO runs language
+    models (optimum-intel exports them so): its KV caches are variables of the infer request
+    (ReadValue / Assign, made from the cache inputs and outputs by OpenVINO's MakeStateful
+    transformation), read and written in place, not tensors passed in and copied out each step."""
     import openvino as ov
     import torch
 
@@ -346,6 +358,9 @@ def _openvino_model(name, module, config, inputs):
             port.get_tensor().set_names({n})
         for port, n in zip(model.outputs, ("logits", "k_cache_out", "v_cache_out")):
             port.get_tensor().set_names({n})
+        from openvino._offline_transformations import apply_make_stateful_transformation
+
+        apply_make_stateful_transformation(model, {"k_cache": "k_cache_out", "v_cache": "v_cache_out"})
         return model
     model = ov.convert_model(module, example_input=torch.from_numpy(inputs["image"]),
                              input=[(list(inputs["image"].shape), ov.Type.f32)])
@@ -404,6 +419,12 @@ def build(name, forms=None, directory=DEFAULT_DIR, tiny=False):
     if manifest is None:
         manifest = {"model": name, "kind": "decoder" if name in DECODERS else "cnn", "coreml": {}, "openvino": {},
                     "weight_bytes": {"coreml": {}, "openvino": {}}, "openvino_weights": {}}
+    if manifest.get("openvino_decoder") != "stateful":  # built before the decoders were stateful
+        manifest["openvino"] = {}
+        manifest["openvino_decoder"] = "stateful"
+    if manifest.get("revision", 0) != REVISIONS.get(name, 0):  # the module changed: build all again
+        manifest["coreml"], manifest["openvino"] = {}, {}
+        manifest["revision"] = REVISIONS.get(name, 0)
     missing_coreml = [f for f in forms if not os.path.exists(manifest["coreml"].get(f, ""))]
     missing_openvino = [f for f in forms if f in OPENVINO_FORMS and not os.path.exists(manifest["openvino"].get(f, ""))]
     if not missing_coreml and not missing_openvino:

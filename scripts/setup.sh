@@ -31,13 +31,23 @@ python3 -m pip install -q --disable-pip-version-check numpy pytest pytest-xdist 
 # test_dask.py and test_ray.py.
 python3 -m pip install -q --disable-pip-version-check "pyarrow==26.0.1" "tqdm==4.70.1" \
   "dask[array,bag,dataframe]==2026.8.0" "distributed==2026.8.0" "ray[data]==2.60.0"
-# coremlrt serve's framework and the client its tests use (tests/python/serving): MLServer 1.7.1
-# pins protobuf 6.33.6 (down from 7) and ml_dtypes 0.5.4, which coremltools 9.0 works with.
-# grpcio-reflection is the one module `import ray.serve` lacks (coremlrt.ray.serve_deployment);
-# 1.78.2 is built for protobuf 6 (1.85 needs 7), and ray[serve] itself would pull fastapi >= 0.133,
-# which MLServer refuses (< 0.116).
-python3 -m pip install -q --disable-pip-version-check "mlserver==1.7.1" "tritonclient[http,grpc]==2.73.0" \
-  "grpcio-reflection==1.78.2"
+# coremlrt serve (tests/python/serving): uvicorn (REST) with httptools (its C HTTP parser: about
+# half the server's CPU per small request of the pure-Python h11, docs/design/serving.md), grpcio
+# (gRPC), protobuf, prometheus_client and uvloop, at the versions the tests ran with; tritonclient
+# 2.73 is the tests' Python client.
+# protobuf 6.33.6: what coremltools 9.0, onnx and tritonclient share here (7 breaks
+# grpcio-reflection 1.78.2). grpcio-reflection is the one module `import ray.serve` lacks
+# (coremlrt.ray.serve_deployment); 1.78.2 is built for protobuf 6. Ray Serve's HTTP side runs on
+# fastapi 0.115 / starlette 0.46 (ray[serve] itself would pull fastapi >= 0.133 and more).
+python3 -m pip install -q --disable-pip-version-check "uvicorn==0.55.0" "httptools==0.9.0" "uvloop==0.23.0" "grpcio==1.85.4" \
+  "protobuf==6.33.6" "prometheus_client==0.26.0" "fastapi==0.115.14" "starlette==0.46.2" \
+  "tritonclient[http,grpc]==2.73.0" "grpcio-reflection==1.78.2"
+# The language-model API's client test (tests/python/llm/test_openai_api.py streams a chat
+# completion through the openai client); tokenizers and jinja2 come with transformers.
+python3 -m pip install -q --disable-pip-version-check "openai==3.63.0"
+# Triton's load generator, perf_analyzer (tests/python/serving/test_protocol.py, benchmarks/bench_serve.py,
+# benchmarks/soak_serve.py): unpacked into build/perf_analyzer, nothing installed system-wide.
+bash scripts/install_perf_analyzer.sh >/dev/null
 # ONNX export (coremlrt.export_onnx, tests/python/export): onnx builds and checks the graphs, ONNX
 # Runtime runs the exports in the tests and in scripts/coremltools_op_tests.py --via onnx.
 python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntime==1.32.0"
@@ -55,6 +65,11 @@ python3 -m pip install -q --disable-pip-version-check "onnx==1.23.2" "onnxruntim
 python3 -m pip install -q --disable-pip-version-check "scikit-learn==1.5.1" "libsvm-official==3.35.0" \
   "xgboost-cpu==2.1.4" "nncf==3.4.0"
 bash scripts/xgboost_tested_env.sh >/dev/null
+# Core AI (.aimodel): coreai-core reads main.mlirb for the translation (coremlrt.coreai) and its
+# runtime is the reference tests/python/coreai compares with (in a process of its own:
+# tests/python/coreai_oracle.py); coreai-torch converts the torch modules those tests make. The
+# newest releases the package index serves (pip index versions --pre coreai-core), pinned.
+python3 -m pip install -q --disable-pip-version-check "coreai-core==1.0.0b3" "coreai-torch==0.4.3"
 # coremlrt itself: the wheel that ships (scripts/build_wheel.sh), so the tests run what users
 # install, and the package is built once: the test command's wheel step rebuilds it from the
 # same build directory (nothing to recompile) and tests it in a bare environment. The first

@@ -23,16 +23,20 @@ except ImportError as _error:
     if not preload(_error):
         raise
     del preload
-from ._core import Error, available_backends, num_threads, set_num_threads, state_traffic
+# Error is the base class of every engine error; its subclasses say what kind it is (their `kind`:
+# "bad_model", "unsupported", "bad_input", "resource_limit", "internal"; docs/guide/limits-and-errors.md).
+from ._core import (BadInputError, BadModelError, Error, InternalError, ResourceLimitError, UnsupportedError,
+                    available_backends, num_threads, set_num_threads, state_traffic)
 from .batch import BatchResult, predict_dataset
 from .compiled import compile_model
 from .model import ComputeUnit, MLModel, MLState
 
-# coremlrt.dask, coremlrt.ray, coremlrt.serve and coremlrt.onnx_export are imported on demand:
-# they need the optional extras. export_onnx and export_onnx_functions are reached from here,
-# imported when first used.
-__all__ = ["BatchResult", "ComputeUnit", "Error", "MLModel", "MLState", "available_backends", "compile_model",
-           "export_onnx", "export_onnx_functions", "num_threads", "predict_dataset", "set_num_threads",
+# coremlrt.dask, coremlrt.ray, coremlrt.serve, coremlrt.onnx_export and coremlrt.llm are imported
+# on demand: they need the optional extras. export_onnx, export_onnx_functions and generate
+# (coremlrt.llm.generate) are reached from here, imported when first used.
+__all__ = ["BadInputError", "BadModelError", "BatchResult", "ComputeUnit", "Error", "InternalError", "MLModel",
+           "MLState", "ResourceLimitError", "UnsupportedError", "available_backends", "compile_model",
+           "export_onnx", "export_onnx_functions", "generate", "num_threads", "predict_dataset", "set_num_threads",
            "state_traffic"]
 __version__ = "0.1.0"
 
@@ -42,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from . import onnx_export
 
         return getattr(onnx_export, name)
+    if name == "generate":
+        from .llm import generate
+
+        return generate
     raise AttributeError(f"module 'coremlrt' has no attribute '{name}'")

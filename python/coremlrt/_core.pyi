@@ -10,6 +10,16 @@ FeatureDict = Dict[str, Any]
 DescriptionDict = Dict[str, Any]
 
 class Error(RuntimeError): ...
+class BadModelError(Error):
+    kind: str
+class UnsupportedError(Error):
+    kind: str
+class BadInputError(Error):
+    kind: str
+class ResourceLimitError(Error):
+    kind: str
+class InternalError(Error):
+    kind: str
 
 class State:
     def read_state(self, name: str) -> npt.NDArray[Any]: ...

@@ -8,7 +8,11 @@
                          [--format npz|parquet] [--function NAME] [--no-progress]
     coremlrt serve MODEL_OR_FOLDER [--port N] [--grpc-port N] [--metrics-port N] [--workers N]
                    [--max-batch N] [--max-wait-ms MS] [--max-queue N] [--max-request-bytes N]
-                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST]
+                   [--max-sequences N] [--sequence-timeout S] [--no-merge] [--host HOST] [--tokenizer PATH]
+    coremlrt generate MODEL (--prompt TEXT | --prompt-ids IDS) [--tokenizer PATH] [--max-new-tokens N]
+                      [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
+                      [--stop TEXT ...] [--ignore-eos] [--ids]
+    coremlrt score MODEL TEXT_FILE [--tokenizer PATH] [--window N] [--stride N] [--json]
     coremlrt export MODEL -o OUT.onnx [--function NAME] [--opset N] [--fp32] [--external-data]
     coremlrt export MODEL -o DIR --all-functions [--opset N] [--fp32]
     coremlrt export --check MODEL [--function NAME | --all-functions] [--opset N]
@@ -176,8 +180,12 @@ def cmd_serve(args, out=None):
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                          max_request_bytes=args.max_request_bytes, max_sequences=args.max_sequences,
                          sequence_timeout_s=args.sequence_timeout, merge=not args.no_merge, backend=args.backend,
-                         threads=args.threads, log_format=args.log_format)
-    return serve_main(args.model, config)
+                         threads=args.threads, log_format=args.log_format,
+                         admin_token=args.admin_token or os.environ.get("COREMLRT_ADMIN_TOKEN") or None,
+                         tokenizer=args.tokenizer)
+    from .serve.openai_routes import openai_routes
+
+    return serve_main(args.model, config, extra_routes=[openai_routes(args.model, config)])
 
 
 def cmd_export(args, out=None):
@@ -238,12 +246,12 @@ def _add_export_parser(sub):
 
 
 def _add_serve_parser(sub):
-    from .serve.config import ServeConfig  # no MLServer import: `coremlrt --help` works without it
+    from .serve.config import ServeConfig  # no server import: `coremlrt --help` works without grpcio
 
     defaults = ServeConfig()
     serve = sub.add_parser("serve", help="serve models over the Open Inference Protocol (REST and gRPC)",
                            description="Serves one model, or each model in a folder (named after its file), "
-                                       "over the Open Inference Protocol (KServe V2 / Triton), with MLServer. "
+                                       "over the Open Inference Protocol (KServe V2 / Triton), REST and gRPC. "
                                        "docs/design/serving.md describes batching, sequences and limits.")
     serve.add_argument("model", metavar="MODEL_OR_FOLDER")
     serve.add_argument("--host", default=defaults.host, help="address to listen on (default: loopback only)")
@@ -263,11 +271,24 @@ def _add_serve_parser(sub):
     serve.add_argument("--max-sequences", type=int, default=defaults.max_sequences,
                        help="live stateful sequences per model")
     serve.add_argument("--sequence-timeout", type=float, default=defaults.sequence_timeout_s,
-                       help="seconds after which an idle sequence is dropped")
+                       help="seconds after which an idle sequence is dropped (default %(default)s, as Triton)")
     serve.add_argument("--no-merge", action="store_true", help="never merge requests; run them side by side")
     serve.add_argument("--backend", default=None, help="auto (default), reference or a backend name")
     serve.add_argument("--threads", type=int, default=None, help="threads per prediction (default: every core)")
     serve.add_argument("--log-format", choices=["json", "text"], default=defaults.log_format)
+    serve.add_argument("--admin-token", default=None,
+                       help="turn on model control (repository load/unload), for requests that carry "
+                            "'Authorization: Bearer TOKEN' (default: off); also read from COREMLRT_ADMIN_TOKEN")
+    serve.add_argument("--tokenizer", default=None, metavar="PATH",
+                       help="tokenizer folder (tokenizer.json) of the language models served under the OpenAI API "
+                            "(default: each model's folder); --max-sequences bounds their concurrent requests")
+
+
+# The exit status of a failed command, by the kind of the engine error that stopped it
+# (docs/guide/command-line.md, "Exit status"); 1 for a bad input, option or file and any other
+# error; 2 is argparse's for a wrong command line and a command's partial failure (batch,
+# export --check).
+EXIT_STATUS = {"bad_input": 1, "bad_model": 3, "unsupported": 4, "resource_limit": 5, "internal": 6}
 
 
 def main(argv=None):
@@ -307,6 +328,9 @@ def main(argv=None):
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_serve_parser(sub)
     _add_export_parser(sub)
+    from .llm import cli as llm_cli
+
+    llm_cli.add_parsers(sub)
     args = parser.parse_args(argv)
     try:
         model = getattr(args, "model", None)
@@ -314,11 +338,11 @@ def main(argv=None):
             # A Core AI model: every command reads the ML program it translates to (coremlrt.coreai).
             from .coreai import compile_aimodel
             args.model = compile_aimodel(model)
-        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict,
-                "batch": cmd_batch, "serve": cmd_serve, "export": cmd_export}[args.command](args)
+        return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict, "batch": cmd_batch, "serve": cmd_serve,
+                "export": cmd_export, "generate": llm_cli.cmd_generate, "score": llm_cli.cmd_score}[args.command](args)
     except (Error, OSError, ValueError, ImportError) as exc:
         print(f"coremlrt: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_STATUS.get(getattr(exc, "kind", None), 1)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import types
+import weakref
 from typing import Any, Dict
 
 import numpy as np
@@ -148,6 +149,15 @@ class _MLModelProxy:
         self._error_prefix = _prediction_error_prefix(self._model)
         self._compiled_lock = threading.Lock()
         self._compiled_dir = None  # a TemporaryDirectory holding get_compiled_model_path()'s folder
+        # An .mlmodel file is held open: coremltools hands an in-memory spec over as a temporary
+        # .mlmodel that it deletes once this proxy is made (MLModel.__init__ in
+        # coremltools/models/model.py), so get_compiled_model_path() compiles from the bytes this
+        # descriptor still reads, the ones loaded, not from the path, which may be gone or
+        # rewritten by then. It closes with the proxy.
+        self._source_file = None
+        if os.path.isfile(path):
+            self._source_file = open(path, "rb")  # noqa: SIM115 - lives as long as the proxy
+            weakref.finalize(self, self._source_file.close)
 
     @staticmethod
     def maximum_supported_specification_version():
@@ -186,6 +196,13 @@ class _MLModelProxy:
             if self._compiled_dir is None:
                 directory = tempfile.TemporaryDirectory(prefix="coremlrt-compiled-")
                 name = os.path.splitext(os.path.basename(path.rstrip(os.sep)))[0].replace(":", "-") or "model"
+                if self._source_file is not None:
+                    # The bytes loaded, copied beside the compiled folder (which keeps its own copy).
+                    source = os.path.join(directory.name, name + ".mlmodel")
+                    self._source_file.seek(0)
+                    with open(source, "wb") as copy:
+                        shutil.copyfileobj(self._source_file, copy)
+                    path = source
                 compiled.compile_model(path, os.path.join(directory.name, name + ".mlmodelc"))
                 self._compiled_dir = (directory, os.path.join(directory.name, name + ".mlmodelc"))
             return self._compiled_dir[1]

@@ -42,7 +42,7 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const std::string& name) {
   if (code == Code::UInt && dt.bits == 8) return DType::UInt8;
   if (code == Code::UInt && dt.bits == 16) return DType::UInt16;
   if (code == Code::Bool) return DType::Bool;
-  fail(name, " has an array dtype this engine cannot take");
+  fail_as(ErrorKind::BadInput, name, " has an array dtype this engine cannot take");
 }
 
 nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
@@ -57,7 +57,7 @@ nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
     case DType::Int8: return nb::dtype<int8_t>();
     case DType::UInt8: return nb::dtype<uint8_t>();
     case DType::Bool: return nb::dtype<bool>();
-    default: fail("output dtype ", dtype_name(dtype), " cannot be returned to Python");
+    default: fail_as(ErrorKind::Unsupported, "output dtype ", dtype_name(dtype), " cannot be returned to Python");
   }
 }
 
@@ -176,7 +176,7 @@ void mark_exiting() {
 // never writes a caller's input (docs/design/architecture.md, law 4).
 Tensor view_of(nb::handle value, const std::string& name) {
   nb::ndarray<nb::numpy, nb::ro, nb::c_contig, nb::device::cpu> array;
-  if (!nb::try_cast(value, array)) fail("'", name, "' is not a C-contiguous numpy array");
+  if (!nb::try_cast(value, array)) fail_as(ErrorKind::BadInput, "'", name, "' is not a C-contiguous numpy array");
   Shape shape;
   for (size_t i = 0; i < array.ndim(); ++i) shape.push_back(static_cast<int64_t>(array.shape(i)));
   // The PyOwner keeps the array alive for as long as any tensor refers to it (the engine
@@ -336,6 +336,51 @@ nb::dict inspect(const std::string& path) {
   return d;
 }
 
+// coremlrt.Error (a RuntimeError, as it always was) and one subclass of it per ErrorKind
+// (coremlrt/error.h), whose class attribute `kind` is the kind's name; the package exports them
+// (python/coremlrt/__init__.py). The classes live only as attributes of this module, found by
+// name when an error is raised (law 2: no C++ code but PyOwner holds a Python object).
+struct ErrorClass {
+  ErrorKind kind;
+  const char* name;
+  const char* doc;
+};
+constexpr ErrorClass kErrorClasses[] = {  // in ErrorKind's order
+    {ErrorKind::BadModel, "BadModelError", "The model's files cannot be read, or contradict themselves or the format."},
+    {ErrorKind::Unsupported, "UnsupportedError", "An op, layer, model type or feature this build does not run."},
+    {ErrorKind::BadInput, "BadInputError", "What the caller passed: inputs, states, options or names."},
+    {ErrorKind::ResourceLimit, "ResourceLimitError", "A memory, size or iteration limit was reached."},
+    {ErrorKind::Internal, "InternalError", "A fault of the engine or of a library it calls."},
+};
+
+void bind_errors(nb::module_& m) {
+  nb::object base = nb::steal(PyErr_NewExceptionWithDoc(
+      "coremlrt._core.Error", "An error of the coremlrt engine; its subclasses say what kind it is.", PyExc_RuntimeError,
+      nullptr));
+  if (!base) throw nb::python_error();
+  m.attr("Error") = base;
+  for (const ErrorClass& c : kErrorClasses) {
+    nb::dict attributes;
+    attributes["kind"] = error_kind_name(c.kind);
+    nb::object cls = nb::steal(PyErr_NewExceptionWithDoc((std::string("coremlrt._core.") + c.name).c_str(), c.doc,
+                                                         base.ptr(), attributes.ptr()));
+    if (!cls) throw nb::python_error();
+    m.attr(c.name) = cls;
+  }
+  // Translators run with the GIL held, as the exception reaches Python.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      const char* name = "InternalError";
+      for (const ErrorClass& c : kErrorClasses)
+        if (c.kind == e.kind()) name = c.name;
+      nb::object cls = nb::module_::import_("coremlrt._core").attr(name);
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+}
+
 }  // namespace
 
 void bind_structure(nb::module_& m);  // structure_bindings.cc
@@ -343,7 +388,7 @@ void bind_program(nb::module_& m);    // program_bindings.cc
 
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
-  nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+  bind_errors(m);
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
   nb::class_<PyModel>(m, "Model")
       .def(nb::init<const std::string&, const std::string&, double, size_t, int64_t, const std::string&, bool, int,

@@ -75,7 +75,7 @@ nb::dlpack::dtype storage_dtype(DType dtype, const std::string& where) {
     case DType::UInt4:
     case DType::UInt6: return nb::dtype<uint8_t>();
     case DType::Bool: return nb::dtype<bool>();
-    default: fail(where, ": a constant of dtype ", dtype_name(dtype), " cannot be exported");
+    default: fail_as(ErrorKind::Unsupported, where, ": a constant of dtype ", dtype_name(dtype), " cannot be exported");
   }
 }
 

@@ -20,7 +20,7 @@ void MemoryBudget::charge(size_t bytes) {
   size_t used = used_.fetch_add(bytes, std::memory_order_relaxed);
   if (bytes > limit_ || used > limit_ - bytes) {
     used_.fetch_sub(bytes, std::memory_order_relaxed);
-    fail("needs ", bytes, " bytes for a tensor while ", used, " are in use; the model's memory limit is ", limit_,
+    fail_as(ErrorKind::ResourceLimit, "needs ", bytes, " bytes for a tensor while ", used, " are in use; the model's memory limit is ", limit_,
          " bytes (memory_limit_bytes)");
   }
 }

@@ -16,7 +16,7 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     // A file can declare any dims: an element count past int64 is an error, never a wrap.
-    if (__builtin_mul_overflow(n, d, &n)) fail("shape ", shape_str(shape), " has more elements than int64 can count");
+    if (__builtin_mul_overflow(n, d, &n)) fail_as(ErrorKind::ResourceLimit, "shape ", shape_str(shape), " has more elements than int64 can count");
   return n;
 }
 
@@ -93,7 +93,8 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.shape = std::move(shape);
   for (int64_t d : t.shape) COREMLRT_CHECK(d >= 0, "negative dimension in shape ", shape_str(t.shape));
   size_t bytes = 0;
-  COREMLRT_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(t.shape)), dtype_size(dtype), &bytes),
+  COREMLRT_CHECK_AS(ErrorKind::ResourceLimit,
+                    !__builtin_mul_overflow(static_cast<size_t>(shape_numel(t.shape)), dtype_size(dtype), &bytes),
                  "a ", dtype_name(dtype), " tensor of shape ", shape_str(t.shape), " needs more bytes than size_t can count");
   // Charged before allocating: a shape read from a file cannot take the machine's memory.
   const ResourceLimits* limits = active_limits();
@@ -101,7 +102,7 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
     try {
       limits->memory->charge(bytes);
     } catch (const Error& e) {
-      fail("a ", dtype_name(dtype), " tensor of shape ", shape_str(t.shape), ": ", e.what());
+      fail_as(e.kind(), "a ", dtype_name(dtype), " tensor of shape ", shape_str(t.shape), ": ", e.what());
     }
     t.storage = std::make_shared<HeapStorage>(bytes, limits->memory);
   } else {

@@ -223,8 +223,10 @@ LoadedModel read_compiled_model(const ModelFiles& files) {
 
 namespace coremlrt {
 
-void compile_model(const std::string& source, const std::string& destination) {
+void compile_model(const std::string& source, const std::string& destination) try {
   format::write_compiled_model(source, destination);
+} catch (...) {
+  rethrow_as(ErrorKind::BadModel);  // what it reads is a model: coremlrt/error.h
 }
 
 }  // namespace coremlrt

@@ -36,7 +36,7 @@ void check_manifest_version(const std::string& path, const std::string& version)
   COREMLRT_CHECK(count == 3 && version.find('.', start) == std::string::npos, "model package '",
                  path, "': fileFormatVersion '", version, "' is not of the form major.minor.patch");
   bool unsupported = parts[0] > 1 || (parts[0] == 1 && parts[1] > 0) || (parts[1] == 0 && parts[2] > 0);
-  COREMLRT_CHECK(!unsupported, "model package '", path, "': unsupported fileFormatVersion '",
+  COREMLRT_CHECK_AS(ErrorKind::Unsupported, !unsupported, "model package '", path, "': unsupported fileFormatVersion '",
                  version, "' (this build reads 1.0.0)");
 }
 

@@ -297,7 +297,7 @@ ir::Program translate_pipeline(const spec::Model& model, const FunctionDescripti
       if (is_pipeline(stage_model) || stage_model.Type_case() == spec::Model::kLinkedModel)
         stage.fixed_opset = stage.program.functions.begin()->second.opset != "CoreML5";
     } catch (const Error& e) {
-      fail(type, ", ", stage.label, ": ", e.what());
+      fail_like(e, type, ", ", stage.label, ": ", e.what());
     }
     stages.push_back(std::move(stage));
   }
@@ -385,9 +385,9 @@ ir::Program translate_model(const spec::Model& model, const FunctionDescription&
     case spec::Model::kBayesianProbitRegressor:
       // The format defines the probability as Φ(<w, x> / β) but gives β nowhere in the message,
       // and its sampled probability is drawn by a generator it does not name.
-      fail("model type 'bayesianProbitRegressor' is refused: its probability divides by a scale β that the "
+      fail_as(ErrorKind::Unsupported, "model type 'bayesianProbitRegressor' is refused: its probability divides by a scale β that the "
            "format leaves out of the model, so no result could be Core ML's");
-    default: fail("model type '", type, "' is not supported by this build");
+    default: fail_as(ErrorKind::Unsupported, "model type '", type, "' is not supported by this build");
   }
   if (!stage) {
     // A recommender's item scores leave as numbers over its output vocabulary (recommender_reader.cc).

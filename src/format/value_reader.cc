@@ -257,7 +257,7 @@ ir::ConstValue ValueReader::read_raw(const ir::ValueType& type, const std::strin
     const BlobFile& file = blob_file(file_name, where, BlobFile::Layout::Raw);
     out.tensor = file.read_raw(offset, type.dtype, Shape(type.dims.begin(), type.dims.end()));
   } catch (const Error& e) {
-    fail(where, ": ", e.what());  // the file's message names the file; this names the constant
+    fail_like(e, where, ": ", e.what());  // the file's message names the file; this names the constant
   }
   return out;
 }
@@ -276,7 +276,7 @@ ir::ConstValue ValueReader::read(const mil::Value& value, const std::string& whe
     try {
       return read_blob(type, value.blobfilevalue().filename(), value.blobfilevalue().offset(), where);
     } catch (const Error& e) {
-      fail(where, ": ", e.what());  // the blob reader names the file; this names the op
+      fail_like(e, where, ": ", e.what());  // the blob reader names the file; this names the op
     }
   }
   COREMLRT_CHECK(value.has_immediatevalue(), where, ": value has neither immediate data nor a blob reference");

@@ -206,7 +206,7 @@ void register_control_flow_kernels(KernelRegistry& registry) {
         if (!scalar_bool(ctx, keep_going[0])) break;
         // A condition that never turns false must not hang a prediction (coremlrt/limits.h).
         if (iteration == cap)
-          ctx.fail("ran ", cap, " iterations without its condition turning false (the loop iteration cap, ",
+          ctx.fail_as(ErrorKind::ResourceLimit, "ran ", cap, " iterations without its condition turning false (the loop iteration cap, ",
                    "max_loop_iterations)");
         values = ctx.run_block(body, values);
         if (values.size() != vars.size()) ctx.fail("body block returned ", values.size(), " values for ", vars.size(), " loop variables");

@@ -70,6 +70,10 @@ class KernelContext {
   [[noreturn]] void fail(Parts&&... parts) const {
     coremlrt::fail(where(), ": ", std::forward<Parts>(parts)...);
   }
+  template <class... Parts>
+  [[noreturn]] void fail_as(ErrorKind kind, Parts&&... parts) const {
+    coremlrt::fail_as(kind, where(), ": ", std::forward<Parts>(parts)...);
+  }
 };
 
 class Kernel {

@@ -194,7 +194,7 @@ void run_steps(const Plan& plan, const BlockPlan& block, std::vector<Tensor>& sl
       // Shared helpers (broadcasting, dispatch) do not know which op called them.
       const std::string where = context.where();
       if (std::string(e.what()).rfind(where, 0) == 0) throw;
-      throw Error(where + ": " + e.what());
+      fail_like(e, where, ": ", e.what());
     }
     context.check_outputs();
     for (int slot : step.release_slots) {

@@ -40,18 +40,22 @@ namespace {
 // Law 5 (docs/design/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
 // names the model. Readers below this layer name the file or the field; the model's path is
 // added where they did not name it, and a standard exception (a failed allocation, a
-// container bound) is turned into an Error saying so.
-[[noreturn]] void rethrow_naming_model(const std::string& path) {
+// container bound) is turned into an Error saying so. An Error raised without a kind gets the
+// kind of the work it stopped (`kind`: BadModel while loading, BadInput while predicting:
+// docs/guide/limits-and-errors.md, "Error kinds"); a failed allocation is a ResourceLimit, any
+// other standard exception Internal.
+[[noreturn]] void rethrow_naming_model(const std::string& path, ErrorKind kind) {
   try {
     throw;
   } catch (const Error& e) {
     std::string message = e.what();
-    if (message.find(path) != std::string::npos) throw;
-    fail("model '", path, "': ", message);
+    const ErrorKind given = e.has_kind() ? e.kind() : kind;
+    if (message.find(path) != std::string::npos) throw Error(given, message);
+    fail_as(given, "model '", path, "': ", message);
   } catch (const std::bad_alloc&) {
-    fail("model '", path, "': out of memory");
+    fail_as(ErrorKind::ResourceLimit, "model '", path, "': out of memory");
   } catch (const std::exception& e) {
-    fail("model '", path, "': internal error (", e.what(), ")");
+    fail_as(ErrorKind::Internal, "model '", path, "': internal error (", e.what(), ")");
   }
 }
 
@@ -191,24 +195,28 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   impl->loaded = format::read_model(format::locate_model(source));
   const ModelDescription& description = impl->loaded.description;
   // A refused stage, feature kind or model says why, before the type check's general words.
-  COREMLRT_CHECK(impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
-  COREMLRT_CHECK(format::runs_model_type(description.model_type), "model '", path, "' is of type '",
+  // What the readers refused (a stage, feature kind, layer or model type) is what this build
+  // does not run; `coremlrt info` lists the same problems as unsupported.
+  COREMLRT_CHECK_AS(ErrorKind::Unsupported, impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
+  COREMLRT_CHECK_AS(ErrorKind::Unsupported, format::runs_model_type(description.model_type), "model '", path, "' is of type '",
                  description.model_type, "'; this build runs ML programs (mlProgram), neuralNetwork models, "
                  "classic predictors, feature-engineering models and pipelines of these");
   const format::NeuralNetworkReading& network = impl->loaded.network;
-  COREMLRT_CHECK(network.problem.empty(), "model '", path, "' (neuralNetwork): ", network.problem);
+  COREMLRT_CHECK_AS(ErrorKind::Unsupported, network.problem.empty(), "model '", path, "' (neuralNetwork): ",
+                    network.problem);
   for (const format::NetworkLayer& layer : network.layers)
-    COREMLRT_CHECK(layer.problem.empty(), "model '", path, "': neuralNetwork layer '", layer.name, "' (", layer.type,
+    COREMLRT_CHECK_AS(ErrorKind::Unsupported, layer.problem.empty(), "model '", path, "': neuralNetwork layer '", layer.name, "' (", layer.type,
                    "): ", layer.problem);
   std::string name = options.function_name.empty() ? description.default_function : options.function_name;
   if (!description.multifunction && !options.function_name.empty())
-    COREMLRT_CHECK(options.function_name == "main", "model '", path, "' has a single function, 'main'; "
+    COREMLRT_CHECK_AS(ErrorKind::BadInput, options.function_name == "main", "model '", path,
+                      "' has a single function, 'main'; "
                    "function_name '", options.function_name, "' does not exist");
   auto fn = impl->loaded.program.functions.find(name);
   if (fn == impl->loaded.program.functions.end() || !description.find_function(name)) {
     std::string available;
     for (const auto& f : description.functions) available += (available.empty() ? "'" : ", '") + f.name + "'";
-    fail("model '", path, "' has no function '", name, "'; available functions: ", available);
+    fail_as(ErrorKind::BadInput, "model '", path, "' has no function '", name, "'; available functions: ", available);
   }
   impl->function = &fn->second;
   impl->function_description = description.find_function(name);
@@ -227,7 +235,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   backends::BackendOptions backend_options;
   backend_options.low_precision = options.low_precision;
   backend_options.threads = options.threads;
-  COREMLRT_CHECK(options.concurrent_predictions >= 1, "model '", path,
+  COREMLRT_CHECK_AS(ErrorKind::BadInput, options.concurrent_predictions >= 1, "model '", path,
                  "': concurrent_predictions must be at least 1, got ", options.concurrent_predictions);
   backend_options.concurrent_predictions = options.concurrent_predictions;
   backend_options.cache_dir = options.cache_dir;
@@ -245,20 +253,20 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
     impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
                                      backends::select_backends(options.backend, backend_options), plan_options);
   } catch (const Error& e) {
-    fail("model '", path, "': ", e.what());
+    throw Error(e.has_kind() ? e.kind() : ErrorKind::BadModel, "model '" + path + "': " + e.what());
   }
   if (!options.cache_dir.empty() && runtime::cache_folder_stamp(options.cache_dir) != cache_before)
     runtime::keep_cache_within(options.cache_dir, options.cache_limit_bytes ? options.cache_limit_bytes
                                                                              : runtime::default_cache_limit_bytes());
   auto codes = impl->loaded.feature_codes.find(name);
-  COREMLRT_CHECK(codes != impl->loaded.feature_codes.end(), "model '", path, "', function '", name,
+  COREMLRT_CHECK_AS(ErrorKind::Internal, codes != impl->loaded.feature_codes.end(), "model '", path, "', function '", name,
                  "': internal error: no class labels or vocabularies were read for it");
   COREMLRT_CHECK(codes->second.problem.empty(), "model '", path, "', ", codes->second.problem);
   impl->codes = &codes->second;
   impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 } catch (...) {
-  rethrow_naming_model(path);
+  rethrow_naming_model(path, ErrorKind::BadModel);
 }
 
 const ModelDescription& Model::description() const { return impl_->loaded.description; }
@@ -339,7 +347,7 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
                    dtype_name(input.type.dtype), " ", expected_shape(*feature, input.type), "); the model's inputs are ",
                    names_of(desc.inputs));
     const Tensor& t = bind_rank5_sequence(it->second, *feature, input.type);
-    COREMLRT_CHECK(input.type.kind == ir::TypeKind::Tensor, m.where(), ": input '", input.name, "' has type ",
+    COREMLRT_CHECK_AS(ErrorKind::Unsupported, input.type.kind == ir::TypeKind::Tensor, m.where(), ": input '", input.name, "' has type ",
                    input.type.str(), ", which this build cannot bind");
     COREMLRT_CHECK(t.dtype == input.type.dtype, m.where(), ": input '", input.name, "' has dtype ",
                    dtype_name(t.dtype), "; expected ", dtype_name(input.type.dtype));
@@ -360,10 +368,10 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
   for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results.outputs[i]);
   return outputs;
 } catch (...) {
-  rethrow_naming_model(impl_->path);
+  rethrow_naming_model(impl_->path, ErrorKind::BadInput);
 }
 
-ModelReport inspect_model(const std::string& path) {
+ModelReport inspect_model(const std::string& path) try {
   format::LoadedModel loaded = format::read_model(format::locate_model(path));
   ModelReport report;
   report.description = loaded.description;
@@ -394,6 +402,8 @@ ModelReport inspect_model(const std::string& path) {
     report.functions.push_back(std::move(f));
   }
   return report;
+} catch (...) {
+  rethrow_as(ErrorKind::BadModel);  // what it reads is a model: coremlrt/error.h
 }
 
 std::vector<SupportedOp> supported_ops() {

@@ -162,7 +162,7 @@ std::vector<KnownValue> values_known_at_load(const ir::Function& function) {
 
 }  // namespace
 
-ModelProgram read_model_program(const std::string& path, bool known) {
+ModelProgram read_model_program(const std::string& path, bool known) try {
   const format::LoadedModel loaded = format::read_model(format::locate_model(path));
   ModelProgram out;
   out.description = loaded.description;
@@ -179,6 +179,8 @@ ModelProgram read_model_program(const std::string& path, bool known) {
     out.functions.emplace(name, std::move(f));
   }
   return out;
+} catch (...) {
+  rethrow_as(ErrorKind::BadModel);  // what it reads is a model: coremlrt/error.h
 }
 
 }  // namespace coremlrt

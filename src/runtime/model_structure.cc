@@ -1,6 +1,7 @@
 #include "coremlrt/structure.h"
 
 #include <map>
+#include <set>
 
 #include "coremlrt/error.h"
 #include "format/model_kinds.h"
@@ -101,10 +102,19 @@ StructureBlock block_structure(const ir::Block& block, int ios_version, Scope sc
   return out;
 }
 
+// The type Core ML's structure gives a neuralNetwork layer: its field name in the spec, except
+// for the element-wise layers (add, multiply, average, max, min), which it reports as one
+// "elementwise" type (MLModelStructureNeuralNetworkLayer.h's own example; coremltools'
+// test/api/test_api_examples.py, test_neuralnetwork_structure, expects it for an add layer).
+std::string core_ml_layer_type(const std::string& field) {
+  static const std::set<std::string> kElementwise = {"add", "multiply", "average", "max", "min"};
+  return kElementwise.count(field) ? "elementwise" : field;
+}
+
 // An ML program's functions or a neuralNetwork's layers; nothing for any other type.
 void describe(const format::LoadedModel& loaded, const std::string& type, ModelStructure& out) {
   if (format::is_model_family(type, format::ModelFamily::NeuralNetwork)) {
-    for (const auto& layer : loaded.network.layers) out.layers.push_back({layer.type, layer.name, {layer.output}});
+    for (const auto& layer : loaded.network.layers) out.layers.push_back({core_ml_layer_type(layer.type), layer.name, {layer.output}});
     return;
   }
   if (!format::is_model_family(type, format::ModelFamily::MlProgram)) return;
@@ -135,7 +145,7 @@ std::vector<StructureSubModel> stage_structures(const std::vector<format::Pipeli
 
 }  // namespace
 
-ModelStructure read_model_structure(const std::string& path) {
+ModelStructure read_model_structure(const std::string& path) try {
   const format::ModelFiles files = format::locate_model(path);
   format::LoadedModel loaded = format::read_model(files);
   ModelStructure out;
@@ -145,6 +155,8 @@ ModelStructure read_model_structure(const std::string& path) {
   if (format::is_model_family(out.model_type, format::ModelFamily::Pipeline))
     out.sub_models = stage_structures(format::read_pipeline_stages(files));
   return out;
+} catch (...) {
+  rethrow_as(ErrorKind::BadModel);  // what it reads is a model: coremlrt/error.h
 }
 
 }  // namespace coremlrt

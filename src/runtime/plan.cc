@@ -223,7 +223,7 @@ class PlanBuilder {
       return;
     }
     const ops::KernelRegistry::Entry* entry = registry_.find_entry(op.type, function_.ios_version);
-    COREMLRT_CHECK(entry != nullptr, "unsupported op: function '", function_.name, "', ", op.describe(),
+    COREMLRT_CHECK_AS(ErrorKind::Unsupported, entry != nullptr, "unsupported op: function '", function_.name, "', ", op.describe(),
                    ": this build has no kernel for op type '", op.type, "' in opset ", function_.opset);
     if (entry->packed && options_.packed_weights && foldable(op, entry->traits) && keep_packed(op, *entry)) return;
     PlannedStep step;

@@ -45,24 +45,12 @@ def author(path, inputs, body):
 
 def coreai_predict(path, feeds, function="main", states=None):
     """One prediction of coreai-core's own runtime (coreai.runtime) on the .aimodel `path`: the
-    reference the translation is compared with. `states`: {name: numpy array}, updated in place
-    with the states' values after the prediction."""
-    import asyncio
+    reference the translation is compared with, computed in a process of its own
+    (tests/python/coreai_oracle.py). `states`: {name: numpy array}, updated in place with the
+    states' values after the prediction."""
+    import coreai_oracle
 
-    import coreai.runtime
-    from coreai.authoring import AIModelAsset
-
-    NDArray = coreai.runtime.NDArray
-    if NDArray.__module__.startswith("coremlrt"):  # coremlrt.coreai.runtime.enable() is in effect
-        raise RuntimeError("coreai.runtime is coremlrt's stand-in here: it cannot be the reference")
-
-    async def run():
-        async with AIModelAsset.load(path).executable() as model:
-            held = {k: NDArray(v) for k, v in (states or {}).items()}
-            out = await model.load_function(function)({k: NDArray(v) for k, v in feeds.items()},
-                                                      **({"state": held} if held else {}))
-            for k, v in held.items():
-                states[k][...] = v.numpy()
-            return {k: v.numpy() for k, v in out.items()}
-
-    return asyncio.run(run())
+    outputs, after = coreai_oracle.call("reference_predict", str(path), feeds, function, states)
+    for k, v in after.items():
+        states[k][...] = v
+    return outputs

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 
-from .._core import Error
+from .._core import BadModelError, UnsupportedError
 from ._bytecode import dialect_versions, resource_blobs
 
 # The Core AI dialect as coreai-core 1.0.0b3 writes it: MLIR bytecode 6, dialect "aicode" at
@@ -33,35 +33,37 @@ __all__ = ["load", "compile_aimodel", "DIALECT", "DIALECT_VERSION"]
 
 def _read_asset(path):
     if not os.path.isdir(path):
-        raise Error(f"'{path}' is not a folder; a Core AI model (.aimodel) is a folder holding main.mlirb")
+        raise BadModelError(f"'{path}' is not a folder; a Core AI model (.aimodel) is a folder holding main.mlirb")
     files = {}
     for name in ("main.mlirb", "main.hash", "metadata.json"):
         full = os.path.join(path, name)
         if not os.path.isfile(full):
-            raise Error(f"'{path}' has no {name}; a Core AI model holds main.mlirb, main.hash and metadata.json")
+            raise BadModelError(f"'{path}' has no {name}; a Core AI model holds main.mlirb, main.hash and "
+                                "metadata.json")
         with open(full, "rb") as f:
             files[name] = f.read()
     digest = hashlib.sha256(files["main.mlirb"]).digest()
     if files["main.hash"] != digest:
-        raise Error(f"'{path}': main.hash does not match the SHA-256 of main.mlirb (the model is damaged "
+        raise BadModelError(f"'{path}': main.hash does not match the SHA-256 of main.mlirb (the model is damaged "
                     f"or was edited)")
     try:
         metadata = json.loads(files["metadata.json"])
     except ValueError as exc:
-        raise Error(f"'{path}': metadata.json is not JSON: {exc}") from exc
+        raise BadModelError(f"'{path}': metadata.json is not JSON: {exc}") from exc
     return files["main.mlirb"], digest, metadata
 
 
 def _check_version(bytecode, where):
     version, producer, dialects = dialect_versions(bytecode, where)
     if version != _BYTECODE_VERSION:
-        raise Error(f"{where}: MLIR bytecode version {version}; coremlrt reads version {_BYTECODE_VERSION}")
+        raise UnsupportedError(f"{where}: MLIR bytecode version {version}; coremlrt reads version {_BYTECODE_VERSION}")
     if DIALECT not in dialects:
-        raise Error(f"{where}: no '{DIALECT}' dialect in the program (dialects: {', '.join(sorted(dialects))})")
+        raise BadModelError(f"{where}: no '{DIALECT}' dialect in the program (dialects: {', '.join(sorted(dialects))})")
     blob = dialects[DIALECT]
     if blob != _DIALECT_VERSION_BYTES:
-        raise Error(f"{where}: '{DIALECT}' dialect version bytes {blob!r}; coremlrt reads only dialect version "
-                    f"{DIALECT_VERSION} (bytes {_DIALECT_VERSION_BYTES!r}), as coreai-core 1.0.0b3 writes it")
+        raise UnsupportedError(f"{where}: '{DIALECT}' dialect version bytes {blob!r}; coremlrt reads only "
+                               f"dialect version {DIALECT_VERSION} (bytes {_DIALECT_VERSION_BYTES!r}), as "
+                               "coreai-core 1.0.0b3 writes it")
     return producer
 
 
@@ -72,7 +74,7 @@ def _import_coreai():
         from coreai._compiler._mlir_libs._coreaiIR._bindings.compiler import (
             copy_constant_value_to_array, load_module_from_bytecode)
     except ImportError as exc:
-        raise Error("reading a Core AI model (.aimodel) needs coreai-core: pip install coremlrt[coreai] "
+        raise UnsupportedError("reading a Core AI model (.aimodel) needs coreai-core: pip install coremlrt[coreai] "
                     f"({exc})") from exc
     return Context, load_module_from_bytecode, copy_constant_value_to_array
 
@@ -110,18 +112,20 @@ def _write_compiled(path, bytecode_path, bytecode, folder):
         graphs = [op.operation for op in module.body.operations if op.operation.name != "coreai.target_spec"]
         others = sorted({g.name for g in graphs if g.name != "coreai.graph"})
         if others:
-            raise Error(f"{where}: top-level ops other than coreai.graph are not supported yet: {', '.join(others)}")
+            raise UnsupportedError(f"{where}: top-level ops other than coreai.graph are not supported yet: "
+                                   f"{', '.join(others)}")
         # Private graphs are composites (layer_norm, avg_pool2d, ...) that coreai.invoke calls; they
         # are inlined. Each public graph is a function (a multifunction model has several; "main"
         # is the default one when there is one).
         public = [g for g in graphs if _visibility(g) != "private"]
         if not public:
-            raise Error(f"{where}: the program has no public coreai.graph")
+            raise BadModelError(f"{where}: the program has no public coreai.graph")
         callees = {_symbol(g): g for g in graphs if _visibility(g) == "private"}
         for name, graph in list(callees.items()) + [(_symbol(g), g) for g in public]:
             graph_attributes = {a.name: a.attr for a in graph.attributes}
             if str(graph_attributes.get("param_decls", "#param.decl.array<[]>")) != "#param.decl.array<[]>":
-                raise Error(f"{where}: graph '{name}' has parameters (param_decls), which are not supported yet")
+                raise UnsupportedError(f"{where}: graph '{name}' has parameters (param_decls), which are not "
+                                       "supported yet")
         # `bytecode` is main.mlirb's content as hashed (compile_aimodel): not read a second time.
         program = Program(bytecode_path, resource_blobs(bytecode, where))
         for graph in public:

@@ -8,7 +8,7 @@ that the translation maps the weights inside the file instead of copying them. T
 MLIR's documented bytecode format; docs/design/coreai.md says what an ``.aimodel`` holds there.
 """
 
-from .._core import Error
+from .._core import BadModelError
 
 _MAGIC = b"ML\xefR"
 _SECTION_STRING = 0
@@ -21,26 +21,26 @@ _RESOURCE_BLOB = 0  # the kind byte of a blob entry in the resource offset secti
 
 def _varint(data, at, where):
     if at >= len(data):
-        raise Error(f"{where}: truncated MLIR bytecode")
+        raise BadModelError(f"{where}: truncated MLIR bytecode")
     first = data[at]
     if first == 0:
         if at + 9 > len(data):
-            raise Error(f"{where}: truncated MLIR bytecode")
+            raise BadModelError(f"{where}: truncated MLIR bytecode")
         return int.from_bytes(data[at + 1:at + 9], "little"), at + 9
     count = (first & -first).bit_length()  # one more than the trailing zero bits
     if at + count > len(data):
-        raise Error(f"{where}: truncated MLIR bytecode")
+        raise BadModelError(f"{where}: truncated MLIR bytecode")
     return int.from_bytes(data[at:at + count], "little") >> count, at + count
 
 
 def _section_spans(data, where):
     """{section id: (offset of its data in the file, length)}."""
     if data[:4] != _MAGIC:
-        raise Error(f"{where}: not MLIR bytecode (no 'ML\\xefR' magic)")
+        raise BadModelError(f"{where}: not MLIR bytecode (no 'ML\\xefR' magic)")
     version, at = _varint(data, 4, where)
     end = data.find(b"\0", at)
     if end < 0:
-        raise Error(f"{where}: truncated MLIR bytecode")
+        raise BadModelError(f"{where}: truncated MLIR bytecode")
     producer = data[at:end].decode("utf-8", "replace")
     at = end + 1
     spans = {}
@@ -50,10 +50,10 @@ def _section_spans(data, where):
         if id_and_aligned & 0x80:
             alignment, at = _varint(data, at, where)
             if alignment < 1 or alignment & (alignment - 1):
-                raise Error(f"{where}: MLIR bytecode section alignment {alignment} is not a power of two")
+                raise BadModelError(f"{where}: MLIR bytecode section alignment {alignment} is not a power of two")
             at += -at % alignment  # the padding (0xCB bytes) up to the section's alignment
         if at + length > len(data):
-            raise Error(f"{where}: MLIR bytecode section runs past the end of the file")
+            raise BadModelError(f"{where}: MLIR bytecode section runs past the end of the file")
         spans[id_and_aligned & 0x7F] = (at, length)
         at += length
     return version, producer, spans
@@ -83,7 +83,7 @@ def dialect_versions(data, where="main.mlirb"):
     """Returns (bytecode version, producer, {dialect name: version bytes or None})."""
     version, producer, sections = _sections(bytes(data), where)
     if _SECTION_STRING not in sections or _SECTION_DIALECT not in sections:
-        raise Error(f"{where}: MLIR bytecode without a string or dialect section")
+        raise BadModelError(f"{where}: MLIR bytecode without a string or dialect section")
     strings = _strings(sections[_SECTION_STRING], where)
     section = sections[_SECTION_DIALECT]
     count, at = _varint(section, 0, where)
@@ -92,13 +92,13 @@ def dialect_versions(data, where="main.mlirb"):
         value, at = _varint(section, at, where)
         index, has_version = value >> 1, value & 1
         if index >= len(strings):
-            raise Error(f"{where}: dialect name index {index} out of range")
+            raise BadModelError(f"{where}: dialect name index {index} out of range")
         blob = None
         if has_version:
             section_id = section[at]
             length, at = _varint(section, at + 1, where)
             if section_id & 0x7F != _SECTION_DIALECT_VERSIONS:
-                raise Error(f"{where}: unexpected section {section_id} for a dialect version")
+                raise BadModelError(f"{where}: unexpected section {section_id} for a dialect version")
             blob = bytes(section[at:at + length])
             at += length
         dialects[strings[index]] = blob
@@ -118,7 +118,7 @@ def resource_blobs(data, where="main.mlirb"):
     if _SECTION_RESOURCE_OFFSET not in spans:
         return {}
     if _SECTION_RESOURCE not in spans or _SECTION_STRING not in spans:
-        raise Error(f"{where}: MLIR bytecode with resource offsets but no resource or string section")
+        raise BadModelError(f"{where}: MLIR bytecode with resource offsets but no resource or string section")
     at, length = spans[_SECTION_STRING]
     strings = _strings(data[at:at + length], where)
     at, length = spans[_SECTION_RESOURCE_OFFSET]
@@ -127,7 +127,7 @@ def resource_blobs(data, where="main.mlirb"):
 
     def string(index):
         if index >= len(strings):
-            raise Error(f"{where}: resource name index {index} out of range")
+            raise BadModelError(f"{where}: resource name index {index} out of range")
         return strings[index]
 
     _, cursor = _varint(offsets, 0, where)  # external resource groups: none of them are blobs here
@@ -139,19 +139,20 @@ def resource_blobs(data, where="main.mlirb"):
             key, cursor = _varint(offsets, cursor, where)
             size, cursor = _varint(offsets, cursor, where)
             if cursor >= len(offsets):
-                raise Error(f"{where}: truncated MLIR bytecode resource offsets")
+                raise BadModelError(f"{where}: truncated MLIR bytecode resource offsets")
             kind = offsets[cursor]
             cursor += 1
             if position + size > end:
-                raise Error(f"{where}: resource '{string(key)}' runs past its section")
+                raise BadModelError(f"{where}: resource '{string(key)}' runs past its section")
             if kind == _RESOURCE_BLOB:
                 alignment, at = _varint(data, position, where)
                 count_bytes, at = _varint(data, at, where)
                 if alignment < 1 or alignment & (alignment - 1):
-                    raise Error(f"{where}: resource '{string(key)}' alignment {alignment} is not a power of two")
+                    raise BadModelError(f"{where}: resource '{string(key)}' alignment {alignment} is not a power "
+                                        "of two")
                 at += -at % alignment
                 if at + count_bytes > position + size:
-                    raise Error(f"{where}: resource '{string(key)}' data runs past its entry")
+                    raise BadModelError(f"{where}: resource '{string(key)}' data runs past its entry")
                 blobs[string(key)] = (at, count_bytes)
             position += size
     return blobs

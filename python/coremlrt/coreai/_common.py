@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .._core import Error  # noqa: F401 - the modules' error, re-exported
+from .._core import Error, UnsupportedError  # noqa: F401 - the modules' errors, re-exported
 
 # coreai element type -> (MIL dtype, numpy dtype of an unpacked constant, bits of a packed one).
 ELEMENT_TYPES = {
@@ -108,14 +108,14 @@ def element_type(mlir_type, where):
     """(MIL dtype, numpy dtype, packed bits) of a tensor type's element type."""
     name = element_kind(mlir_type)
     if name not in ELEMENT_TYPES:
-        raise Error(f"{where}: element type {name} is not supported")
+        raise UnsupportedError(f"{where}: element type {name} is not supported")
     return ELEMENT_TYPES[name]
 
 
 def computed_dtype(mlir_type, where):
     name = element_kind(mlir_type)
     if name not in COMPUTED:
-        raise Error(f"{where}: a computed value of element type {name} is not supported (coremlrt computes "
+        raise UnsupportedError(f"{where}: a computed value of element type {name} is not supported (coremlrt computes "
                     f"f32, f16, si32, ui32 (as int32), i1, si8 and ui8 values)")
     return COMPUTED[name]
 
@@ -128,7 +128,7 @@ def dims_of(mlir_type):
 def static_shape(mlir_type, where, what="shape"):
     dims = dims_of(mlir_type)
     if None in dims:
-        raise Error(f"{where}: {what} {mlir_type} has dynamic dimensions where coremlrt needs them known")
+        raise UnsupportedError(f"{where}: {what} {mlir_type} has dynamic dimensions where coremlrt needs them known")
     return dims
 
 

@@ -17,8 +17,8 @@ import struct
 import numpy as np
 
 from ._common import (BLOB_CODES, COMPUTED, ELEMENT_TYPES, FEATURE_TYPES, NUMPY_OF_MIL, SUB_BYTE_BITS, TOKEN,
-                      Complex, Error, Sparse, Var, computed_dtype, dims_of, element_kind, element_type, mil_type,
-                      pack_bits, scalar_text, static_shape, unpack_bits)
+                      Complex, Sparse, UnsupportedError, Var, computed_dtype, dims_of, element_kind, element_type,
+                      mil_type, pack_bits, scalar_text, static_shape, unpack_bits)
 from . import _ops_compression, _ops_control, _ops_elementwise, _ops_nn, _ops_recurrent, _ops_reduce, _ops_tensor
 
 OPS = {}
@@ -58,7 +58,7 @@ def _handle_type(mlir_type, where):
         return None
     match = re.fullmatch(r"!coreai\.handle<tensor<((?:[0-9?]+x)*)(\w+)>>", text)
     if match is None or "?" in match.group(1):
-        raise Error(f"{where}: handle type {text} is not supported (a static tensor handle only)")
+        raise UnsupportedError(f"{where}: handle type {text} is not supported (a static tensor handle only)")
     dims = [int(d) for d in match.group(1).split("x") if d]
     return match.group(2), dims
 
@@ -233,7 +233,7 @@ class Translator:
 
     # -- errors and operands -----------------------------------------------------------
     def fail(self, message):
-        raise Error(f"{self.where}: {message}")
+        raise UnsupportedError(f"{self.where}: {message}")
 
     def kind(self, value):
         """The Core AI element type of a value, as text (f32, si32, i1, ...)."""

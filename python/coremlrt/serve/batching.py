@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
-from .features import RequestError
+from .errors import RequestError
 
-logger = logging.getLogger("mlserver.coremlrt")
+logger = logging.getLogger("coremlrt.serve")
 
 # Predictions shorter than this (a running average of the function's) run on the event loop's
 # thread when they find a slot free and nothing queued: a worker thread's round trip (wake-up,
@@ -60,7 +60,7 @@ def batch_limit(function):
 class QueueFull(RequestError):
     def __init__(self, model, depth, retry_after_s):
         super().__init__(f"model '{model}': {depth} requests are queued (the limit); retry after "
-                         f"{retry_after_s} s", 503)
+                         f"{retry_after_s} s", 503, {"Retry-After": str(retry_after_s)})
 
 
 class Batcher:
@@ -75,11 +75,16 @@ class Batcher:
         self.merge = options["merge"] and mergeable(model._function)
         self.rows_limit = batch_limit(model._function) if self.merge else 1
         self.metrics = metrics
+        # The model's series, looked up once: a labels() call costs about what the tiny model's whole
+        # prediction does (a profile of the gRPC path, docs/design/serving.md).
+        self._batch_sizes = metrics.batch_size.labels(name)
+        self._queue_depth = metrics.queue_depth.labels(name)
         self._queue = collections.deque()
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(options["workers"])
         self._task = None
         self._seconds = None  # running average of a prediction's time (_predict)
+        self.on_execution = None  # called with (requests, seconds) after each prediction (statistics)
 
     def start(self):
         self._task = asyncio.get_running_loop().create_task(self._dispatch())
@@ -90,30 +95,32 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def submit(self, inputs):
+        """The request's outputs, and (start, seconds) of the prediction that gave them
+        (time.perf_counter: the statistics' queue and compute times)."""
         if (not self.merge or self.max_wait_s == 0) and not self._queue and not self._slots.locked():
             # A free slot and nothing waiting (nor a wait for company asked for): run at once,
             # without the hop through the dispatcher; it would take this request alone too.
             await self._slots.acquire()
             try:
-                self.metrics.batch_size.labels(self.name).observe(1)
+                self._batch_sizes.observe(1)
                 if self._seconds is not None and self._seconds < INLINE_LIMIT_S:
-                    result = self._predict([inputs])[0]
+                    results, timing = self._predict([inputs])
                 else:
-                    result = (await asyncio.get_running_loop().run_in_executor(self.executor, self._predict,
-                                                                               [inputs]))[0]
+                    results, timing = await asyncio.get_running_loop().run_in_executor(self.executor, self._predict,
+                                                                                       [inputs])
             finally:
                 self._slots.release()
                 if self._queue:
                     self._wakeup.set()
-            if isinstance(result, BaseException):
-                raise result
-            return result
+            if isinstance(results[0], BaseException):
+                raise results[0]
+            return results[0], timing
         if len(self._queue) >= self.max_queue:
             self.metrics.rejected.labels(self.name, "queue_full").inc()
             raise QueueFull(self.name, len(self._queue), self.retry_after_s)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((inputs, future))
-        self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+        self._queue_depth.set(len(self._queue))
         self._wakeup.set()
         return await future
 
@@ -135,11 +142,11 @@ class Batcher:
             batch = []
             try:
                 batch = self._take()
-                self.metrics.queue_depth.labels(self.name).set(len(self._queue))
+                self._queue_depth.set(len(self._queue))
                 if not batch:
                     self._slots.release()
                     continue
-                self.metrics.batch_size.labels(self.name).observe(len(batch))
+                self._batch_sizes.observe(len(batch))
                 work = loop.run_in_executor(self.executor, self._predict, [inputs for inputs, _ in batch])
                 work.add_done_callback(lambda done, batch=batch: self._finish(done, batch))
             except Exception as exc:  # noqa: BLE001 - a bug here must fail this batch, not stop the dispatcher
@@ -182,7 +189,8 @@ class Batcher:
         elif done.exception() is not None:
             results = [done.exception()] * len(batch)
         else:
-            results = done.result()
+            results, timing = done.result()
+            results = [r if isinstance(r, BaseException) else (r, timing) for r in results]
         for (_, future), result in zip(batch, results):
             if future.done():
                 continue
@@ -193,13 +201,16 @@ class Batcher:
 
     def _predict(self, requests):
         """Runs on a worker thread (or inline: INLINE_LIMIT_S). One result (outputs or the
-        exception) per request."""
+        exception) per request, and (start, seconds) of the prediction."""
         start = time.perf_counter()
         results = predict_requests(self.model, requests)
-        seconds = (time.perf_counter() - start) / len(requests)
+        elapsed = time.perf_counter() - start
+        seconds = elapsed / len(requests)
         previous = self._seconds
         self._seconds = seconds if previous is None else previous + _AVERAGE_WEIGHT * (seconds - previous)
-        return results
+        if self.on_execution is not None:
+            self.on_execution(len(requests), elapsed)
+        return results, (start, elapsed)
 
 
 def predict_requests(model, requests):

@@ -26,9 +26,10 @@ class ServeConfig:
     max_queue: int = 256
     # Largest REST body or gRPC message accepted (413 / RESOURCE_EXHAUSTED past it).
     max_request_bytes: int = 64 * 1024 * 1024
-    # Live stateful sequences per model, and the idle time after which one is dropped.
+    # Live stateful sequences per model, and the idle time after which one is dropped
+    # (docs/design/serving.md, "Sequences": why 1 s).
     max_sequences: int = 64
-    sequence_timeout_s: float = 60.0
+    sequence_timeout_s: float = 1.0
     # Merge requests of a model with a flexible batch dimension (else run them side by side).
     merge: bool = True
     backend: Optional[str] = None
@@ -36,9 +37,15 @@ class ServeConfig:
     log_format: str = "json"
     # Seconds a client is told to wait after a 503.
     retry_after_s: int = 1
+    # Model control (repository load/unload) is off unless a token is given; requests carry it
+    # as "Authorization: Bearer TOKEN".
+    admin_token: Optional[str] = None
+    # Language models (coremlrt.llm) are also served under the OpenAI API; their tokenizer
+    # folder (default: the folder beside each model, when it holds tokenizer.json).
+    tokenizer: Optional[str] = None
 
     def runtime_options(self):
-        """The fields the runtime reads, as plain values (MLServer passes them in ModelSettings)."""
+        """The fields each served model reads (served_model.py), as plain values."""
         keys = ("workers", "max_batch", "max_wait_ms", "max_queue", "max_sequences", "sequence_timeout_s", "merge",
                 "backend", "threads", "retry_after_s")
         return {key: getattr(self, key) for key in keys}

@@ -1,7 +1,5 @@
-"""coremlrt's Prometheus metrics, beside MLServer's own (REST and gRPC request counts and
-latency histograms, model_infer_request_*). MLServer's metrics endpoint serves
-prometheus_client's default registry when inference stays in its process (parallel_workers=0,
-as server.py sets), so they are registered there."""
+"""coremlrt's Prometheus metrics, served on ``--metrics-port`` from prometheus_client's default
+registry (server.py), with the process's own (CPU, memory, open files)."""
 
 import functools
 

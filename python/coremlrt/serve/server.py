@@ -1,148 +1,126 @@
-"""Starts MLServer with a :class:`~.runtime.CoreMLRuntime` per model, and adds what MLServer
-leaves open: a request-size limit and a ``Retry-After`` header on 503 for REST, gRPC status
-codes for 413 and 503 and for malformed messages (grpc_guard.py), and Triton's binary tensor
-extension for REST (tritonclient's http client sends tensors that way by default;
-rest_binary.py)."""
+"""Runs ``coremlrt serve``: the models (repository.py), the REST side (http_app.py with the
+routes of rest_routes.py, on uvicorn), the gRPC side (grpc_server.py, grpc.aio) and Prometheus
+metrics, in one process and one event loop, until SIGTERM or SIGINT.
+
+On SIGTERM the server stops accepting connections, answers the requests in flight (up to
+``SHUTDOWN_GRACE_S``), then exits 0.
+"""
 
 import asyncio
+import contextlib
 import json
 import logging
+import signal
+import sys
+import time
 
-from ..model import Error
 from .config import ServeConfig, discover_models
 
-logger = logging.getLogger("mlserver.coremlrt")
+logger = logging.getLogger("coremlrt.serve")
+
+SHUTDOWN_GRACE_S = 30.0
 
 
-def build_settings(config: ServeConfig, models):
-    from mlserver.settings import ModelParameters, ModelSettings, Settings
-
-    from .runtime import CoreMLRuntime
-
-    settings = Settings(
-        host=config.host, http_port=config.http_port, grpc_port=config.grpc_port,
-        metrics_port=config.metrics_port, debug=False,
-        # Inference stays in this process: MLServer's worker processes would give each its own
-        # copy of a sequence's state, and requests of one sequence could land on different ones.
-        parallel_workers=0,
-        load_models_at_startup=False, use_structured_logging=config.log_format == "json",
-        grpc_max_message_length=config.max_request_bytes,
-    )
-    model_settings = [
-        ModelSettings(name=name, implementation=CoreMLRuntime, max_batch_size=0, max_batch_time=0,
-                      parameters=ModelParameters(uri=path, extra=config.runtime_options()))
-        for name, path in models.items()]
-    return settings, model_settings
+class _JsonFormatter(logging.Formatter):
+    def format(self, record):
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+                 "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
 
 
-# Oversized bodies up to this many times the limit are read (and dropped) before the 413.
-_DRAIN_FACTOR = 64
+def configure_logging(log_format):
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("coremlrt")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
 
 
-class RequestLimits:
-    """ASGI middleware: refuses a body over ``max_bytes`` with 413 (by Content-Length, or by
-    reading a chunked body, which has none, up to the limit first) and adds ``Retry-After``
-    to 503 answers."""
+def build_app(repository, config, extra_routes=()):
+    """The ASGI application: the protocol's routes, then ``extra_routes`` (callables given the
+    router: where another API adds its routes)."""
+    from .http_app import App, Router
+    from .rest_routes import add_routes
 
-    def __init__(self, app, max_bytes, retry_after_s):
-        self.app, self.max_bytes, self.retry_after = app, max_bytes, str(retry_after_s).encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        if b"content-length" in headers:
-            try:
-                declared = int(headers[b"content-length"])
-            except ValueError:
-                return await _send_error(send, 400, "Content-Length is not a number")
-            if declared > self.max_bytes:
-                if declared <= _DRAIN_FACTOR * self.max_bytes:
-                    # Read and drop the body first: a client still sending when the connection
-                    # closes sees a broken pipe instead of the 413.
-                    while (await receive()).get("more_body"):
-                        pass
-                return await _send_error(send, 413, self._message(declared))
-        elif scope.get("method") in ("POST", "PUT"):
-            # The server checks a declared length; a chunked body is counted here, before the
-            # application sees it (an error raised while FastAPI reads would become a 400).
-            chunks, size = [], 0
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return
-                chunks.append(message.get("body", b""))
-                size += len(chunks[-1])
-                if size > self.max_bytes:
-                    return await _send_error(send, 413, self._message(size))
-                if not message.get("more_body"):
-                    break
-            receive = _replay(b"".join(chunks), receive)
-
-        async def marked_send(message):
-            if message["type"] == "http.response.start" and message["status"] == 503:
-                message = dict(message, headers=list(message.get("headers", [])) + [(b"retry-after", self.retry_after)])
-            await send(message)
-
-        await self.app(scope, receive, marked_send)
-
-    def _message(self, size):
-        return f"request body of {size}+ bytes is over the limit of {self.max_bytes} (--max-request-bytes)"
+    router = Router()
+    add_routes(router, repository, config.admin_token)
+    for add in extra_routes:
+        add(router, repository)
+    return App(router, config.max_request_bytes, repository.paths)
 
 
-def _replay(body, receive):
-    sent = False
+def _uvicorn_server(app, config):
+    import uvicorn
 
-    async def replay():
-        nonlocal sent
-        if sent:
-            return await receive()  # waits for the client's disconnect, as Starlette expects
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # serve() below handles SIGTERM / SIGINT for both transports
+            yield
 
-    return replay
-
-
-async def _send_error(send, status, message):
-    body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    settings = uvicorn.Config(app, host=config.host, port=config.http_port, loop="none", lifespan="off",
+                              access_log=False, log_level="warning", server_header=False,
+                              timeout_graceful_shutdown=SHUTDOWN_GRACE_S, h11_max_incomplete_event_size=1 << 20)
+    return Server(settings)
 
 
-async def serve(config: ServeConfig, models):
-    """Serves ``models`` ({name: path}) until SIGINT/SIGTERM."""
-    from mlserver import MLServer
+async def serve(config: ServeConfig, models, extra_routes=()):
+    """Serves ``models`` ({name: path}) until SIGINT/SIGTERM. Returns the exit status."""
+    from prometheus_client import start_http_server
 
-    from . import grpc_guard
-    from .rest_binary import TritonBinaryTensors
+    from .grpc_server import make_server
+    from .repository import Repository
 
-    settings, model_settings = build_settings(config, models)
-    grpc_guard.install()
-    server = MLServer(settings)
-    app = server._rest_server._app  # MLServer has no public hook for ASGI middleware
-    app.add_middleware(TritonBinaryTensors)
-    app.add_middleware(RequestLimits, max_bytes=config.max_request_bytes, retry_after_s=config.retry_after_s)
-    logger.info("serving %s on http://%s:%d (REST), %s:%d (gRPC), metrics on :%d", sorted(models), config.host,
-                config.http_port, config.host, config.grpc_port, config.metrics_port)
-    await server.start(model_settings)
-    # MLServer logs a model that fails to load and stops; say so in the exit status too.
-    from .runtime import LOADED
+    repository = Repository(models, config.runtime_options())
+    failed = await repository.load_all()
+    if failed and len(failed) == len(models) and not config.admin_token:
+        for name in failed:
+            logger.error("model '%s' cannot be served: %s", name, repository.models[name].reason)
+        logger.error("no model could be loaded; nothing to serve")
+        return 1
+    http = _uvicorn_server(build_app(repository, config, extra_routes), config)
+    grpc_server = make_server(repository, f"{config.host}:{config.grpc_port}", config.max_request_bytes,
+                              config.admin_token)
+    metrics_server, metrics_thread = start_http_server(config.metrics_port, addr=config.host)
+    await grpc_server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    http_task = asyncio.ensure_future(http.serve())
+    logger.info("serving %s on http://%s:%d (REST), %s:%d (gRPC), metrics on :%d%s", sorted(models), config.host,
+                config.http_port, config.host, config.grpc_port, config.metrics_port,
+                f"; not ready: {failed}" if failed else "")
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([stopped, http_task], return_when=asyncio.FIRST_COMPLETED)
+    if http_task.done() and http_task.exception() is not None:
+        await grpc_server.stop(0)
+        raise http_task.exception()
+    if http_task.done() and not http.started:
+        await grpc_server.stop(0)
+        raise OSError(f"cannot listen on {config.host}:{config.http_port} (REST)")
+    logger.info("shutting down: answering the requests in flight")
+    http.should_exit = True
+    await asyncio.gather(grpc_server.stop(SHUTDOWN_GRACE_S), http_task, return_exceptions=True)
+    metrics_server.shutdown()
+    await repository.close()
+    return 0
 
-    failed = sorted(set(models) - LOADED)
-    if failed:
-        raise Error(f"model(s) {failed} failed to load (the log above says why)")
 
-
-def main(path, config: ServeConfig):
+def main(path, config: ServeConfig, extra_routes=()):
     config.check()
     models = discover_models(path)
+    configure_logging(config.log_format)
     try:
-        import mlserver  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"coremlrt serve needs MLServer: pip install 'coremlrt[serve]' ({exc})") from None
-    from mlserver.utils import install_uvloop_event_loop
+        import uvloop
 
-    install_uvloop_event_loop()
-    asyncio.run(serve(config, models))
-    return 0
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(serve(config, models, extra_routes))
+
+
+__all__ = ["build_app", "main", "serve"]

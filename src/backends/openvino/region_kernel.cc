@@ -89,7 +89,7 @@ class RegionKernel final : public ops::Kernel {
         const ov::Shape got = result.get_shape();
         Tensor& out = ctx.allocate_output(static_cast<int>(i), port.dtype, Shape(got.begin(), got.end()));
         if (result.get_byte_size() != out.nbytes() || result.get_element_type() != port.type)
-          ctx.fail("OpenVINO returned output #", i, " as ", result.get_element_type().get_type_name(), " ",
+          ctx.fail_as(ErrorKind::Internal, "OpenVINO returned output #", i, " as ", result.get_element_type().get_type_name(), " ",
                    result.get_shape().to_string(), "; the region declares ", dtype_name(port.dtype), " ",
                    shape_str(port.shape));
         std::memcpy(out.data, result.data(), out.nbytes());
@@ -97,7 +97,8 @@ class RegionKernel final : public ops::Kernel {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      ctx.fail("OpenVINO: ", e.what());
+      // The region's inputs were checked like any op's: a failure inside OpenVINO is its own.
+      ctx.fail_as(ErrorKind::Internal, "OpenVINO: ", e.what());
     }
   }
 

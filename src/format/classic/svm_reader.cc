@@ -78,7 +78,7 @@ int64_t add_support_vectors(const Message& svm, const PredictorProgram& program,
   } else {
     fail(what, " has no support vectors");
   }
-  COREMLRT_CHECK(count * width <= (int64_t{1} << 28), what, ": support vectors too large (", count, " x ", width, ")");
+  COREMLRT_CHECK_AS(ErrorKind::ResourceLimit, count * width <= (int64_t{1} << 28), what, ": support vectors too large (", count, " x ", width, ")");
   out.push_back({"support_vectors", f64_tensor(std::move(values), {count, width})});
   return count;
 }

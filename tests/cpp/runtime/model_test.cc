@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace coremlrt {
@@ -157,6 +159,61 @@ TEST(Model, InspectReportsOpsWithoutLoading) {
   EXPECT_EQ(report.functions[0].op_counts.at("add"), 1);
   EXPECT_EQ(report.functions[0].op_counts.at("cast"), 2);
   EXPECT_TRUE(report.functions[0].unsupported.empty());
+}
+
+// The kind of the Error `run` throws (docs/guide/limits-and-errors.md, "Error kinds"); the
+// message must still name the model.
+ErrorKind error_kind(const std::function<void()>& run, const std::string& names) {
+  try {
+    run();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "no Error was thrown";
+  return ErrorKind::Internal;
+}
+
+TEST(Model, ErrorsSayWhatKindTheyAre) {
+  GENERATED_MODEL(path, "fixture_add");
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("coremlrt_error_kinds_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A model file that is not a Model protobuf.
+  const std::string garbage = (dir / "garbage.mlmodel").string();
+  std::ofstream(garbage) << "this is not a model";
+  EXPECT_EQ(error_kind([&] { Model::load(garbage); }, garbage), ErrorKind::BadModel);
+  // A package of a file format version this build does not read.
+  const fs::path newer = dir / "newer.mlpackage";
+  fs::copy(path, newer, fs::copy_options::recursive);
+  std::ifstream in(newer / "Manifest.json");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const size_t at = manifest.find("\"1.0.0\"");
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, 7, "\"2.0.0\"");
+  std::ofstream(newer / "Manifest.json") << manifest;
+  EXPECT_EQ(error_kind([&] { Model::load(newer.string()); }, newer.string()), ErrorKind::Unsupported);
+  // What the caller passed: a function the model does not have, an input of the wrong shape.
+  LoadOptions other_function;
+  other_function.function_name = "decode";
+  EXPECT_EQ(error_kind([&] { Model::load(path, other_function); }, path), ErrorKind::BadInput);
+  auto model = Model::load(path);
+  std::vector<float> x(64 * 512, 1.0f);
+  EXPECT_EQ(error_kind([&] { model->predict({{"x", Tensor::view(DType::Float32, {64, 512}, x.data(), nullptr)}}); },
+                       "input 'x'"),
+            ErrorKind::BadInput);
+  // A memory limit the prediction's tensors pass (each is 128 KiB).
+  LoadOptions small;
+  small.backend = "reference";
+  small.memory_limit_bytes = 64 << 10;
+  auto limited = Model::load(path, small);
+  EXPECT_EQ(
+      error_kind([&] { limited->predict({{"x", Tensor::view(DType::Float32, {1, 64, 512}, x.data(), nullptr)}}); },
+                 "memory_limit_bytes"),
+      ErrorKind::ResourceLimit);
+  fs::remove_all(dir);
 }
 
 TEST(Model, MissingPathIsAnError) {

@@ -32,6 +32,27 @@ def test_predict_reports_bad_input(tmp_path):
     assert "coremlrt: error:" in result.stderr and "expected [1, 64, 512]" in result.stderr
 
 
+def test_exit_status_says_what_kind_of_error_stopped_it(tmp_path):
+    """docs/guide/command-line.md, "Exit status": 3 for a model that cannot be read, 4 for one of
+    a format this build does not read, 1 for a bad input (test_predict_reports_bad_input)."""
+    import json
+    import shutil
+
+    garbage = tmp_path / "garbage.mlmodel"
+    garbage.write_bytes(b"this is not a model")
+    result = run_cli("predict", str(garbage))
+    assert result.returncode == 3, result.stderr
+    assert "coremlrt: error:" in result.stderr and "garbage.mlmodel" in result.stderr
+    newer = tmp_path / "newer.mlpackage"
+    shutil.copytree(model_path("fixture_add", load_case("fixture_add")), newer)
+    manifest = json.loads((newer / "Manifest.json").read_text())
+    manifest["fileFormatVersion"] = "2.0.0"
+    (newer / "Manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("predict", str(newer))
+    assert result.returncode == 4, result.stderr
+    assert "unsupported fileFormatVersion '2.0.0'" in result.stderr
+
+
 @pytest.mark.parametrize("name", case_names())
 def test_info_runs_on_every_corpus_model(name):
     case = load_case(name)

@@ -1,4 +1,6 @@
-"""Bad input of every kind gets an Error that says what was wrong and what was expected."""
+"""Bad input of every kind gets an Error that says what was wrong and what was expected, of the
+class that says what kind of error it is (a damaged model, an unsupported op, a bad input:
+docs/guide/limits-and-errors.md, "Error kinds"; resource limits: tests/python/robustness/test_bounds.py)."""
 
 import os
 import shutil
@@ -53,18 +55,31 @@ def main_ops(spec):
     return function.block_specializations[function.opset].operations
 
 
+def test_error_classes_are_kinds_of_coremlrt_error():
+    """Every class is a coremlrt.Error (so existing `except coremlrt.Error` clauses catch it) and a
+    RuntimeError, with the kind the server and the CLI read."""
+    kinds = {coremlrt.BadModelError: "bad_model", coremlrt.UnsupportedError: "unsupported",
+             coremlrt.BadInputError: "bad_input", coremlrt.ResourceLimitError: "resource_limit",
+             coremlrt.InternalError: "internal"}
+    for cls, kind in kinds.items():
+        assert issubclass(cls, coremlrt.Error) and issubclass(cls, RuntimeError)
+        assert cls.kind == kind and cls("x").kind == kind
+    assert not hasattr(coremlrt.Error, "kind")  # the base class says no kind of its own
+
+
 def test_model_works_before_damage(weighted_model):
     x = np.ones((2, 16), np.float32)
     np.testing.assert_allclose(coremlrt.MLModel(weighted_model).predict({"x": x})["y"], x + np.arange(16))
 
 
 def test_missing_path(tmp_path):
-    with pytest.raises(coremlrt.Error, match=r"does not exist \(expected an \.mlpackage folder or an \.mlmodel file\)"):
+    with pytest.raises(coremlrt.BadModelError,
+                       match=r"does not exist \(expected an \.mlpackage folder or an \.mlmodel file\)"):
         coremlrt.MLModel(str(tmp_path / "nope.mlpackage"))
 
 
 def test_folder_that_is_not_a_package(tmp_path):
-    with pytest.raises(coremlrt.Error, match="not a model package: it has no Manifest.json"):
+    with pytest.raises(coremlrt.BadModelError, match="not a model package: it has no Manifest.json"):
         coremlrt.MLModel(str(tmp_path))
 
 
@@ -72,7 +87,7 @@ def test_manifest_without_root_model(weighted_model, tmp_path):
     package = copy_of(weighted_model, tmp_path)
     with open(os.path.join(package, "Manifest.json"), "w") as f:
         f.write('{"fileFormatVersion": "1.0.0", "itemInfoEntries": {}, "rootModelIdentifier": "x"}')
-    with pytest.raises(coremlrt.Error, match="names root model 'x' but itemInfoEntries has no such item"):
+    with pytest.raises(coremlrt.BadModelError, match="names root model 'x' but itemInfoEntries has no such item"):
         coremlrt.MLModel(package)
 
 
@@ -82,14 +97,14 @@ def test_truncated_model_file(weighted_model, tmp_path):
     data = open(spec, "rb").read()
     with open(spec, "wb") as f:
         f.write(data[: len(data) // 2])
-    with pytest.raises(coremlrt.Error, match="is not a valid Core ML model"):
+    with pytest.raises(coremlrt.BadModelError, match="is not a valid Core ML model"):
         coremlrt.MLModel(package)
 
 
 def test_random_bytes_model_file(tmp_path):
     path = tmp_path / "random.mlmodel"
     path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
-    with pytest.raises(coremlrt.Error, match="is not a valid Core ML model|specification version"):
+    with pytest.raises(coremlrt.BadModelError, match="is not a valid Core ML model|specification version"):
         coremlrt.MLModel(str(path))
 
 
@@ -99,7 +114,7 @@ def test_weight_file_truncated(weighted_model, tmp_path):
     data = open(weights, "rb").read()
     with open(weights, "wb") as f:
         f.write(data[:140])  # header and the blob's metadata record, but only part of its data
-    with pytest.raises(coremlrt.Error, match=r"runs past the end of the file \(140 bytes\)"):
+    with pytest.raises(coremlrt.BadModelError, match=r"runs past the end of the file \(140 bytes\)"):
         coremlrt.MLModel(package)
 
 
@@ -112,7 +127,8 @@ def test_blob_offset_past_end(weighted_model, tmp_path):
                 op.attributes["val"].blobFileValue.offset = 1 << 30
 
     edit_spec(package, move_blob)
-    with pytest.raises(coremlrt.Error, match=r"blob at offset 1073741824: the metadata record lies outside the file"):
+    with pytest.raises(coremlrt.BadModelError,
+                       match=r"blob at offset 1073741824: the metadata record lies outside the file"):
         coremlrt.MLModel(package)
 
 
@@ -125,7 +141,7 @@ def test_unsupported_op_is_rejected_at_load(weighted_model, tmp_path):
                 op.type = "frobnicate"
 
     edit_spec(package, rename)
-    with pytest.raises(coremlrt.Error) as info:
+    with pytest.raises(coremlrt.UnsupportedError) as info:
         coremlrt.MLModel(package)
     message = str(info.value)
     assert "unsupported op" in message
@@ -139,25 +155,26 @@ def model(weighted_model, coremlrt_backend):
 
 
 def test_missing_input(model):
-    with pytest.raises(coremlrt.Error, match=r"missing input 'x' \(expected float32 \[2, 16\]\)"):
+    with pytest.raises(coremlrt.BadInputError, match=r"missing input 'x' \(expected float32 \[2, 16\]\)"):
         model.predict({})
 
 
 def test_unknown_extra_input(model):
-    with pytest.raises(coremlrt.Error, match=r"unknown input 'z'; the model's inputs are: x: float32 \[2, 16\]"):
+    with pytest.raises(coremlrt.BadInputError,
+                       match=r"unknown input 'z'; the model's inputs are: x: float32 \[2, 16\]"):
         model.predict({"x": np.zeros((2, 16), np.float32), "z": np.zeros(3)})
 
 
 @pytest.mark.parametrize("shape", [(2, 15), (16,), (1, 2, 16)])
 def test_wrong_shape(model, shape):
-    with pytest.raises(coremlrt.Error, match=r"input 'x' has shape \[.*\]; expected \[2, 16\]"):
+    with pytest.raises(coremlrt.BadInputError, match=r"input 'x' has shape \[.*\]; expected \[2, 16\]"):
         model.predict({"x": np.zeros(shape, np.float32)})
 
 
 @pytest.mark.parametrize("value", [np.array([["a"] * 16] * 2), np.zeros((2, 16), np.complex64),
                                    np.array([[object()] * 16] * 2)])
 def test_unconvertible_dtype(model, value):
-    with pytest.raises(coremlrt.Error, match=r"input 'x': dtype .* cannot be converted to the model's float32"):
+    with pytest.raises(coremlrt.BadInputError, match=r"input 'x': dtype .* cannot be converted to the model's float32"):
         model.predict({"x": value})
 
 
@@ -169,9 +186,9 @@ def test_non_integer_floats_for_int_input(tmp_path):
 
     m = coremlrt.MLModel(save_program(prog, tmp_path))
     np.testing.assert_array_equal(m.predict({"x": np.array([1.0, 2.0, 3.0])})["y"], [2, 3, 4])
-    with pytest.raises(coremlrt.Error, match="has non-integer values; the model expects int32"):
+    with pytest.raises(coremlrt.BadInputError, match="has non-integer values; the model expects int32"):
         m.predict({"x": np.array([1.5, 2.0, 3.0])})
-    with pytest.raises(coremlrt.Error, match=r"does not fit the model's int32"):
+    with pytest.raises(coremlrt.BadInputError, match=r"does not fit the model's int32"):
         m.predict({"x": np.array([1, 2, 1 << 40])})
 
 
@@ -183,7 +200,8 @@ def test_bad_data_container(model):
 
 
 def test_unknown_function_name(weighted_model):
-    with pytest.raises(coremlrt.Error, match="has a single function, 'main'; function_name 'decode' does not exist"):
+    with pytest.raises(coremlrt.BadInputError,
+                       match="has a single function, 'main'; function_name 'decode' does not exist"):
         coremlrt.MLModel(weighted_model, function_name="decode")
 
 

@@ -17,6 +17,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # coreai-torch warns about torch versions newer than it was tested with
     pytest.importorskip("coreai_torch")
 
+import coreai_oracle  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -28,7 +30,9 @@ def test_bench_coreai_tiny(tmp_path):
          "--threads", "1", "--placements", "--models-dir", str(tmp_path / "aimodels"),
          "--coreml-dir", str(tmp_path / "coreml")],
         capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # coreai-core's runtime may abort as the benchmark's process exits, after its table is
+    # printed (tests/python/coreai_oracle.py, finished_cleanly).
+    assert coreai_oracle.finished_cleanly(proc.returncode, proc.stderr), proc.stderr[-3000:]
     assert "could not run" not in proc.stdout, proc.stdout
     row = next(line.split() for line in proc.stdout.splitlines() if line.startswith("tiny "))
     # network, three medians, the two ratios, max |a - b|, max |b - c|, max |b|

@@ -126,6 +126,41 @@ def test_neuralnetwork_structure(tmp_path):
         assert isinstance(usage.preferred_compute_device, MLCPUComputeDevice)
 
 
+def test_in_memory_neuralnetwork_compiles_from_the_bytes_loaded(tmp_path, monkeypatch):
+    """ct.models.MLModel(spec) of a neuralNetwork saves the spec to a temporary .mlmodel, makes
+    the proxy from it and deletes it (coremltools/models/model.py): get_compiled_model_path()
+    still compiles the model that was loaded, and the compiled folder predicts as it does."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where coremltools' .mlmodel goes
+    builder = NeuralNetworkBuilder([("x", datatypes.Array(4))], [("y", datatypes.Array(3))],
+                                   disable_rank5_shape_mapping=True)
+    weight = RNG.standard_normal((3, 4))
+    builder.add_inner_product("fc", W=weight, b=None, input_channels=4, output_channels=3,
+                              has_bias=False, input_name="x", output_name="h")
+    builder.add_elementwise("twice", ["h", "h"], "s", mode="ADD")
+    builder.add_activation("act", "RELU", input_name="s", output_name="y")
+    model = ct.models.MLModel(builder.spec)
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".mlmodel")]  # deleted
+    compiled = model.get_compiled_model_path()
+    assert model.get_compiled_model_path() == compiled
+    structure = MLModelStructure.load_from_path(compiled)
+    # Core ML names the element-wise layers' type "elementwise" (as coremltools' own
+    # test_neuralnetwork_structure expects), the others by their field in the spec.
+    assert [(l.name, l.type) for l in structure.neuralnetwork.layers] == [
+        ("fc", "innerProduct"), ("twice", "elementwise"), ("act", "activation")]
+    plan = MLComputePlan.load_from_path(compiled)
+    for layer in plan.model_structure.neuralnetwork.layers:
+        assert isinstance(plan.get_compute_device_usage_for_neuralnetwork_layer(layer).preferred_compute_device,
+                          MLCPUComputeDevice)
+    x = RNG.standard_normal(4).astype(np.float32)
+    expected = np.maximum(2 * weight @ x, 0)
+    np.testing.assert_allclose(model.predict({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ct.models.CompiledMLModel(compiled).predict({"x": x})["y"], expected,
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_pipeline_and_classic_structure(mlp, tmp_path, monkeypatch):
     """A pipeline's structure lists its stages by name, each described as a model of its own
     (ML program, neuralNetwork, nested pipeline); a classic model has no structure (all three

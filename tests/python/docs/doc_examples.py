@@ -30,7 +30,7 @@ DOCUMENTS = ["README.md"] + sorted(
 KINDS = ("run by CI", "long run", "server")
 # The guides whose examples start Dask, Ray or a server: tests/python/docs/test_doc_examples_services.py
 # runs them, test_doc_examples.py the others.
-SERVICE_DOCUMENTS = ("docs/guide/batch.md", "docs/guide/serving.md")
+SERVICE_DOCUMENTS = ("docs/guide/batch.md", "docs/guide/serving.md", "docs/guide/language-models.md")
 _FENCE = re.compile(r"^```(\w+)\s*$")
 _MARKER = re.compile(r"^<!-- example: (.+?) \((.+)\) -->$")
 
@@ -98,7 +98,8 @@ def make_workdir(directory):
     lm.mlpackage: functions prefill (tokens int32 [1, 4]) and decode (token int32 [1, 1]) over
     one fp16 state k_cache [1, 4], each adding its tokens' sum to the cache and returning it as
     `logits`; x.npy; inputs/ (four .npz records); inputs.parquet and data.parquet (x as a
-    fixed-size list of 3 floats)."""
+    fixed-size list of 3 floats); llama.mlpackage and llama-folder/ (its tokenizer) and text.txt:
+    the small LLaMA of tests/python/llm/llm_models.py."""
     import shutil
 
     import coremltools as ct
@@ -143,6 +144,15 @@ def make_workdir(directory):
     functions = {name: save(prog, os.path.join(parts, name + ".mlpackage"))
                  for name, prog in (("prefill", prefill), ("decode", decode))}
     save_multifunction(directory, "lm", functions, default="prefill")
+
+    sys.path.insert(0, os.path.join(REPO, "tests", "python", "llm"))
+    import llm_models
+    from llama_helpers import SAMPLE_TEXT
+
+    shutil.copytree(llm_models.package("mask_fp16"), os.path.join(directory, "llama.mlpackage"))
+    shutil.copytree(llm_models.path("tokenizer"), os.path.join(directory, "llama-folder"))
+    with open(os.path.join(directory, "text.txt"), "w", encoding="utf-8") as f:
+        f.write(SAMPLE_TEXT * 2)
 
     rng = np.random.default_rng(0)
     records = [rng.standard_normal((1, 3)).astype(np.float32) for _ in range(4)]

@@ -34,7 +34,7 @@ def dims(*values):
 
 def test_element_count_past_int64(fill_model):
     model = coremlrt.MLModel(fill_model)
-    with pytest.raises(coremlrt.Error, match=r"op 'y' \(fill\).*has more elements than int64 can count"):
+    with pytest.raises(coremlrt.ResourceLimitError, match=r"op 'y' \(fill\).*has more elements than int64 can count"):
         model.predict(dims(2**31 - 1, 2**31 - 1, 2**31 - 1))
     np.testing.assert_array_equal(model.predict(dims(2, 3, 1))["y"], np.full((2, 3, 1), 1.5, np.float32))
 
@@ -42,14 +42,16 @@ def test_element_count_past_int64(fill_model):
 def test_shape_beyond_the_machine_is_refused_before_allocating(fill_model):
     """1e12 elements (4 TB): past the default limit, the machine's physical memory."""
     model = coremlrt.MLModel(fill_model)
-    with pytest.raises(coremlrt.Error, match=r"op 'y' \(fill\).*tensor of shape \[100000, 100000, 100\].*memory limit"):
+    with pytest.raises(coremlrt.ResourceLimitError,
+                       match=r"op 'y' \(fill\).*tensor of shape \[100000, 100000, 100\].*memory limit"):
         model.predict(dims(100000, 100000, 100))
     assert model.predict(dims(1, 1, 4))["y"].shape == (1, 1, 4)
 
 
 def test_memory_limit(fill_model):
     model = coremlrt.MLModel(fill_model, memory_limit_bytes=1 << 20)
-    with pytest.raises(coremlrt.Error, match=r"op 'y' \(fill\).*needs 4194304 bytes.*memory limit is 1048576 bytes"):
+    with pytest.raises(coremlrt.ResourceLimitError,
+                       match=r"op 'y' \(fill\).*needs 4194304 bytes.*memory limit is 1048576 bytes"):
         model.predict(dims(1024, 1024, 1))
     for _ in range(3):  # what a failed prediction charged was given back
         np.testing.assert_array_equal(model.predict(dims(64, 64, 1))["y"], np.full((64, 64, 1), 1.5, np.float32))
@@ -153,8 +155,8 @@ def counting_loop(tmp_path_factory):
 
 def test_runaway_loop_hits_the_iteration_cap(counting_loop):
     model = coremlrt.MLModel(counting_loop, max_loop_iterations=1000)
-    with pytest.raises(coremlrt.Error, match=r"\(while_loop\).*ran 1000 iterations without its condition turning "
-                                             r"false.*max_loop_iterations"):
+    with pytest.raises(coremlrt.ResourceLimitError, match=r"\(while_loop\).*ran 1000 iterations without its "
+                                                         r"condition turning false.*max_loop_iterations"):
         model.predict({"n": np.array([10**9], np.int32)})
     assert model.predict({"n": np.array([1000], np.int32)})["y"].tolist() == [1000]
     assert coremlrt.MLModel(counting_loop).predict({"n": np.array([5000], np.int32)})["y"].tolist() == [5000]

@@ -7,10 +7,11 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # serve_models, server_helpers
 
-# Looked up, not imported: MLServer's protobuf messages and tritonclient's share names and
-# cannot live in one process (the server runs in a subprocess).
-if importlib.util.find_spec("mlserver") is None:
-    pytest.skip("coremlrt serve needs the serve extra (pip install coremlrt[serve])", allow_module_level=True)
+# The server runs in a subprocess, as users run it (its messages and tritonclient's could share
+# a process: protocol/grpc_inference.proto has a package of its own).
+for module in ("uvicorn", "grpc"):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip("coremlrt serve needs the serve extra (pip install coremlrt[serve])", allow_module_level=True)
 pytest.importorskip("tritonclient.grpc", reason="the serving tests use tritonclient (the serve extra)")
 
 import fixtures  # noqa: E402

@@ -7,7 +7,14 @@ build/test-fixtures/serving, like tests/python/fixtures.py's cases):
   request that batching, not the server's per-request cost, decides throughput);
 * ``mobilenet_v2``: torchvision's mobilenet_v2 (random weights, eval mode), x fp32
   [B, 3, 224, 224] with B flexible in 1..64 (benchmarks/bench_serve.py's throughput target);
-* ``lm``: the prefill/decode KV-cache LM of tests/python/lm_helpers.py (states, two functions).
+* ``lm``: the prefill/decode KV-cache LM of tests/python/lm_helpers.py (states, two functions);
+* ``scale``: y = 2x - x computed in float16, x fp32 [1, N] with N flexible in 1..2^24: a
+  flexible-shape model whose outputs hold NaN and +-Inf where x overflows float16 (|x| > 65504
+  gives +-Inf in 2x, and Inf - Inf is NaN);
+* ``detector``: tests/python/detection_helpers.py's detector joined to a nonMaximumSuppression
+  stage as Ultralytics exports it: the pipeline declares iouThreshold / confidenceThreshold as
+  required doubles (the model description makes them optional, with the stage's defaults), and
+  the outputs' first dimension is only a range.
 """
 
 import os
@@ -86,7 +93,48 @@ def _lm(directory):
         shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-BUILDERS = {"tiny": _tiny, "conv": _conv, "conv64": _conv64, "mobilenet_v2": _mobilenet_v2, "lm": _lm}
+def _scale(directory):
+    import coremltools as ct
+    import torch
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 - x
+
+    traced = torch.jit.trace(Scale().eval(), torch.zeros(1, 8))
+    length = ct.RangeDim(lower_bound=1, upper_bound=1 << 24, default=8)
+    model = ct.convert(traced, convert_to="mlprogram", inputs=[ct.TensorType(name="x", shape=(1, length))],
+                       outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT16,
+                       minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
+    model.save(os.path.join(directory, "scale.mlpackage"))
+
+
+def _detector(directory):
+    import warnings
+
+    import coremltools as ct
+    import torch
+
+    import detection_helpers as D
+
+    traced = torch.jit.trace(D.Detector(), torch.zeros(D.IMAGE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        detector = ct.convert(traced, convert_to="mlprogram", compute_precision=ct.precision.FLOAT32,
+                              minimum_deployment_target=ct.target.iOS16,
+                              inputs=[ct.TensorType(name="image", shape=D.IMAGE)],
+                              outputs=[ct.TensorType(name="raw_confidence"), ct.TensorType(name="raw_coordinates")])
+        pipeline = ct.utils.make_pipeline(detector, ct.models.MLModel(D.nms_spec(threshold_inputs="pipeline")))
+        spec = pipeline.get_spec()
+        for name in ("iouThreshold", "confidenceThreshold"):  # required doubles, as the export declares them
+            feature = spec.description.input.add()
+            feature.name = name
+            feature.type.doubleType.SetInParent()
+        ct.models.MLModel(spec, weights_dir=pipeline.weights_dir).save(os.path.join(directory, "detector.mlpackage"))
+
+
+BUILDERS = {"tiny": _tiny, "conv": _conv, "conv64": _conv64, "mobilenet_v2": _mobilenet_v2, "lm": _lm,
+            "scale": _scale, "detector": _detector}
 
 
 def model_path(name):
@@ -98,7 +146,8 @@ def model_path(name):
         scratch = tempfile.mkdtemp(prefix=name + ".", dir=ROOT)
         try:
             os.environ.setdefault("TQDM_DISABLE", "1")
-            BUILDERS[name](scratch)
+            with _temporary_files_in(scratch):
+                BUILDERS[name](scratch)
             os.rename(scratch, target)
         except OSError:
             if not os.path.isdir(target):
@@ -106,6 +155,20 @@ def model_path(name):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return os.path.join(target, name + ".mlpackage")
+
+
+class _temporary_files_in:
+    """tempfile's default folder set to ``directory`` for a while (coremltools' make_pipeline
+    writes temporary packages there)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __enter__(self):
+        self.saved, tempfile.tempdir = tempfile.tempdir, self.directory
+
+    def __exit__(self, *exc):
+        tempfile.tempdir = self.saved
 
 
 def torch_lm():

@@ -1,7 +1,7 @@
 """Starts ``coremlrt serve`` in a subprocess on free loopback ports, for tests and benchmarks.
 
-The test process never imports MLServer: its protobuf messages and tritonclient's share names
-(inference.ServerLiveRequest, ...) and cannot live in one process's descriptor pool.
+The server runs apart from the tests, as users run it: its crashes, signals and memory are its
+own (the serving tests read its RSS and send it SIGTERM).
 """
 
 import contextlib

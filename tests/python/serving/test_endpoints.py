@@ -25,10 +25,18 @@ def test_health_and_readiness(server):
     for client in (http, grpc):
         assert client.is_server_live() and client.is_server_ready()
         assert client.is_model_ready("tiny") and client.is_model_ready("lm")
+    # An unknown model is not ready, on both transports (Triton's answer), not an error.
     assert not http.is_model_ready("no_such_model")
-    # MLServer answers ModelReady for an unknown model with an error naming it (not "false").
-    with pytest.raises(InferenceServerException, match="no_such_model"):
-        grpc.is_model_ready("no_such_model")
+    assert not grpc.is_model_ready("no_such_model")
+    # The server names itself and lists exactly the extensions it implements.
+    for client in (http, grpc):
+        meta = client.get_server_metadata(**({"as_json": True} if client is grpc else {}))
+        assert meta["name"] == "coremlrt"
+        assert sorted(meta["extensions"]) == ["binary_tensor_data", "classification", "model_configuration",
+                                              "parameters", "sequence", "statistics"]
+    with pytest.raises(InferenceServerException, match="unknown model 'no_such_model'") as error:
+        grpc.get_model_metadata("no_such_model")
+    assert "NOT_FOUND" in str(error.value.status())
 
 
 def test_metadata_comes_from_the_model_description(server, model_paths):
@@ -79,6 +87,6 @@ def test_function_per_request(server, model_paths):
 def test_metrics_endpoint(server):
     text = server.metrics()
     for name in ("coremlrt_batch_size_bucket", "coremlrt_requests_total", "coremlrt_request_seconds_bucket",
-                 "rest_server_requests_total", "rest_server_request_duration_seconds_bucket"):
+                 "process_resident_memory_bytes"):
         assert name in text, name
     assert "coremlrt_queue_depth" in text and "coremlrt_live_sequences" in text

@@ -3,6 +3,7 @@ loop in process with an MLState (and the torch reference, within the LM's tolera
 two sequences interleaved; end, eviction and the sequence limit."""
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -103,21 +104,44 @@ def test_idle_sequences_are_evicted_and_the_limit_holds(model_paths):
         prompt, _ = _script(8)
         _step(client, httpclient, 1, "prefill", prompt, 0, sequence_start=True)
         _step(client, httpclient, 2, "prefill", prompt, 0, sequence_start=True)
-        with pytest.raises(InferenceServerException, match="2 sequences are live") as full:
-            _step(client, httpclient, 3, "prefill", prompt, 0, sequence_start=True)
-        assert full.value.status() == "503"
-        # Plain HTTP: the 503 carries Retry-After.
-        body = json.dumps({"parameters": {"sequence_id": 4, "sequence_start": True, "function": "prefill"},
-                           "inputs": [{"name": n, "datatype": "INT32", "shape": list(v.shape),
-                                       "data": v.ravel().tolist()} for n, v in H.lm_inputs(prompt, 0).items()]})
-        request = urllib.request.Request(f"http://{s.http_url}/v2/models/lm/infer", data=body.encode(),
-                                         headers={"Content-Type": "application/json"})
-        with pytest.raises(urllib.error.HTTPError) as error:
-            urllib.request.urlopen(request, timeout=30)
-        assert error.value.code == 503 and error.value.headers["Retry-After"] == "1"
-        assert "retry after 1 s" in json.loads(error.value.read())["error"]
-        time.sleep(2.5)  # past the 1 s idle timeout: both are dropped
+        # Both slots taken by sequences in use: a start waits one timeout for a slot, then gets 503.
+        stop = threading.Event()
+
+        def keep_busy():
+            keeper = httpclient.InferenceServerClient(s.http_url)
+            step = 0
+            while not stop.is_set():
+                for sequence_id in (1, 2):
+                    _step(keeper, httpclient, sequence_id, "decode", [3], H.PROMPT + step % 8)
+                step += 1
+                time.sleep(0.2)
+
+        busy = threading.Thread(target=keep_busy)
+        busy.start()
+        try:
+            began = time.monotonic()
+            with pytest.raises(InferenceServerException, match="2 sequences are live") as full:
+                _step(client, httpclient, 3, "prefill", prompt, 0, sequence_start=True)
+            assert full.value.status() == "503" and time.monotonic() - began >= 0.9
+            # Plain HTTP: the 503 carries Retry-After.
+            body = json.dumps({"parameters": {"sequence_id": 4, "sequence_start": True, "function": "prefill"},
+                               "inputs": [{"name": n, "datatype": "INT32", "shape": list(v.shape),
+                                           "data": v.ravel().tolist()} for n, v in H.lm_inputs(prompt, 0).items()]})
+            request = urllib.request.Request(f"http://{s.http_url}/v2/models/lm/infer", data=body.encode(),
+                                             headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as error:
+                urllib.request.urlopen(request, timeout=30)
+            assert error.value.code == 503 and error.value.headers["Retry-After"] == "1"
+            assert "retry after 1 s" in json.loads(error.value.read())["error"]
+        finally:
+            stop.set()
+            busy.join()
+        # The two sequences go idle: a start waits until one has been idle for the timeout, takes
+        # its slot (no refusal for an abandoned sequence), and the dropped sequence is gone.
+        began = time.monotonic()
+        _step(client, httpclient, 3, "prefill", prompt, 0, sequence_start=True)
+        assert time.monotonic() - began < 3
+        time.sleep(2.5)  # past the 1 s idle timeout: the rest are dropped by the reaper
         with pytest.raises(InferenceServerException, match="not live"):
             _step(client, httpclient, 1, "decode", [3], H.PROMPT)
-        _step(client, httpclient, 3, "prefill", prompt, 0, sequence_start=True)  # room again
-        assert 'coremlrt_live_sequences{model="lm"} 1.0' in s.metrics()
+        assert 'coremlrt_live_sequences{model="lm"} 0.0' in s.metrics()

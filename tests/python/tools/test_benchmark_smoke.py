@@ -41,3 +41,18 @@ def test_bench_flexible_shapes_small(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if "ratio" in line]
     assert [line.split()[0] for line in lines] == ["fp32", "fp16"], proc.stdout
     assert all("flexible convs on openvino" in line for line in lines), proc.stdout
+
+
+def test_bench_llm_tiny(tmp_path):
+    """benchmarks/bench_llm.py on a small LLaMA, coremlrt's rows only (OpenVINO's model takes
+    nncf minutes to make; llama.cpp is a benchmark-only dependency): every row and target line."""
+    pytest.importorskip("tokenizers")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "bench_llm.py"), "--tiny", "--only", "coremlrt",
+         "--processes", "1", "--runs", "1", "--rounds", "1", "--dir", str(tmp_path / "models")],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ, TQDM_DISABLE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for form in ("fp16", "int4"):
+        assert f"| {form} | coremlrt (" in proc.stdout, proc.stdout
+        assert f"| {form} decode: weights streamed / measured bandwidth |" in proc.stdout
+        assert f"| {form} generate() time around predict / decode step |" in proc.stdout
