@@ -40,6 +40,13 @@ struct StructureOperation {
   std::map<std::string, std::vector<StructureBinding>> inputs;
   std::vector<StructureNamedValue> outputs;
   std::vector<StructureBlock> blocks;
+  // The op's work, from the cost its kernel's registry entry declares and the declared types (a
+  // dim known only at prediction counting as 16; src/ops/op_cost.h), the same figures the
+  // backends' cost rule reads: multiply-adds (0 for ops without matrix work), the elements of
+  // its largest input or output, and whether it runs once, at load (const and constexpr_* ops).
+  double macs = 0;
+  double elements = 0;
+  bool evaluated_at_load = false;
 };
 
 struct StructureBlock {

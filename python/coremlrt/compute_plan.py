@@ -15,24 +15,22 @@ docs/design/compressed-weights.md), or ``"none"`` when this build has no kernel 
 backend that was asked for.
 
 Estimated cost: a relative weight in [0, 1], the op's share of the function's estimated
-floating-point operations (FLOPs), computed from the types the program declares:
+floating-point operations (FLOPs), computed from the types the program declares with the costs
+that the ops' registry entries declare (src/ops/op_cost.h; the OpenVINO backend's cost rule reads
+the same ones, through ``_core.model_structure``'s ``macs``, ``elements`` and
+``evaluated_at_load``):
 
-* ``linear``, ``matmul``: 2 x (output elements) x K, K the last dimension of ``x``;
-* ``conv``: 2 x (output elements) x (weight elements / output channels);
-  ``conv_transpose``: 2 x (elements of ``x``) x (weight elements / input channels);
-* ``scaled_dot_product_attention``: 4 x (elements of ``query``) x (key length);
-* ``lstm``, ``gru``, ``rnn``: 2 x (sequence x batch) x (elements of the input and recurrent
-  weights);
+* ops with matrix work (matrix products, convolutions, attention, recurrent layers): twice their
+  multiply-adds;
 * ``const`` and ``constexpr_*``: 0 (evaluated once, when the model loads);
 * every other op (elementwise, activations, reductions, normalization, layout): one
   operation per element of its largest input or output.
 
-Dimensions unknown until prediction count as 1. Estimates of data-movement ops are coarse;
-the weights order ops by arithmetic, they are not timings.
+Dimensions unknown until prediction count as 16, as in the backends' cost rule. Estimates of
+data-movement ops are coarse; the weights order ops by arithmetic, they are not timings.
 """
 
 import dataclasses
-import math
 from typing import Any, Dict, List, Optional
 
 from . import _core
@@ -76,64 +74,21 @@ def _placements(path, function, backend):
     return {p["output"]: p for p in model.placements() if p["output"]}
 
 
-def _numel(type_):
-    if not type_ or not type_["is_tensor"] or type_["rank"] < 0:
-        return 1
-    return math.prod(max(d, 1) for d in type_["dims"])
-
-
-def _dims(type_):
-    if not type_ or not type_["is_tensor"] or type_["rank"] < 0:
-        return []
-    return [max(d, 1) for d in type_["dims"]]
-
-
-def estimate_flops(op, types):
-    """Estimated floating-point operations of one op (see the module docstring)."""
-    kind = op["type"]
-    if kind == "const" or kind.startswith("constexpr_"):
+def estimate_flops(op):
+    """Estimated floating-point operations of one op of ``_core.model_structure`` (see the module
+    docstring)."""
+    if op["evaluated_at_load"]:
         return 0
-
-    def input_type(param):
-        bindings = op["inputs"].get(param) or []
-        if not bindings:
-            return None
-        b = bindings[0]
-        return b["constant_type"] if b["name"] is None else types.get(b["name"])
-
-    out = op["outputs"][0]["type"] if op["outputs"] else None
-    if kind in ("linear", "matmul"):
-        x = _dims(input_type("x"))
-        return 2 * _numel(out) * (x[-1] if x else 1)
-    if kind == "conv":
-        weight = _dims(input_type("weight"))
-        return 2 * _numel(out) * (math.prod(weight[1:]) if weight else 1)
-    if kind == "conv_transpose":
-        weight = _dims(input_type("weight"))
-        return 2 * _numel(input_type("x")) * (math.prod(weight[1:]) if weight else 1)
-    if kind == "scaled_dot_product_attention":
-        key = _dims(input_type("key"))
-        return 4 * _numel(input_type("query")) * (key[-2] if len(key) >= 2 else 1)
-    if kind in ("lstm", "gru", "rnn"):
-        x = _dims(input_type("x"))
-        steps = math.prod(x[:2]) if len(x) >= 2 else 1
-        return 2 * steps * (_numel(input_type("weight_ih")) + _numel(input_type("weight_hh")))
-    sizes = [_numel(o["type"]) for o in op["outputs"]]
-    for bindings in op["inputs"].values():
-        for b in bindings:
-            sizes.append(_numel(b["constant_type"] if b["name"] is None else types.get(b["name"])))
-    return max(sizes, default=0)
+    if op["macs"]:
+        return int(2 * op["macs"])
+    return int(op["elements"])
 
 
-def _walk(block, path, types, out):
-    for value in block["inputs"]:
-        types[value["name"]] = value["type"]
+def _walk(block, path, out):
     for index, op in enumerate(block["operations"]):
-        for output in op["outputs"]:
-            types[output["name"]] = output["type"]
         out.append((path + (index,), op))
         for b, nested in enumerate(op["blocks"]):
-            _walk(nested, path + (index, b), types, out)
+            _walk(nested, path + (index, b), out)
 
 
 def compute_plan(path: str, structure: Optional[Dict[str, Any]] = None,
@@ -150,10 +105,9 @@ def compute_plan(path: str, structure: Optional[Dict[str, Any]] = None,
     unsupported = {f["name"]: {(u["op_type"], u["output"]) for u in f["unsupported"]} for f in report["functions"]}
     plans = {}
     for function in structure["functions"]:
-        types = {value["name"]: value["type"] for value in function["inputs"]}
         ops: List[Any] = []
-        _walk(function["block"], (), types, ops)
-        flops = [estimate_flops(op, types) for _, op in ops]
+        _walk(function["block"], (), ops)
+        flops = [estimate_flops(op) for _, op in ops]
         total = sum(flops)
         missing = unsupported.get(function["name"], set())
         placed = _placements(path, function["name"], backend) if not missing else {}

@@ -56,6 +56,9 @@ nb::dict block_dict(const StructureBlock& block) {
     nb::list blocks;
     for (const auto& nested : op.blocks) blocks.append(block_dict(nested));
     o["blocks"] = blocks;
+    o["macs"] = op.macs;
+    o["elements"] = op.elements;
+    o["evaluated_at_load"] = op.evaluated_at_load;
     operations.append(o);
   }
   d["operations"] = operations;

@@ -22,6 +22,7 @@
 
 #include "ir/program.h"
 #include "ops/kernel.h"
+#include "ops/op_cost.h"
 
 namespace coremlrt::backends {
 
@@ -41,6 +42,30 @@ class ValueInfo {
   const ir::ConstValue* constant(const ir::Binding& binding) const {
     return binding.value ? binding.value.get() : constant(binding.name);
   }
+};
+
+// An op's parameters over `values`, as the cost its registry entry declares reads them
+// (src/ops/op_cost.h): what a backend's cost rule asks of an op.
+class OpCostReader final : public ops::CostReader {
+ public:
+  OpCostReader(const ir::Operation& op, const ValueInfo& values) : op_(op), values_(values) {}
+  const ir::Operation& op() const override { return op_; }
+  const ir::ValueType* type(const std::string& param, size_t index = 0) const override {
+    const ir::Binding* b = binding(param, index);
+    return b ? &values_.type(*b) : nullptr;
+  }
+  const ir::ConstValue* constant(const std::string& param) const override {
+    const ir::Binding* b = binding(param, 0);
+    return b ? values_.constant(*b) : nullptr;
+  }
+
+ private:
+  const ir::Binding* binding(const std::string& param, size_t index) const {
+    auto it = op_.inputs.find(param);
+    return it == op_.inputs.end() || index >= it->second.size() ? nullptr : &it->second[index];
+  }
+  const ir::Operation& op_;
+  const ValueInfo& values_;
 };
 
 // What propose() sees: the ops of the function's block that run at predict time (const ops

@@ -114,10 +114,23 @@ std::unique_ptr<Kernel> make_sdpa(KernelBuilder& b) {
   });
 }
 
+// query . key^T and the probabilities . value: each a product of query's elements with the keys' length.
+OpCost sdpa_cost() {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* query = op.type("query");
+    const ir::ValueType* key = op.type("key");
+    if (!query || !key) return 0;
+    const double keys = key->dims.size() >= 2 ? cost_extent(key->dims[key->dims.size() - 2]) : 1;
+    return 2 * cost_numel(*query) * keys;
+  };
+  return cost;
+}
+
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& registry) {
-  registry.add("scaled_dot_product_attention", kFloat, make_sdpa, 18);
+  registry.add("scaled_dot_product_attention", kFloat, make_sdpa, 18).cost = sdpa_cost();
 }
 
 }  // namespace coremlrt::ops

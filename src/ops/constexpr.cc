@@ -363,16 +363,21 @@ void register_constexpr_kernels(KernelRegistry& registry) {
   // dispatch_storage.
   // Each but constexpr_cast also has a packed form (constexpr_packed.h), which the planner
   // prefers when the op's result is a weight (src/runtime/plan.cc).
-  registry.add("constexpr_affine_dequantize", {DType::Int8, DType::UInt8}, affine_dequantize, 16).packed =
+  // Each runs once, at load (OpTraits::evaluated_at_load).
+  auto at_load = [](KernelRegistry::Entry& entry) -> KernelRegistry::Entry& {
+    entry.traits.evaluated_at_load = true;
+    return entry;
+  };
+  at_load(registry.add("constexpr_affine_dequantize", {DType::Int8, DType::UInt8}, affine_dequantize, 16)).packed =
       pack_affine_dequantize;
-  registry.add("constexpr_cast", kFloat, constexpr_cast, 16);
-  registry.add("constexpr_lut_to_dense", kAnyDType, lut_to_dense_op, 16).packed = pack_lut_to_dense;
-  registry.add("constexpr_sparse_to_dense", kAnyDType, sparse_to_dense_op, 16).packed = pack_sparse_to_dense;
-  registry.add("constexpr_blockwise_shift_scale", kStorageDTypes, blockwise_shift_scale, 18).packed =
+  at_load(registry.add("constexpr_cast", kFloat, constexpr_cast, 16));
+  at_load(registry.add("constexpr_lut_to_dense", kAnyDType, lut_to_dense_op, 16)).packed = pack_lut_to_dense;
+  at_load(registry.add("constexpr_sparse_to_dense", kAnyDType, sparse_to_dense_op, 16)).packed = pack_sparse_to_dense;
+  at_load(registry.add("constexpr_blockwise_shift_scale", kStorageDTypes, blockwise_shift_scale, 18)).packed =
       pack_blockwise_shift_scale;
-  registry.add("constexpr_lut_to_sparse", kAnyDType, lut_to_sparse, 18).packed = pack_lut_to_sparse;
-  registry.add("constexpr_sparse_blockwise_shift_scale", kStorageDTypes, sparse_blockwise_shift_scale, 18).packed =
-      pack_sparse_blockwise_shift_scale;
+  at_load(registry.add("constexpr_lut_to_sparse", kAnyDType, lut_to_sparse, 18)).packed = pack_lut_to_sparse;
+  at_load(registry.add("constexpr_sparse_blockwise_shift_scale", kStorageDTypes, sparse_blockwise_shift_scale, 18))
+      .packed = pack_sparse_blockwise_shift_scale;
 }
 
 }  // namespace coremlrt::ops

@@ -433,11 +433,36 @@ std::unique_ptr<Kernel> make_conv_transpose(KernelBuilder& b) {
   });
 }
 
+// A convolution's output element is a dot product over the weight's [C_in / groups, *kernel];
+// a transposed convolution spreads each input element over the weight's [C_out / groups, *kernel].
+OpCost conv_cost() {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* w = op.type("weight");
+    if (!w || w->rank < 3 || op.op().outputs.empty()) return 0;
+    return cost_numel(op.op().outputs[0].type) * cost_numel(*w) / cost_extent(w->dims[0]);
+  };
+  cost.weights = {"weight"};
+  return cost;
+}
+
+OpCost conv_transpose_cost() {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* w = op.type("weight");
+    const ir::ValueType* x = op.type("x");
+    if (!w || !x || w->rank < 3) return 0;
+    return cost_numel(*x) * cost_numel(*w) / cost_extent(w->dims[0]);
+  };
+  cost.weights = {"weight"};
+  return cost;
+}
+
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& registry) {
-  registry.add("conv", kFloat, make_conv);
-  registry.add("conv_transpose", kFloat, make_conv_transpose);
+  registry.add("conv", kFloat, make_conv).cost = conv_cost();
+  registry.add("conv_transpose", kFloat, make_conv_transpose).cost = conv_transpose_cost();
 }
 
 }  // namespace coremlrt::ops

@@ -186,9 +186,8 @@ COREMLRT_GEMM_BLOCK_VERSIONS(dot_block, dot_tiles<PortableLoads>, dot_tiles<X86V
 // Whether fp16 rows of W are better widened as the dot products load them than widened into
 // a float panel first. With the F16C instruction (x86-64-v3) widening costs about as much as a
 // load: so for fewer than kWidenPanelRows rows of A, and for K longer than one block of the
-// float panels (kDotK), whose K blocks would be half as long as fp16's read in place. (Measured
-// on [128, 768] x [768, 32000]: 127 GFLOPS widened while loading, 149 with panels; [128, 3072]
-// x [3072, 768]: 126 against 115; [16, 768] x [768, 3072]: 146 against 140.) With one K block,
+// float panels (kDotK), whose K blocks would be half as long as fp16's read in place
+// (docs/reports/performance.md, "Measurements behind code choices"). With one K block,
 // both ways sum each element of C in the same order. With the portable integer sequence,
 // widening while loading pays only for very few rows of A, since every row pair of A widens
 // the rows of W again, while a panel is widened once.

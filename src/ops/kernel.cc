@@ -31,7 +31,7 @@ KernelRegistry::Entry& KernelRegistry::add(const std::string& op_type, DTypeSet 
     if (e.op_type == op_type && e.min_ios <= max_ios && min_ios <= e.max_ios)
       fail("kernel for '", op_type, "' registered twice for overlapping opsets");
   if (!dtypes.is_any() && dtypes.list().empty()) fail("kernel for '", op_type, "' accepts no dtype");
-  entries_.push_back({op_type, family_, min_ios, max_ios, dtypes, std::move(factory), OpTraits{}, {}});
+  entries_.push_back({op_type, family_, min_ios, max_ios, dtypes, std::move(factory), OpTraits{}, {}, {}});
   return entries_.back();
 }
 

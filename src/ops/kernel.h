@@ -18,6 +18,7 @@
 #include "coremlrt/tensor.h"
 #include "ir/param_reader.h"
 #include "ir/program.h"
+#include "ops/op_cost.h"
 
 namespace coremlrt::ops {
 
@@ -202,6 +203,9 @@ struct OpTraits {
   // (classify: tensors hold no strings; ops/classify.cc). The executor checks that encoding
   // instead of the declared int64-or-string type, and the partitioner keeps the op ours.
   bool class_index_label = false;
+  // Its inputs are constants by definition and it runs once, when the model loads (constexpr_*):
+  // it costs a prediction nothing, and a compiled region's cache key skips it.
+  bool evaluated_at_load = false;
 };
 
 // Op type (+ opset range) -> kernel factory. Filled once by register_cpu_kernels().
@@ -216,6 +220,7 @@ class KernelRegistry {
     KernelFactory factory;
     OpTraits traits;
     PackedFactory packed;  // constexpr_* ops only
+    OpCost cost;           // ops/op_cost.h
   };
   // Registers `factory` for `op_type` in iOS opsets [min_ios, max_ios], accepting `dtypes`.
   // A second registration overlapping the same range is a programming error. The returned

@@ -326,11 +326,51 @@ std::unique_ptr<Kernel> make_einsum(KernelBuilder& b) {
   });
 }
 
+// Each output element is a dot product over the reduced extent: the weight's K (linear's weight
+// is [N, K]), or the last dim of matmul's x (its K, or the other dim when transposed). Rows: of x
+// per product (matmul's batch dims not counted).
+double first_output_elements(const CostReader& op) {
+  return op.op().outputs.empty() ? 0 : cost_numel(op.op().outputs[0].type);
+}
+
+OpCost linear_cost() {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* w = op.type("weight");
+    return w && w->rank == 2 ? first_output_elements(op) * cost_extent(w->dims[1]) : 0;
+  };
+  cost.matrix_rows = [](const CostReader& op) -> int64_t {
+    const ir::ValueType* x = op.type("x");
+    if (!x) return -1;
+    if (x->dims.empty()) return 1;
+    return static_cast<int64_t>(cost_numel(*x) / cost_extent(x->dims.back()));
+  };
+  cost.weights = {"weight"};
+  return cost;
+}
+
+OpCost matmul_cost() {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* x = op.type("x");
+    return x && x->rank >= 1 ? first_output_elements(op) * cost_extent(x->dims.back()) : 0;
+  };
+  cost.matrix_rows = [](const CostReader& op) -> int64_t {
+    const ir::ValueType* x = op.type("x");
+    if (!x) return -1;
+    if (x->dims.size() <= 1) return 1;
+    const bool transpose_x = op.flag("transpose_x");
+    return static_cast<int64_t>(cost_extent(transpose_x ? x->dims.back() : x->dims[x->dims.size() - 2]));
+  };
+  cost.weights = {"y"};
+  return cost;
+}
+
 }  // namespace
 
 void register_linear_kernels(KernelRegistry& registry) {
-  registry.add("linear", kFloatInt, make_linear);
-  registry.add("matmul", kFloatInt, make_matmul);
+  registry.add("linear", kFloatInt, make_linear).cost = linear_cost();
+  registry.add("matmul", kFloatInt, make_matmul).cost = matmul_cost();
   registry.add("einsum", kFloat, make_einsum);
 }
 

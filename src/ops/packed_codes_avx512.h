@@ -27,7 +27,7 @@ bool has_vbmi2();
 bool has_bitalg();
 // Whether sparse fp16 values are put into place by spread_halves32 (BITALG's per-lane popcounts
 // and a permute) rather than by VBMI2's expand instructions: on AMD CPUs with BITALG, where the
-// expand measured 2.5 times slower (Zen 4: docs/reports/performance.md, design choices), unless
+// expand is several times slower (Zen 4: docs/reports/performance.md, design choices), unless
 // prefer_expand(true) turned it off. Elsewhere the expand, as measured before.
 bool spread_by_permute();
 
@@ -55,8 +55,7 @@ COREMLRT_AVX512 inline __m512 round_half16(__m512 x) { return _mm512_cvtph_ps(_m
 // Rounding to fp16 by splitting (Veltkamp's): with c = v * 8193, c - (c - v) is v rounded to its
 // leading 11 bits, to nearest, ties to even: the same float as round_half16(v) for every v in
 // fp16's normal range (|v| from 2^-14 to 65504), in three plain float operations instead of two
-// conversions (the int8 decode step's loop alone ran 1.4 times as fast: docs/reports/performance.md,
-// design choices). Used where v = x * scale is an exact product (split_rounding_exact); there
+// conversions (faster: docs/reports/performance.md, design choices). Used where v = x * scale is an exact product (split_rounding_exact); there
 // c = x * (scale * 8193) and c - v = fma(-x, scale, c), so v itself is never formed. The
 // explicitly rounded forms keep GCC from fusing the multiply or the last subtraction into an
 // fma, which would skip a rounding the split relies on.
@@ -184,8 +183,7 @@ COREMLRT_AVX512 void scales_and_offsets(const ir::PackedTensor& t, int64_t g0, i
 // the decode step less than reading them from a table of rounded products (128 KiB, half of L2,
 // and a dependent load per group: docs/reports/performance.md, design choices).
 // `checked`: fp16_rounded_everywhere(t) holds, so the groups are only converted, not checked
-// again on every decode step (checked, the function took 1.6 times as many of the step's
-// samples: docs/reports/performance.md, design choices).
+// again on every decode step (docs/reports/performance.md, design choices).
 bool fp16_rounded_groups(const ir::PackedTensor& t, int64_t g0, int64_t n, bool is_signed, float* scale,
                          float* scale_8193, float* offset, bool checked = false);
 // Whether fp16_rounded_groups holds for every group of `t`.

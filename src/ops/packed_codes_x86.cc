@@ -126,8 +126,8 @@ bool nibbles_simd(const Run& run, Out* out) {
   switch (level()) {
     case SimdLevel::kAvx512:
       // 4-bit codes rounded once to fp16 (int4/uint4 per block): each block's table from its
-      // scale and offset, read in bulk (benchmarks/bench_compressed.py, lm6 int4 decode on our
-      // kernels: 2.2x the fp16 model's time with the arithmetic decode below, about 0.9x so).
+      // scale and offset, read in bulk, much faster than the arithmetic decode below
+      // (docs/reports/performance.md, "Measurements behind code choices").
       if constexpr (std::is_same_v<Out, half>) {
         if (rounded_once(run.shape) && run.tensor->dtype == DType::Float16) {
           nibbles512_rounded(run, out);

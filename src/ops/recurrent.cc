@@ -438,17 +438,36 @@ std::unique_ptr<Kernel> make_rnn(KernelBuilder& b) {
   });
 }
 
+// Per step of x [seq, batch, I]: the gates' rows of W_ih [G*H, I] and W_hh [G*H, H], one
+// multiply-add per weight element.
+OpCost recurrent_cost(bool ours_on_fp32_weights) {
+  OpCost cost;
+  cost.macs = [](const CostReader& op) -> double {
+    const ir::ValueType* x = op.type("x");
+    const ir::ValueType* ih = op.type("weight_ih");
+    const ir::ValueType* hh = op.type("weight_hh");
+    if (!x || !ih || !hh || x->rank != 3 || ih->rank != 2) return 0;
+    return cost_extent(x->dims[0]) * cost_extent(x->dims[1]) * (cost_numel(*ih) + cost_numel(*hh));
+  };
+  cost.weights = {"weight_ih", "weight_hh", "weight_ih_back", "weight_hh_back"};
+  // Our LSTM kernel makes one pass over the recurrent weight's rows per step, the gates activated
+  // where they are computed: as fast as OpenVINO's LSTM sequence on fp32 weights
+  // (docs/reports/performance.md, "Measurements behind code choices").
+  cost.ours_on_fp32_weights = ours_on_fp32_weights;
+  return cost;
+}
+
 }  // namespace
 
 void register_recurrent_kernels(KernelRegistry& registry) {
   // fp16 x arrived with the iOS17 redefinitions (check_dtypes).
   constexpr DTypeSet kFloat32{DType::Float32};
-  registry.add("lstm", kFloat32, make_lstm, 15, 16);
-  registry.add("lstm", kFloat, make_lstm, 17);
-  registry.add("gru", kFloat32, make_gru, 15, 16);
-  registry.add("gru", kFloat, make_gru, 17);
-  registry.add("rnn", kFloat32, make_rnn, 15, 16);
-  registry.add("rnn", kFloat, make_rnn, 17);
+  registry.add("lstm", kFloat32, make_lstm, 15, 16).cost = recurrent_cost(true);
+  registry.add("lstm", kFloat, make_lstm, 17).cost = recurrent_cost(true);
+  registry.add("gru", kFloat32, make_gru, 15, 16).cost = recurrent_cost(false);
+  registry.add("gru", kFloat, make_gru, 17).cost = recurrent_cost(false);
+  registry.add("rnn", kFloat32, make_rnn, 15, 16).cost = recurrent_cost(false);
+  registry.add("rnn", kFloat, make_rnn, 17).cost = recurrent_cost(false);
 }
 
 }  // namespace coremlrt::ops

@@ -44,7 +44,7 @@ constexpr int64_t kChunksPerThread = 4;
 // fp32 faster at 2 threads on our kernels (docs/reports/performance.md, "Measurements behind code choices").
 // Short, so that a pool thread left polling when a prediction
 // ends, or when an OpenVINO region (whose threads are not ours) starts, takes little from
-// anyone: gpt2_prefill's five OpenVINO regions measured the same with and without it.
+// anyone (docs/reports/performance.md, "Measurements behind code choices").
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 inline void cpu_relax() {

@@ -1,14 +1,52 @@
 #include "coremlrt/structure.h"
 
+#include <map>
 #include <set>
 
 #include "coremlrt/error.h"
 #include "format/model_kinds.h"
 #include "format/spec_reader.h"
+#include "ops/kernel.h"
+#include "ops/op_cost.h"
 
 namespace coremlrt {
 
 namespace {
+
+// The values visible where an op is read: types by name, and the values of const ops.
+struct Scope {
+  std::map<std::string, const ir::ValueType*> types;
+  std::map<std::string, const ir::ConstValue*> constants;
+};
+
+// An op's parameters as its cost reads them (ops/op_cost.h), from the program alone.
+class StructureCostReader final : public ops::CostReader {
+ public:
+  StructureCostReader(const ir::Operation& op, const Scope& scope) : op_(op), scope_(scope) {}
+  const ir::Operation& op() const override { return op_; }
+  const ir::ValueType* type(const std::string& param, size_t index = 0) const override {
+    const ir::Binding* b = binding(param, index);
+    if (!b) return nullptr;
+    if (b->value) return &b->value->type;
+    auto it = scope_.types.find(b->name);
+    return it == scope_.types.end() ? nullptr : it->second;
+  }
+  const ir::ConstValue* constant(const std::string& param) const override {
+    const ir::Binding* b = binding(param, 0);
+    if (!b) return nullptr;
+    if (b->value) return b->value.get();
+    auto it = scope_.constants.find(b->name);
+    return it == scope_.constants.end() ? nullptr : it->second;
+  }
+
+ private:
+  const ir::Binding* binding(const std::string& param, size_t index) const {
+    auto it = op_.inputs.find(param);
+    return it == op_.inputs.end() || index >= it->second.size() ? nullptr : &it->second[index];
+  }
+  const ir::Operation& op_;
+  const Scope& scope_;
+};
 
 StructureValueType value_type(const ir::ValueType& type) {
   StructureValueType out;
@@ -26,14 +64,25 @@ std::vector<StructureNamedValue> named_values(const std::vector<ir::NamedValue>&
   return out;
 }
 
-StructureBlock block_structure(const ir::Block& block) {
+// `scope` holds the values visible in the enclosing blocks; a nested block sees them too.
+StructureBlock block_structure(const ir::Block& block, int ios_version, Scope scope) {
   StructureBlock out;
   out.inputs = named_values(block.inputs);
   out.output_names = block.outputs;
+  for (const ir::NamedValue& input : block.inputs) scope.types[input.name] = &input.type;
   for (const ir::Operation& op : block.operations) {
+    for (const ir::NamedValue& output : op.outputs) scope.types[output.name] = &output.type;
+    if (op.type == "const" && op.outputs.size() == 1)
+      if (auto val = op.attributes.find("val"); val != op.attributes.end())
+        scope.constants[op.outputs[0].name] = val->second.get();
     StructureOperation o;
     o.type = op.type;
     o.name = op.name;
+    const StructureCostReader cost(op, scope);
+    const ops::KernelRegistry::Entry* entry = ops::KernelRegistry::cpu().find_entry(op.type, ios_version);
+    o.evaluated_at_load = op.type == "const" || (entry && entry->traits.evaluated_at_load);
+    o.macs = ops::op_macs(cost, ios_version);
+    o.elements = ops::largest_operand(cost);
     for (const auto& [param, bindings] : op.inputs) {
       auto& list = o.inputs[param];
       for (const ir::Binding& b : bindings) {
@@ -47,7 +96,7 @@ StructureBlock block_structure(const ir::Block& block) {
       }
     }
     o.outputs = named_values(op.outputs);
-    for (const ir::Block& nested : op.blocks) o.blocks.push_back(block_structure(nested));
+    for (const ir::Block& nested : op.blocks) o.blocks.push_back(block_structure(nested, ios_version, scope));
     out.operations.push_back(std::move(o));
   }
   return out;
@@ -74,7 +123,9 @@ void describe(const format::LoadedModel& loaded, const std::string& type, ModelS
     f.name = name;
     f.opset = function.opset;
     f.inputs = named_values(function.inputs);
-    f.block = block_structure(function.block);
+    Scope scope;
+    for (const ir::NamedValue& input : function.inputs) scope.types[input.name] = &input.type;
+    f.block = block_structure(function.block, function.ios_version, std::move(scope));
     out.functions.push_back(std::move(f));
   }
 }

@@ -62,6 +62,9 @@ void add_conv_lowerings(LoweringTable& t) {
                  return conv_window(op, w);
                },
                [](Lowerer& op) -> std::vector<Value> { return {conv(op)}; }};
+  // OpenVINO's convolutions take no compressed weights: a packed weight is decoded for them.
+  t["conv"].packed = PackedInputs::kDecoded;
+  t["conv"].decoded_because = "its convolutions take no compressed weights";
 }
 
 }  // namespace coremlrt::backends::openvino

@@ -85,6 +85,16 @@ class Lowerer : public OpReader {
   static Value scalar_like(const Value& like, double value);  // a scalar of `like`'s element type
 };
 
+// How packed constants (compressed weights, src/ir/packed.h; packed.cc) bound to an op's
+// parameters reach OpenVINO.
+enum class PackedInputs {
+  kRefused,       // not at all: the op stays on our kernels, which read them packed
+  kCompressed,    // affine forms as OpenVINO's weight-decompression pattern (packed_decompresses),
+                  // which its matrix kernels read compressed; other forms refused
+  kDecoded,       // any form, decoded to a dense constant when the region is compiled (the op's
+                  // OpenVINO kernels take no compressed weights)
+};
+
 struct OpLowering {
   std::function<Verdict(const OpReader&)> check;  // may be empty: every parameter set is fine
   std::function<std::vector<Value>(Lowerer&)> lower;
@@ -92,6 +102,10 @@ struct OpLowering {
   // whose dims are known only at prediction (a flexible input's): OpenVINO infers the shapes.
   // Set for whole families by lowerings() (lowering.cc), or by the entry itself.
   bool any_dims = false;
+  PackedInputs packed = PackedInputs::kRefused;
+  // With kDecoded: why, as `coremlrt info --plan` says it ("its convolutions take no compressed
+  // weights").
+  std::string decoded_because;
 };
 using LoweringTable = std::map<std::string, OpLowering>;
 
@@ -129,9 +143,9 @@ Verdict resolve_pads(const OpReader& op, const std::vector<int64_t>& in, Window&
 // x's spatial dims (after [N, C]).
 inline std::vector<int64_t> spatial(const ir::ValueType& x) { return std::vector<int64_t>(x.dims.begin() + 2, x.dims.end()); }
 
-// Packed constants (compressed weights, src/ir/packed.h; packed.cc). Whether OpenVINO runs `op`
-// with this packed input, or why not.
-Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed);
+// Packed constants (compressed weights, src/ir/packed.h; packed.cc). Whether OpenVINO runs an op
+// lowered by `lowering` with this packed input, or why not.
+Verdict packed_support(const OpLowering& lowering, const ir::PackedTensor& packed);
 // Whether the weight has a form OpenVINO's weight-decompression pattern reads (affine
 // int8/uint8/int4/uint4 codes, per channel or per block); others (a palette, a sparse weight)
 // reach OpenVINO decoded.

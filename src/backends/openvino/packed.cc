@@ -8,8 +8,10 @@
 // model. Blocks along a dim become a split of that dim ([N, K] with blocks of 32 along K is
 // read as [N, K / 32, 32] with scales [N, K / 32, 1]). OpenVINO has no kernels for palettes or
 // sparsity: linear and matmul with such weights stay on our kernels, which read them packed.
-// A convolution's weight, in any form, is decoded for OpenVINO (backend.cc, RegionBuilder): its
-// convolutions take no compressed weights and repack theirs into their own layout in any case.
+// A convolution's weight, in any form, is decoded for OpenVINO (region_builder.cc: its lowering
+// takes PackedInputs::kDecoded): its convolutions take no compressed weights and repack theirs
+// into their own layout in any case. Which ops take which forms is said by each op's lowering
+// (OpLowering::packed, lowering.h).
 #include <openvino/op/constant.hpp>
 #include <openvino/op/convert.hpp>
 #include <openvino/op/multiply.hpp>
@@ -41,9 +43,9 @@ bool decompressible(const ir::PackedTensor& p) {
 }  // namespace
 
 
-Verdict packed_support(const ir::Operation& op, const ir::PackedTensor& packed) {
-  if (op.type == "conv") return Verdict::claim();
-  if ((op.type == "linear" || op.type == "matmul") && decompressible(packed)) return Verdict::claim();
+Verdict packed_support(const OpLowering& lowering, const ir::PackedTensor& packed) {
+  if (lowering.packed == PackedInputs::kDecoded) return Verdict::claim();
+  if (lowering.packed == PackedInputs::kCompressed && decompressible(packed)) return Verdict::claim();
   return Verdict::refuse("is a weight stored as " + packed.form() +
                          ", which OpenVINO has no kernel for here: our kernels read it packed");
 }

@@ -45,7 +45,7 @@ inline uint64_t avalanche(uint64_t h) {
 // digested on four independent lanes (multiply-rotate rounds over 8-byte words), then folded
 // into the running pair with its length, so piece boundaries count too. Large pieces (weights)
 // are kept by address and digested together at the end, 1 MiB slices spread over the intra-op
-// pool: on one thread, hashing resnet18's 46 MB of fp32 weights was a sizeable part of a cache hit
+// pool: on one thread, hashing a model's weights was a sizeable part of a cache hit
 // (docs/reports/performance.md, "Measurements behind code choices").
 class ContentHash {
  public:
@@ -374,6 +374,16 @@ void store_region(ov::CompiledModel compiled, const std::string& path) {
   }
 }
 
+namespace {
+
+// An op that runs once, at load (its registry entry's OpTraits::evaluated_at_load: constexpr_*).
+bool evaluated_at_load(const ir::Operation& op, int ios_version) {
+  const ops::KernelRegistry::Entry* entry = ops::KernelRegistry::cpu().find_entry(op.type, ios_version);
+  return entry && entry->traits.evaluated_at_load;
+}
+
+}  // namespace
+
 bool shares_large_constants(const Region& region) {
   constexpr size_t kLarge = size_t{1} << 20;
   std::vector<std::pair<uintptr_t, uintptr_t>> large;  // [begin, end) of the region's large constants
@@ -399,7 +409,7 @@ bool shares_large_constants(const Region& region) {
     if (shared) break;
     // A constexpr op reads its inputs at load only, to make the packed or folded weight the
     // region reads (src/runtime/plan.cc): not a reader that predictions share the mapping with.
-    if (inside.count(&op) || op.type == "const" || op.type.rfind("constexpr_", 0) == 0) continue;
+    if (inside.count(&op) || op.type == "const" || evaluated_at_load(op, region.function.ios_version)) continue;
     for (const auto& [param, bindings] : op.inputs)
       for (const ir::Binding& binding : bindings) {
         const ir::ConstValue* constant = region.values.constant(binding);

@@ -43,14 +43,14 @@ std::optional<CachedRegion> import_cached_region(ov::Core& core, const std::stri
 // function that the region does not hold (a tied embedding: its gather in the region, the output
 // projection on our kernels). Such a region is not cached: an imported blob holds its own copy of
 // the constant, where a compiled region shares the mapped weights with their other readers
-// (GPT-2's decode step: 605 MB after a cached load against 468 MB after a first one). The
+// (docs/reports/performance.md, "Measurements behind code choices"). The
 // constexpr ops that make a packed weight are no such readers: they read it at load only.
 bool shares_large_constants(const Region& region);
 
 // Drops from this process's memory the pages of the weight file that hold the region's
 // constants (format::BlobFile::release_pages): an imported region holds its weights in its own
 // blob, and hashing the region's key has just read every byte of them, so a cached load would
-// otherwise keep both (resnet18 fp32: 141 MB of file pages against a first load's 102).
+// otherwise keep both (docs/reports/performance.md, "Measurements behind code choices").
 // Kernels of ours that read the same constants map them again as they read.
 void release_constant_pages(const Region& region);
 // Drops the pages of the imported file that the import read (the plugin's repacked weights are

@@ -109,10 +109,10 @@ class RegionKernel final : public ops::Kernel {
   }
 
   // A synchronous infer runs the compiled model on the calling thread, which joins the stream's
-  // TBB arena for the call. Measured with benchmarks/soak.py (4 threads predicting on one-stream
-  // models): when several threads do that, memory that TBB allocates through its scalable
-  // allocator as it spawns the plugin's tasks keeps growing (+50 to +100 MiB within minutes, still
-  // rising after 30), outside malloc's heap and our buffers; one calling thread stays flat, and so
+  // TBB arena for the call. With benchmarks/soak.py (4 threads predicting on one-stream models):
+  // when several threads do that, memory that TBB allocates through its scalable allocator as it
+  // spawns the plugin's tasks keeps growing, outside malloc's heap and our buffers
+  // (docs/reports/performance.md, "Measurements behind code choices"); one calling thread stays flat, and so
   // does every thread when the call is handed to the stream's own threads (start_async + wait),
   // which adds a little to every call (docs/reports/performance.md, "Measurements behind code choices").
   // So the first thread to run a one-stream model keeps the
