@@ -65,7 +65,7 @@ def as_model(model, function_name=None, compute_units=None):
             raise Error(f"function_name {function_name!r} given with a model loaded for "
                         f"function {model.function_name!r}")
         return model
-    from .model_cache import cached_model
+    from .model import cached_model
 
     return cached_model(model, compute_units or ComputeUnit.ALL, function_name)
 
@@ -86,7 +86,7 @@ def for_parallel_predictions(model, predictions_at_once, threads=None):
         wanted["threads"] = threads
     if wanted == options or model.package_path.startswith("coremlrt-memory:") or options["backend"] == "reference":
         return model
-    from .model_cache import cached_model
+    from .model import cached_model
 
     compute_units = wanted.pop("compute_units")
     function_name = wanted.pop("function_name")

@@ -336,7 +336,7 @@ def main(argv=None):
         model = getattr(args, "model", None)
         if model and os.fspath(model).rstrip("/" + os.sep).endswith(".aimodel"):
             # A Core AI model: every command reads the ML program it translates to (coremlrt.coreai).
-            from .coreai import compile_aimodel
+            from .coreai.compiler import compile_aimodel
             args.model = compile_aimodel(model)
         return {"info": cmd_info, "ops": cmd_ops, "predict": cmd_predict, "batch": cmd_batch, "serve": cmd_serve,
                 "export": cmd_export, "generate": llm_cli.cmd_generate, "score": llm_cli.cmd_score}[args.command](args)

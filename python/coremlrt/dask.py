@@ -54,7 +54,7 @@ class _WorkerModel:
                 options["threads"] = slots
         elif self._model is not None:
             return self._model
-        from .model_cache import cached_model
+        from .model import cached_model
 
         compute_units = ComputeUnit[options.pop("compute_units")]
         function_name = options.pop("function_name")

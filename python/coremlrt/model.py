@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from . import _core
+from . import _core, model_cache
 from ._core import BadInputError, Error, UnsupportedError
 
 
@@ -346,7 +346,7 @@ class MLModel:
             raise TypeError('"function_name" must be a string or None')
         path = os.fspath(model)
         if path.rstrip("/" + os.sep).endswith(".aimodel"):  # Core AI: translated to MIL (coremlrt.coreai)
-            from .coreai import compile_aimodel
+            from .coreai.compiler import compile_aimodel
             path = compile_aimodel(path, None if cache_dir is _DEFAULT_CACHE_DIR else cache_dir)
         # "coremlrt-memory:N" names a model given as bytes (coremlrt._core.MemoryModel), not a file.
         self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
@@ -563,9 +563,22 @@ class MLModel:
         return outputs
 
 
-def _unpickle_model(path, options):
-    from .model_cache import cached_model
+def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0, **options):
+    """The process's MLModel for this path, content and options, loaded on first use
+    (model_cache.py). `options` are MLModel's other keyword arguments (backend, threads,
+    cache_dir)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
 
+    def load():
+        return MLModel(path, compute_units, function_name, context_linger=context_linger, **options)
+
+    if not os.path.exists(path):
+        return load()  # the same words MLModel uses, without hashing anything first
+    options_key = (compute_units.name, function_name, float(context_linger), tuple(sorted(options.items())))
+    return model_cache.cached(path, options_key, load)
+
+
+def _unpickle_model(path, options):
     options = dict(options)
     compute_units = ComputeUnit[options.pop("compute_units")]
     function_name = options.pop("function_name")

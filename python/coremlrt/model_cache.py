@@ -1,8 +1,10 @@
-"""One loaded MLModel per process for each model path and content.
+"""One loaded model per process for each model path, content and load options.
 
 Dask and Ray workers receive an MLModel as its path and load options (``MLModel.__reduce__``
-in model.py); every task that unpickles it, and every Ray actor, asks this cache, so a worker
-process loads a model once. The key holds a fingerprint of the files' bytes, so a model
+in model.py); every task that unpickles it, and every Ray actor, asks this cache (through
+``coremlrt.model.cached_model``), so a worker process loads a model once. The cache knows
+nothing of MLModel: the caller hands it the load to run on a miss, so model.py may use it
+without the two modules importing each other. The key holds a fingerprint of the files' bytes, so a model
 rewritten at the same path (a new conversion saved over the old one) is loaded afresh
 instead of being served stale. Hashing the bytes is paid once per file version: it is
 remembered under the files' (size, mtime) signature, which is re-read on every lookup.
@@ -13,14 +15,12 @@ import hashlib
 import os
 import threading
 
-from typing import Any, Dict, Tuple
-
-from .model import ComputeUnit, MLModel
+from typing import Any, Callable, Dict, Tuple
 
 _MAX_MODELS = 8  # least recently used models beyond this are dropped (their memory is freed)
 
 _lock = threading.Lock()
-_models: Dict[Tuple[Any, ...], MLModel] = {}  # (path, fingerprint, options) -> MLModel, least recently used first
+_models: Dict[Tuple[Any, ...], Any] = {}  # (path, fingerprint, options) -> model, least recently used first
 _fingerprints: Dict[str, Tuple[Any, str]] = {}  # path -> (signature, fingerprint)
 _loads = 0          # models this process has loaded through the cache
 
@@ -64,15 +64,10 @@ def fingerprint(path):
     return value
 
 
-def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0, **options):
-    """The process's MLModel for this path, content and options, loaded on first use.
-    `options` are MLModel's other keyword arguments (backend, threads, cache_dir)."""
-    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    if not os.path.exists(path):
-        # The same words MLModel would use, without hashing anything first.
-        return MLModel(path, compute_units, function_name, context_linger=context_linger, **options)
-    key = (path, fingerprint(path), compute_units.name, function_name, float(context_linger),
-           tuple(sorted(options.items())))
+def cached(path, options_key, load: Callable[[], Any]):
+    """The process's model for this path (absolute, existing), its content and ``options_key``
+    (hashable: the load options), made by ``load()`` on first use."""
+    key = (path, fingerprint(path), options_key)
     with _lock:
         model = _models.pop(key, None)
         if model is not None:
@@ -80,7 +75,7 @@ def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, *, con
             return model
     # Loading runs outside the lock (it releases the GIL and may take a while); two threads
     # racing on a first load both load, and one of the models is kept.
-    model = MLModel(path, compute_units, function_name, context_linger=context_linger, **options)
+    model = load()
     global _loads
     with _lock:
         _loads += 1

@@ -14,7 +14,7 @@ The classes here mirror what user code touches in coreai-core 1.0.0b3 (``AIModel
 ``InferenceFunction``, ``NDArray``, ``InferenceFunctionDescriptor``, ``NDArrayDescriptor``):
 the same methods, awaitables, argument and return types, and the same exception types and
 messages for the checks a call makes. Models are the ``.aimodel`` folders
-``coremlrt.coreai`` translates (python/coremlrt/coreai/__init__.py); what is not mirrored
+``coremlrt.coreai`` translates (python/coremlrt/coreai/compiler.py); what is not mirrored
 raises :class:`NotImplementedError` naming it. docs/design/coreai-runtime-standin.md
 describes the mapping; it can also be used directly, without the switch::
 
@@ -520,7 +520,7 @@ def _output_shapes(folder, functions):
 def _load_functions(path):
     """{name: _Function} for every function of the .aimodel at ``path``, in the program's order."""
     from ..model import MLModel
-    from . import compile_aimodel
+    from .compiler import compile_aimodel
 
     path = os.fspath(path)
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "main.mlirb")) and any(

@@ -211,13 +211,15 @@ def test_model_pickles_as_path_and_reloads_once(tmp_path, model_path):
     import shutil
 
     shutil.copytree(model_path, copy)
-    before = model_cache.cached_model(copy)
+    from coremlrt.model import cached_model
+
+    before = cached_model(copy)
     weights = next(p for p in (tmp_path / "copy.mlpackage").rglob("weight.bin"))
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    assert model_cache.cached_model(copy) is not before
-    assert model_cache.cached_model(copy) is model_cache.cached_model(copy)
+    assert cached_model(copy) is not before
+    assert cached_model(copy) is cached_model(copy)
 
 
 def test_core_package_imports_no_extras():
