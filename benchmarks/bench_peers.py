@@ -88,12 +88,14 @@ def _coremlrt_runner(path, inputs, backend, threads, low_precision=False):
     return lambda: model.predict(feed)
 
 
-def _ort_runner(path, inputs, threads):
+def _ort_runner(path, inputs, threads, spinning=True):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    if not spinning:  # its pool's threads sleep after a run instead of spinning on the cores
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     kinds = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
              "tensor(float16)": np.float16}
