@@ -1,7 +1,9 @@
 // Binary arithmetic and comparisons with numpy broadcasting (our kernels:
 // src/ops/elementwise_binary.cc). Floating-point only unless the integer semantics are plainly the
 // same (add, sub, mul, maximum, minimum and comparisons on int32; the divisions differ at the
-// edges), and the logical ops on bool.
+// edges), and the logical ops on bool. The CPU plugin compares int32 values in fp32, which rounds
+// those above 2^24 (greater(16777217, 16777216) is false there), so int32 comparisons compare
+// split values, each exact in fp32 (compare_int32).
 #include <openvino/op/ops.hpp>
 
 #include "backends/openvino/lowering.h"
@@ -25,6 +27,53 @@ OpLowering binary(bool ints_too) {
           [](Lowerer& op) -> std::vector<Value> { return {std::make_shared<OvOp>(op.input("x"), op.input("y"))}; }};
 }
 
+// An int32 comparison made exact: each value split into x >> 12 and its low 12 bits (both exact
+// in fp32), the high parts compared first and the low parts where the high parts are equal.
+enum class Order { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual };
+
+Value compare_int32(const Value& x, const Value& y, Order order) {
+  auto high = [](const Value& v) -> Value {
+    return std::make_shared<ov::op::v15::BitwiseRightShift>(v, Lowerer::scalar_like(v, 12));
+  };
+  auto low = [](const Value& v) -> Value {
+    return std::make_shared<ov::op::v13::BitwiseAnd>(v, Lowerer::scalar_like(v, 4095));
+  };
+  const Value hx = high(x), hy = high(y), lx = low(x), ly = low(y);
+  const Value same_high = std::make_shared<v1::Equal>(hx, hy);
+  switch (order) {
+    case Order::kEqual:
+      return std::make_shared<v1::LogicalAnd>(same_high, std::make_shared<v1::Equal>(lx, ly));
+    case Order::kNotEqual:
+      return std::make_shared<v1::LogicalOr>(std::make_shared<v1::NotEqual>(hx, hy), std::make_shared<v1::NotEqual>(lx, ly));
+    case Order::kGreater:
+      return std::make_shared<v1::LogicalOr>(std::make_shared<v1::Greater>(hx, hy),
+                                             std::make_shared<v1::LogicalAnd>(same_high, std::make_shared<v1::Greater>(lx, ly)));
+    case Order::kGreaterEqual:
+      return std::make_shared<v1::LogicalOr>(
+          std::make_shared<v1::Greater>(hx, hy),
+          std::make_shared<v1::LogicalAnd>(same_high, std::make_shared<v1::GreaterEqual>(lx, ly)));
+    case Order::kLess:
+      return std::make_shared<v1::LogicalOr>(std::make_shared<v1::Less>(hx, hy),
+                                             std::make_shared<v1::LogicalAnd>(same_high, std::make_shared<v1::Less>(lx, ly)));
+    case Order::kLessEqual:
+      return std::make_shared<v1::LogicalOr>(
+          std::make_shared<v1::Less>(hx, hy),
+          std::make_shared<v1::LogicalAnd>(same_high, std::make_shared<v1::LessEqual>(lx, ly)));
+  }
+  return {};
+}
+
+template <class OvOp>
+OpLowering comparison(Order order) {
+  OpLowering lowering = binary<OvOp>(true);
+  lowering.lower = [order](Lowerer& op) -> std::vector<Value> {
+    Value x = op.input("x"), y = op.input("y");
+    if (x.get_element_type() == ov::element::i32) return {compare_int32(x, y, order)};
+    return {std::make_shared<OvOp>(x, y)};
+  };
+  return lowering;
+}
+
 template <class OvOp>
 OpLowering logical() {
   return {[](const OpReader& op) -> Verdict {
@@ -45,12 +94,12 @@ void add_elementwise_binary_lowerings(LoweringTable& t) {
   t["minimum"] = binary<v1::Minimum>(true);
   t["real_div"] = binary<v1::Divide>(false);
   t["pow"] = binary<v1::Power>(false);
-  t["equal"] = binary<v1::Equal>(true);
-  t["not_equal"] = binary<v1::NotEqual>(true);
-  t["less"] = binary<v1::Less>(true);
-  t["less_equal"] = binary<v1::LessEqual>(true);
-  t["greater"] = binary<v1::Greater>(true);
-  t["greater_equal"] = binary<v1::GreaterEqual>(true);
+  t["equal"] = comparison<v1::Equal>(Order::kEqual);
+  t["not_equal"] = comparison<v1::NotEqual>(Order::kNotEqual);
+  t["less"] = comparison<v1::Less>(Order::kLess);
+  t["less_equal"] = comparison<v1::LessEqual>(Order::kLessEqual);
+  t["greater"] = comparison<v1::Greater>(Order::kGreater);
+  t["greater_equal"] = comparison<v1::GreaterEqual>(Order::kGreaterEqual);
   t["floor_div"] = {binary<v1::Divide>(false).check, [](Lowerer& op) -> std::vector<Value> {
                       return {std::make_shared<v0::Floor>(std::make_shared<v1::Divide>(op.input("x"), op.input("y")))};
                     }};

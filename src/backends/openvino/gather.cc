@@ -154,8 +154,13 @@ Verdict distinct(const std::vector<std::vector<int64_t>>& positions) {
   return Verdict::claim();
 }
 
-// Each update combined with the value it replaces, as our kernel's combine().
+// Each update combined with the value it replaces, as our kernel's combine(). On int32, max and
+// min are OpenVINO's Maximum and Minimum, exact there, where its comparisons run in fp32 and round
+// values above 2^24 (elementwise_binary.cc); on floats, the Select keeps our kernel's NaN rule.
 Value combined(Combine mode, const Value& old, const Value& update) {
+  const bool int32 = old.get_element_type() == ov::element::i32;
+  if (int32 && mode == Combine::Max) return std::make_shared<v1::Maximum>(old, update);
+  if (int32 && mode == Combine::Min) return std::make_shared<v1::Minimum>(old, update);
   switch (mode) {
     case Combine::Update: return update;
     case Combine::Add: return std::make_shared<v1::Add>(old, update);

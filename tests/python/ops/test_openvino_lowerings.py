@@ -202,11 +202,16 @@ CASES = {
              lambda v: mb.conv(x=v["x"], weight=W_CONV, bias=B_CONV, strides=[1, 2], pad_type="same", name="out"), SUMS),
     "linear": unary("linear", weight=W_LINEAR, bias=B_LINEAR, tol=SUMS),
     "matmul": unary("matmul", y=W_MATMUL, tol=SUMS),
-    # A bool mask, broadcast over the batch dims.
+    # A bool mask and a float mask, broadcast over the batch dims; no mask, rank 3.
     "scaled_dot_product_attention": (
         {"q": normal(2, 3, 4, 8), "k": normal(2, 3, 5, 8), "v": normal(2, 3, 5, 6), "m": normal(4, 5)},
-        lambda v: mb.scaled_dot_product_attention(query=v["q"], key=v["k"], value=v["v"],
-                                                  attn_mask=mb.greater(x=v["m"], y=-0.5), name="out"), SUMS),
+        lambda v: (mb.scaled_dot_product_attention(query=v["q"], key=v["k"], value=v["v"],
+                                                   attn_mask=mb.greater(x=v["m"], y=-0.5), name="bool_mask"),
+                   mb.scaled_dot_product_attention(query=v["q"], key=v["k"], value=v["v"], attn_mask=v["m"],
+                                                   name="float_mask"),
+                   mb.scaled_dot_product_attention(query=mb.reshape(x=v["q"], shape=[6, 4, 8]),
+                                                   key=mb.reshape(x=v["k"], shape=[6, 5, 8]),
+                                                   value=mb.reshape(x=v["v"], shape=[6, 5, 6]), name="rank3")), SUMS),
     "max_pool": unary("max_pool", kernel_sizes=[2, 3], strides=[2, 1], pad_type="valid", tol=EXACT),
     # normalization.cc
     "batch_norm": unary("batch_norm", mean=MEAN, variance=VAR, gamma=GAMMA, beta=BETA, epsilon=1e-3, tol=SUMS),
@@ -309,6 +314,52 @@ def test_cast(tmp_path, source):
         return tuple(outputs)
 
     backend_check.check_all_backends(save_program(prog, tmp_path), inputs, "cast", *EXACT)
+
+
+COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+# Pairs that fp32 cannot tell apart (above 2^24), the int32 extremes, and pairs that differ only
+# in the low bits or only in the high ones.
+COMPARED_X = np.array([16777217, 16777216, 2147483647, -2147483648, -2147483647, 123456789, 4096, -4096, 4095, 0,
+                       -1, 7, 1 << 20, -(1 << 20) - 1], np.int32)
+COMPARED_Y = np.array([16777216, 16777217, 2147483646, -2147483647, -2147483648, 123456789, 4095, -4095, 4096, -1,
+                       0, 7, (1 << 20) + 4096, -(1 << 20)], np.int32)
+
+
+@pytest.mark.parametrize("op_type", COMPARISONS)
+def test_int32_comparisons_are_exact(tmp_path, op_type):
+    """The CPU plugin compares int32 in fp32; the lowering compares split values
+    (src/backends/openvino/elementwise_binary.cc), so values fp32 rounds alike still compare
+    as Core ML compares them."""
+    inputs = {"x": COMPARED_X, "y": COMPARED_Y}
+
+    @mb.program(input_specs=[tensor_spec(v) for v in inputs.values()], opset_version=ct.target.iOS18)
+    def prog(x, y):
+        return (mb.cast(x=getattr(mb, op_type)(x=x, y=y), dtype="int32", name="pairs"),
+                mb.cast(x=getattr(mb, op_type)(x=x, y=mb.const(val=np.int32(16777216))), dtype="int32",
+                        name="with_scalar"))
+
+    path = save_program(prog, tmp_path)
+    expected = backend_check.check_all_backends(path, inputs, op_type, 0, 0)
+    want = getattr(np, op_type)(COMPARED_X, COMPARED_Y).astype(np.int32)
+    np.testing.assert_array_equal(expected["pairs"], want)
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_int32_scatter_max_min_are_exact(tmp_path, mode):
+    """scatter's max / min on int32 keep values that fp32 cannot tell apart (above 2^24)."""
+    data = np.array([[16777217, 5], [16777216, -16777217], [2147483647, 0]], np.int32)
+    updates = np.array([[16777216, 6], [16777217, -16777216]], np.int32)
+    inputs = {"data": data, "updates": updates}
+
+    @mb.program(input_specs=[tensor_spec(v) for v in inputs.values()], opset_version=ct.target.iOS18)
+    def prog(data, updates):
+        return mb.scatter(data=data, indices=np.array([0, 1], np.int32), updates=updates, axis=0, mode=mode,
+                          name="out")
+
+    expected = backend_check.check_all_backends(save_program(prog, tmp_path), inputs, "scatter", 0, 0)
+    want = data.copy()
+    want[:2] = (np.maximum if mode == "max" else np.minimum)(data[:2], updates)
+    np.testing.assert_array_equal(expected["out"], want)
 
 
 def test_every_lowering_has_a_test():
