@@ -3,64 +3,23 @@
 #include "coremlrt/backend_ops.h"
 
 #include <algorithm>
-#include <mutex>
-#include <tuple>
 #include <optional>
-#include <set>
 #include <sstream>
 
 #include "backends/backend.h"
 #include "backends/op_support.h"
-#include "format/coreai_asset.h"
 #include "format/model_kinds.h"
 #include "format/spec_reader.h"
 #include "ops/thread_pool.h"
-#include "runtime/compiled_cache.h"
 #include "runtime/context_pool.h"
 #include "runtime/default_input.h"
+#include "runtime/model_impl.h"
 #include "runtime/plan.h"
 
 namespace coremlrt {
 
-struct Model::Impl {
-  std::string path;
-  ResourceLimits limits;  // active while loading and predicting (coremlrt/limits.h)
-  format::LoadedModel loaded;
-  const ir::Function* function = nullptr;
-  const FunctionDescription* function_description = nullptr;
-  std::string backend;
-  int threads = 0;  // LoadOptions::threads: caps the intra-op pool per prediction (ops/thread_pool.h)
-  std::unique_ptr<runtime::Plan> plan;
-  // The function's class labels and string vocabularies, as format/ read them (in `loaded`).
-  const format::FeatureCodes* codes = nullptr;
-  // Declared after the plan so that it is destroyed (and its reaper joined) first.
-  mutable std::unique_ptr<runtime::ContextPool> contexts;
-  std::string where() const { return "model '" + path + "', function '" + function->name + "'"; }
-};
 
 namespace {
-
-// Law 5 (docs/design/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
-// names the model. Readers below this layer name the file or the field; the model's path is
-// added where they did not name it, and a standard exception (a failed allocation, a
-// container bound) is turned into an Error saying so. An Error raised without a kind gets the
-// kind of the work it stopped (`kind`: BadModel while loading, BadInput while predicting:
-// docs/guide/limits-and-errors.md, "Error kinds"); a failed allocation is a ResourceLimit, any
-// other standard exception Internal.
-[[noreturn]] void rethrow_naming_model(const std::string& path, ErrorKind kind) {
-  try {
-    throw;
-  } catch (const Error& e) {
-    std::string message = e.what();
-    const ErrorKind given = e.has_kind() ? e.kind() : kind;
-    if (message.find(path) != std::string::npos) throw Error(given, message);
-    fail_as(given, "model '", path, "': ", message);
-  } catch (const std::bad_alloc&) {
-    fail_as(ErrorKind::ResourceLimit, "model '", path, "': out of memory");
-  } catch (const std::exception& e) {
-    fail_as(ErrorKind::Internal, "model '", path, "': internal error (", e.what(), ")");
-  }
-}
 
 std::string names_of(const std::vector<FeatureDescription>& features) {
   std::string out;
@@ -152,125 +111,33 @@ void check_state_matches(const Model::Impl& m, const State& state) {
                  "; a state serves only functions that declare the same states");
 }
 
-// Whether function `loaded` of the program reads a constant whose storage another function
-// reads too (data pointers into the weight file's one mapping, which all functions of a load
-// share; backends::BackendOptions::shares_weights). Weights are const ops' values or values
-// bound inline, as a constexpr op's data often is.
-void collect_weight(const ir::ConstValue* value, std::set<const void*>& out) {
-  if (!value) return;
-  if (value->tensor.data) out.insert(value->tensor.data);
-  if (value->packed && value->packed->codes.data.data) out.insert(value->packed->codes.data.data);
-}
+}  // namespace
 
-void collect_weights(const ir::Block& block, std::set<const void*>& out) {
-  for (const ir::Operation& op : block.operations) {
-    for (const auto& [key, value] : op.attributes) collect_weight(value.get(), out);
-    for (const auto& [param, bindings] : op.inputs)
-      for (const ir::Binding& binding : bindings) collect_weight(binding.value.get(), out);
-    for (const ir::Block& nested : op.blocks) collect_weights(nested, out);
+// Law 5 (docs/design/architecture.md): whatever goes wrong while loading reaches the caller as an Error that
+// names the model. Readers below this layer name the file or the field; the model's path is
+// added where they did not name it, and a standard exception (a failed allocation, a
+// container bound) is turned into an Error saying so. An Error raised without a kind gets the
+// kind of the work it stopped (`kind`: BadModel while loading, BadInput while predicting:
+// docs/guide/limits-and-errors.md, "Error kinds"); a failed allocation is a ResourceLimit, any
+// other standard exception Internal.
+void runtime::rethrow_naming_model(const std::string& path, ErrorKind kind) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    const ErrorKind given = e.has_kind() ? e.kind() : kind;
+    if (message.find(path) != std::string::npos) throw Error(given, message);
+    fail_as(given, "model '", path, "': ", message);
+  } catch (const std::bad_alloc&) {
+    fail_as(ErrorKind::ResourceLimit, "model '", path, "': out of memory");
+  } catch (const std::exception& e) {
+    fail_as(ErrorKind::Internal, "model '", path, "': internal error (", e.what(), ")");
   }
 }
-
-bool shares_weights(const ir::Program& program, const std::string& loaded) {
-  std::set<const void*> others, own;
-  for (const auto& [name, function] : program.functions) collect_weights(function.block, name == loaded ? own : others);
-  for (const void* storage : own)
-    if (others.count(storage)) return true;
-  return false;
-}
-
-}  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) try {
-  auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  impl->limits.memory = std::make_shared<MemoryBudget>(
-      options.memory_limit_bytes ? options.memory_limit_bytes : default_memory_limit_bytes());
-  if (options.max_loop_iterations > 0) impl->limits.max_loop_iterations = options.max_loop_iterations;
-  ResourceScope limits(&impl->limits);
-  // A Core AI model's translation lies in the cache folder the caller names, if any (coreai_asset.h).
-  const std::string source = format::is_coreai_asset(path) && !options.cache_dir.empty()
-                                 ? format::translated_coreai_model(path, options.cache_dir)
-                                 : path;
-  impl->loaded = format::read_model(format::locate_model(source));
-  const ModelDescription& description = impl->loaded.description;
-  // A refused stage, feature kind or model says why, before the type check's general words.
-  // What the readers refused (a stage, feature kind, layer or model type) is what this build
-  // does not run; `coremlrt info` lists the same problems as unsupported.
-  COREMLRT_CHECK_AS(ErrorKind::Unsupported, impl->loaded.problem.empty(), "model '", path, "': ", impl->loaded.problem);
-  COREMLRT_CHECK_AS(ErrorKind::Unsupported, format::runs_model_type(description.model_type), "model '", path, "' is of type '",
-                 description.model_type, "'; this build runs ML programs (mlProgram), neuralNetwork models, "
-                 "classic predictors, feature-engineering models and pipelines of these");
-  const format::NeuralNetworkReading& network = impl->loaded.network;
-  COREMLRT_CHECK_AS(ErrorKind::Unsupported, network.problem.empty(), "model '", path, "' (neuralNetwork): ",
-                    network.problem);
-  for (const format::NetworkLayer& layer : network.layers)
-    COREMLRT_CHECK_AS(ErrorKind::Unsupported, layer.problem.empty(), "model '", path, "': neuralNetwork layer '", layer.name, "' (", layer.type,
-                   "): ", layer.problem);
-  std::string name = options.function_name.empty() ? description.default_function : options.function_name;
-  if (!description.multifunction && !options.function_name.empty())
-    COREMLRT_CHECK_AS(ErrorKind::BadInput, options.function_name == "main", "model '", path,
-                      "' has a single function, 'main'; "
-                   "function_name '", options.function_name, "' does not exist");
-  auto fn = impl->loaded.program.functions.find(name);
-  if (fn == impl->loaded.program.functions.end() || !description.find_function(name)) {
-    std::string available;
-    for (const auto& f : description.functions) available += (available.empty() ? "'" : ", '") + f.name + "'";
-    fail_as(ErrorKind::BadInput, "model '", path, "' has no function '", name, "'; available functions: ", available);
-  }
-  impl->function = &fn->second;
-  impl->function_description = description.find_function(name);
-  ir::validate_function(*impl->function);
-  for (const ir::NamedValue& input : impl->function->inputs) {
-    if (input.type.kind != ir::TypeKind::State) continue;
-    const FeatureDescription* declared = nullptr;
-    for (const auto& d : impl->function_description->states)
-      if (d.name == input.name) declared = &d;
-    COREMLRT_CHECK(declared && input.type.element && input.type.element->is_static() &&
-                       declared->dtype == input.type.element->dtype &&
-                       declared->shape == Shape(input.type.element->dims.begin(), input.type.element->dims.end()),
-                   "model '", path, "', function '", name, "': state input '", input.name,
-                   "' does not match the model description's states (", input.type.str(), ")");
-  }
-  backends::BackendOptions backend_options;
-  backend_options.low_precision = options.low_precision;
-  backend_options.threads = options.threads;
-  COREMLRT_CHECK_AS(ErrorKind::BadInput, options.concurrent_predictions >= 1, "model '", path,
-                 "': concurrent_predictions must be at least 1, got ", options.concurrent_predictions);
-  backend_options.concurrent_predictions = options.concurrent_predictions;
-  backend_options.cache_dir = options.cache_dir;
-  backend_options.force = options.backend != "auto";
-  backend_options.weight_copies_limit =
-      options.weight_copies_limit_bytes ? options.weight_copies_limit_bytes
-                                        : std::max<uint64_t>(uint64_t{64} << 20, impl->loaded.weight_bytes);
-  if (!options.weight_copies_limit_bytes) backend_options.shares_weights = shares_weights(impl->loaded.program, name);
-  impl->backend = options.backend;
-  impl->threads = options.threads;
-  const auto cache_before = options.cache_dir.empty() ? std::nullopt : runtime::cache_folder_stamp(options.cache_dir);
-  try {
-    runtime::PlanOptions plan_options;
-    plan_options.packed_weights = options.packed_weights;
-    impl->plan = runtime::build_plan(*impl->function, ops::KernelRegistry::cpu(),
-                                     backends::select_backends(options.backend, backend_options), plan_options);
-  } catch (const Error& e) {
-    throw Error(e.has_kind() ? e.kind() : ErrorKind::BadModel, "model '" + path + "': " + e.what());
-  }
-  if (!options.cache_dir.empty() && runtime::cache_folder_stamp(options.cache_dir) != cache_before)
-    runtime::keep_cache_within(options.cache_dir, options.cache_limit_bytes ? options.cache_limit_bytes
-                                                                             : runtime::default_cache_limit_bytes());
-  auto codes = impl->loaded.feature_codes.find(name);
-  COREMLRT_CHECK_AS(ErrorKind::Internal, codes != impl->loaded.feature_codes.end(), "model '", path, "', function '", name,
-                 "': internal error: no class labels or vocabularies were read for it");
-  COREMLRT_CHECK(codes->second.problem.empty(), "model '", path, "', ", codes->second.problem);
-  impl->codes = &codes->second;
-  impl->contexts = std::make_unique<runtime::ContextPool>(*impl->plan, options.context_linger);
-  return std::shared_ptr<const Model>(new Model(std::move(impl)));
-} catch (...) {
-  rethrow_naming_model(path, ErrorKind::BadModel);
-}
 
 const ModelDescription& Model::description() const { return impl_->loaded.description; }
 const FunctionDescription& Model::function() const { return *impl_->function_description; }
@@ -375,7 +242,7 @@ NamedTensors Model::predict(const NamedTensors& inputs, State* state) const try 
   for (size_t i = 0; i < names.size(); ++i) outputs[names[i]] = std::move(results.outputs[i]);
   return outputs;
 } catch (...) {
-  rethrow_naming_model(impl_->path, ErrorKind::BadInput);
+  runtime::rethrow_naming_model(impl_->path, ErrorKind::BadInput);
 }
 
 ModelReport inspect_model(const std::string& path) try {
