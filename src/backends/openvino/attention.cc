@@ -9,12 +9,9 @@ namespace coremlrt::backends::openvino {
 
 namespace {
 
-namespace v0 = ov::op::v0;
-namespace v1 = ov::op::v1;
-
 // softmax(Q K^T * (1 / sqrt(E)) + mask) V over the last axis, a bool mask's False as -inf; query,
-// key and value share their batch dims. Written as its matrix products and softmax, in our
-// kernel's order (scaled, then masked).
+// key and value share their batch dims. Lowered to OpenVINO's ScaledDotProductAttention, whose
+// order is our kernel's (scaled, then masked).
 Verdict check_attention(const OpReader& op) {
   const ir::ValueType& q = op.type("query");
   if (!fp16_or_fp32(q.dtype)) return Verdict::refuse("query is not fp16 or fp32");
@@ -42,21 +39,21 @@ Verdict check_attention(const OpReader& op) {
 std::vector<Value> lower_attention(Lowerer& op) {
   Value q = op.input("query");
   const int64_t e = op.type("query").dims.back();
-  Value scores = std::make_shared<v0::MatMul>(q, op.input("key"), false, true);
-  scores = std::make_shared<v1::Multiply>(scores, Lowerer::scalar_like(q, 1.0f / std::sqrt(static_cast<float>(e))));
+  Value scale = Lowerer::scalar_like(q, 1.0f / std::sqrt(static_cast<float>(e)));
+  // OpenVINO's own attention op, which the CPU plugin runs as one fused kernel; written as
+  // matrix products and softmax, vit_b_16 ran slower (docs/reports/performance.md, torchvision
+  // networks). Its mask semantics are ours: a bool mask's False drops the position, a float mask
+  // is added after scaling.
   if (op.count("attn_mask")) {
     Value mask = op.input("attn_mask");
-    if (op.type("attn_mask").dtype == DType::Bool)
-      // -inf as a float (OpenVINO's Constant refuses it from a double) in the scores' type.
-      scores = std::make_shared<v1::Select>(
-          mask, scores,
-          converted(std::make_shared<v0::Constant>(ov::element::f32, ov::Shape{}, std::vector<float>{-INFINITY}),
-                    q.get_element_type()));
-    else
-      scores = std::make_shared<v1::Add>(scores, converted(mask, q.get_element_type()));
+    if (op.type("attn_mask").dtype != DType::Bool) mask = converted(mask, q.get_element_type());
+    return {std::make_shared<ov::op::v13::ScaledDotProductAttention>(q, op.input("key"), op.input("value"), mask, scale,
+                                                                      false)};
   }
-  Value probabilities = std::make_shared<ov::op::v8::Softmax>(scores, -1);
-  return {std::make_shared<v0::MatMul>(probabilities, op.input("value"), false, false)};
+  // No mask: a zero one, since the op takes the scale only after the mask.
+  Value zero = Lowerer::scalar_like(q, 0.0f);
+  return {std::make_shared<ov::op::v13::ScaledDotProductAttention>(q, op.input("key"), op.input("value"), zero, scale,
+                                                                    false)};
 }
 
 }  // namespace
