@@ -76,7 +76,7 @@ def _coremlrt(manifest, form, threads, runs):
         results.append({"prefill_s": times[0] - started, "decode_s": decode_wall / (NEW_TOKENS - 1),
                         "overhead": (decode_wall - lm.predict_seconds) / lm.predict_seconds,
                         "tokens": None})
-    return load, after_load, results
+    return load, after_load, rss(), results  # the end RSS while the model is still held
 
 
 def _llama_cpp(manifest, form, threads, runs):
@@ -91,18 +91,26 @@ def _llama_cpp(manifest, form, threads, runs):
     load = time.perf_counter() - started
     after_load = rss()
     prompt = manifest["prompt"]
+    vocab = llm.n_vocab()
+
+    def next_token():
+        # The last evaluated token's logits, read from the context: without logits_all,
+        # llama-cpp-python (0.3.x) no longer copies them into Llama.scores, and logits_all would
+        # make the prefill compute the vocabulary projection for every prompt token.
+        return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))))
+
     results = []
     for _ in range(runs):
         llm.reset()
         started = time.perf_counter()
         llm.eval(prompt)
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = next_token()
         first = time.perf_counter()
         for _ in range(NEW_TOKENS - 1):
             llm.eval([token])
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = next_token()
         results.append({"prefill_s": first - started, "decode_s": (time.perf_counter() - first) / (NEW_TOKENS - 1)})
-    return load, after_load, results
+    return load, after_load, rss(), results  # the end RSS while the model is still held
 
 
 def _openvino(manifest, form, threads, runs):
@@ -130,15 +138,15 @@ def _openvino(manifest, form, threads, runs):
                            "start": np.array([prompt.shape[1] + step], np.int64)})
             token = int(np.argmax(request.get_tensor("logits").data[0, -1]))
         results.append({"prefill_s": first - started, "decode_s": (time.perf_counter() - first) / (NEW_TOKENS - 1)})
-    return load, after_load, results
+    return load, after_load, rss(), results  # the end RSS while the model is still held
 
 
 def child(args):
     manifest = json.load(open(args.manifest))
     before = rss()
     run = {"coremlrt": _coremlrt, "llama.cpp": _llama_cpp, "openvino": _openvino}[args.child]
-    load, after_load, results = run(manifest, args.form, args.threads, args.runs)
-    print(json.dumps({"load_s": load, "rss_before": before, "rss_load": after_load, "rss_end": rss(),
+    load, after_load, at_end, results = run(manifest, args.form, args.threads, args.runs)
+    print(json.dumps({"load_s": load, "rss_before": before, "rss_load": after_load, "rss_end": at_end,
                       "runs": results}))
     return 0
 
