@@ -38,6 +38,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import llama_helpers as L  # noqa: E402
+from lm_helpers import save_multifunction  # noqa: E402
 
 DEFAULT_DIR = os.path.join(ROOT, "build", "bench-models", "llm")
 LLAMA_CPP = os.path.join(ROOT, "build", "llama-cpp")
@@ -109,13 +110,8 @@ def _coreml(module, out, forms):
             gc.collect()
     paths = {}
     for form in forms:
-        paths[form] = os.path.join(out, f"llama_{form}.mlpackage")
-        shutil.rmtree(paths[form], ignore_errors=True)
-        desc = ct.utils.MultiFunctionDescriptor()
-        for function, source in sources[form].items():
-            desc.add_function(source, src_function_name="main", target_function_name=function)
-        desc.default_function_name = "prefill"
-        ct.utils.save_multifunction(desc, paths[form])
+        shutil.rmtree(os.path.join(out, f"llama_{form}.mlpackage"), ignore_errors=True)
+        paths[form] = save_multifunction(out, f"llama_{form}", sources[form], default="prefill")
     shutil.rmtree(staging, ignore_errors=True)
     return paths
 
