@@ -152,17 +152,20 @@ struct RowRuns {
   }
 };
 
-// A decode step's dot products with the codes decoded in registers (packed_dot_x86.cc, AVX-512
-// only): c[j] += the sum over row r0 + j's values v_i of v_i * a[i], j < nr. For 4-bit codes,
-// a_split holds `a` reordered by 32 columns (a_split[32q + j] = a[32q + 2j], a_split[32q + 16 + j]
-// = a[32q + 2j + 1], j < 16) and the rows' groups keep whole 32-column blocks (every run's k
-// even, first == n or first and block multiples of 32). Otherwise codes are int8 or uint8,
+// A decode step's dot products with the codes decoded in registers (packed_dot_x86.cc with
+// AVX-512, packed_dot_avx2.cc with AVX2 alone): c[j] += the sum over row r0 + j's values v_i of
+// v_i * a[i], j < nr. For 4-bit codes, a_split holds `a` reordered by 32 columns
+// (a_split[32q + j] = a[32q + 2j], a_split[32q + 16 + j] = a[32q + 2j + 1], j < 16) and the
+// rows' groups keep whole 32-column blocks (every run's k even, first == n or first and block
+// multiples of 32). Otherwise codes are int8 or uint8,
 // kShiftScale or kAffine, or a mask over fp16 values (kIdentity; first_code set; AVX-512
 // VBMI2 or BITALG), each 32 columns' values spread into place by their mask bits. False, with c
 // untouched, when this CPU or build has no such loop.
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
-// Whether dot_simd runs on this CPU and build (for sparse values: with AVX-512 BITALG or VBMI2).
-bool dot_simd_available(bool sparse);
+// Whether dot_simd runs for `t` (`sparse`: read through its mask) on this CPU and build: with
+// AVX-512, every form above (sparse values with AVX-512 BITALG or VBMI2); with AVX2, 4-bit codes
+// of fp16 values (packed_dot_avx2.cc).
+bool dot_simd_available(const ir::PackedTensor& t, bool sparse);
 // Whether dot_simd computes the tables of every group of `t` (4-bit codes; `shape` what its
 // groups share) in registers, so that RowRuns::groups_checked may be set: read once per
 // tensor, it spares each call's check.

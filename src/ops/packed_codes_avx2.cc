@@ -13,48 +13,6 @@ namespace coremlrt::ops::packed {
 
 namespace {
 
-COREMLRT_AVX2 inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kNearest)); }
-
-// kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.
-template <bool kRound = true>
-COREMLRT_AVX2 inline __m256 map8(const Group& g, __m256 code) {
-  const __m256 scale = _mm256_set1_ps(g.scale);
-  if (g.map == ir::CodeMap::kShiftScale) {
-    if (g.exact_difference) {
-      const __m256 v = _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
-      return kRound ? round_half8(v) : v;
-    }
-    if (g.half_scale) {
-      const __m256 offset = _mm256_set1_ps(round_to_half(g.offset));
-      const __m256 diff = round_half8(_mm256_sub_ps(round_half8(code), offset));
-      const __m256 v = _mm256_mul_ps(diff, scale);
-      return kRound ? round_half8(v) : v;
-    }
-    return _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
-  }
-  const __m256 v = _mm256_mul_ps(scale, _mm256_sub_ps(code, _mm256_set1_ps(g.offset)));
-  return g.half_values && kRound ? round_half8(v) : v;
-}
-
-// The group's values for raw 4-bit codes 0..7 (low) and 8..15 (high).
-template <bool kRound = true>
-COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256& low, __m256& high) {
-  if (g.map == ir::CodeMap::kLut) {
-    if (g.half_values) {
-      const auto* table = static_cast<const __m128i*>(g.table);
-      low = _mm256_cvtph_ps(_mm_loadu_si128(table));
-      high = _mm256_cvtph_ps(_mm_loadu_si128(table + 1));
-    } else {
-      low = _mm256_loadu_ps(static_cast<const float*>(g.table));
-      high = _mm256_loadu_ps(static_cast<const float*>(g.table) + 8);
-    }
-    return;
-  }
-  low = map8<kRound>(g, _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
-  high = is_signed ? map8<kRound>(g, _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1))
-                   : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
-}
-
 template <class Out>
 COREMLRT_AVX2_INLINE inline void nibbles256_affine(const Group& g, bool is_signed, const uint8_t* bytes, int64_t n,
                                                    Out* out) {
@@ -90,12 +48,7 @@ COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, cons
   __m256 low, high;
   nibble_values8<false>(g, is_signed, low, high);
   const __m128i low_halves = _mm256_cvtps_ph(low, kNearest), high_halves = _mm256_cvtps_ph(high, kNearest);
-  // The sixteen fp16 values as two byte tables (low bytes, high bytes), in both 128-bit lanes.
-  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m128i a = _mm_shuffle_epi8(low_halves, even_odd);
-  const __m128i b = _mm_shuffle_epi8(high_halves, even_odd);
-  const __m256i low_bytes = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(a, b));
-  const __m256i high_bytes = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(a, b));
+  const NibbleBytes table = nibble_bytes(low_halves, high_halves);
   const __m128i low4 = _mm_set1_epi8(0x0f);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -103,7 +56,7 @@ COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, cons
     const __m128i lo = _mm_and_si128(codes, low4), hi = _mm_and_si128(_mm_srli_epi16(codes, 4), low4);
     // Lane 0 holds the indices of values 0..15, lane 1 those of 16..31.
     const __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    const __m256i l = _mm256_shuffle_epi8(low_bytes, idx), h = _mm256_shuffle_epi8(high_bytes, idx);
+    const __m256i l = _mm256_shuffle_epi8(table.low, idx), h = _mm256_shuffle_epi8(table.high, idx);
     const __m256i r0 = _mm256_unpacklo_epi8(l, h);  // values 0..7 | 16..23
     const __m256i r1 = _mm256_unpackhi_epi8(l, h);  // values 8..15 | 24..31
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute2x128_si256(r0, r1, 0x20));

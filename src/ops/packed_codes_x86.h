@@ -55,6 +55,63 @@ inline bool affine_arithmetic(const Group& g) {
   return (g.map == ir::CodeMap::kShiftScale && (!g.half_scale || g.exact_difference)) || g.map == ir::CodeMap::kAffine;
 }
 
+// One group's values eight lanes at a time, as packed::value_of computes them (shared by the
+// AVX2 decoders, packed_codes_avx2.cc, and the AVX2 decode step, packed_dot_avx2.cc).
+COREMLRT_AVX2 inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kNearest)); }
+
+// kRound false leaves fp16 results unrounded for a caller that converts them to fp16 itself.
+template <bool kRound = true>
+COREMLRT_AVX2 inline __m256 map8(const Group& g, __m256 code) {
+  const __m256 scale = _mm256_set1_ps(g.scale);
+  if (g.map == ir::CodeMap::kShiftScale) {
+    if (g.exact_difference) {
+      const __m256 v = _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
+      return kRound ? round_half8(v) : v;
+    }
+    if (g.half_scale) {
+      const __m256 offset = _mm256_set1_ps(round_to_half(g.offset));
+      const __m256 diff = round_half8(_mm256_sub_ps(round_half8(code), offset));
+      const __m256 v = _mm256_mul_ps(diff, scale);
+      return kRound ? round_half8(v) : v;
+    }
+    return _mm256_mul_ps(_mm256_sub_ps(code, _mm256_set1_ps(g.offset)), scale);
+  }
+  const __m256 v = _mm256_mul_ps(scale, _mm256_sub_ps(code, _mm256_set1_ps(g.offset)));
+  return g.half_values && kRound ? round_half8(v) : v;
+}
+
+// The group's values for raw 4-bit codes 0..7 (low) and 8..15 (high).
+template <bool kRound = true>
+COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256& low, __m256& high) {
+  if (g.map == ir::CodeMap::kLut) {
+    if (g.half_values) {
+      const auto* table = static_cast<const __m128i*>(g.table);
+      low = _mm256_cvtph_ps(_mm_loadu_si128(table));
+      high = _mm256_cvtph_ps(_mm_loadu_si128(table + 1));
+    } else {
+      low = _mm256_loadu_ps(static_cast<const float*>(g.table));
+      high = _mm256_loadu_ps(static_cast<const float*>(g.table) + 8);
+    }
+    return;
+  }
+  low = map8<kRound>(g, _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+  high = is_signed ? map8<kRound>(g, _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1))
+                   : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+// A group's sixteen fp16 values (codes 0-7 in `low_halves`, 8-15 in `high_halves`) as two byte
+// tables, the values' low bytes and their high bytes, each in both 128-bit lanes: one vpshufb
+// per table looks up 32 codes (vpshufb looks up within each lane).
+struct NibbleBytes {
+  __m256i low, high;
+};
+COREMLRT_AVX2 inline NibbleBytes nibble_bytes(__m128i low_halves, __m128i high_halves) {
+  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m128i a = _mm_shuffle_epi8(low_halves, even_odd);
+  const __m128i b = _mm_shuffle_epi8(high_halves, even_odd);
+  return {_mm256_broadcastsi128_si256(_mm_unpacklo_epi64(a, b)), _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(a, b))};
+}
+
 // The loops of packed_codes_avx512.cc, each for fp16 and fp32 values (Out).
 template <class Out>
 COREMLRT_AVX512 void nibbles512(const Run& run, Out* out);
@@ -77,6 +134,11 @@ template <class Out>
 COREMLRT_AVX2 void bytes256(const Run& run, Out* out);
 template <class Out>
 COREMLRT_AVX2 int64_t expand256(const SparseValues& t, int64_t p, int64_t k, int64_t n, Out* out);
+
+// The decode step's loop of packed_dot_avx2.cc: 4-bit codes of fp16 values (which `takes`
+// says), under dot_simd's contract (packed_codes.h).
+bool dot_nibbles_avx2_takes(const ir::PackedTensor& t);
+COREMLRT_AVX2 void dot_nibbles_avx2(const RowRuns& rows, const float* a, const float* a_split, float* c);
 
 }  // namespace coremlrt::ops::packed
 

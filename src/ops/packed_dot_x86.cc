@@ -23,6 +23,7 @@
 
 #include "ops/packed_codes.h"
 #include "ops/packed_codes_avx512.h"
+#include "ops/packed_codes_x86.h"
 
 namespace coremlrt::ops::packed {
 
@@ -512,17 +513,25 @@ COREMLRT_AVX512_SPARSE void dot_sparse_palette(const RowRuns& rows, const float*
 
 }  // namespace
 
-bool dot_simd_available(bool sparse) {
-  return simd_level() == SimdLevel::kAvx512 && (!sparse || (has_vbmi2() && has_bitalg()));
+bool dot_simd_available(const ir::PackedTensor& t, bool sparse) {
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return !sparse || (has_vbmi2() && has_bitalg());
+    case SimdLevel::kAvx2: return !sparse && dot_nibbles_avx2_takes(t);
+    default: return false;
+  }
 }
 
 bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape) {
-  return dot_simd_available(false) && t.codes.bits == 4 && !t.mask.defined() && shape.map != ir::CodeMap::kLut &&
+  return simd_level() == SimdLevel::kAvx512 && t.codes.bits == 4 && !t.mask.defined() && shape.map != ir::CodeMap::kLut &&
          rounded_once(shape) && shape.half_values && fp16_rounded_everywhere(t, t.codes.dtype == DType::Int4);
 }
 
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
-  if (!dot_simd_available(rows.tensor->mask.defined())) return false;
+  if (!dot_simd_available(*rows.tensor, rows.tensor->mask.defined())) return false;
+  if (simd_level() == SimdLevel::kAvx2) {
+    dot_nibbles_avx2(rows, a, a_split, c);
+    return true;
+  }
   if (rows.tensor->mask.defined()) {
     if (rows.tensor->map == ir::CodeMap::kLut) dot_sparse_palette(rows, a, c);
     else dot_sparse(rows, a, c);
@@ -533,7 +542,7 @@ bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* 
 
 #else
 
-bool dot_simd_available(bool) { return false; }
+bool dot_simd_available(const ir::PackedTensor&, bool) { return false; }
 bool rounded_groups_everywhere(const ir::PackedTensor&, const Group&) { return false; }
 bool dot_simd(const RowRuns&, const float*, const float*, float*) { return false; }
 

@@ -423,7 +423,7 @@ bool PackedMatrix::decodes_in_registers(const ir::PackedTensor& t) {
   if (!readable(t) || t.shape.empty() || t.shape[0] == 0) return false;
   const int64_t cols = shape_numel(t.shape) / t.shape[0], col_groups = t.groups[1];
   const RegisterForm f = register_form(t, cols, col_groups, cols / col_groups, 0);
-  return f.any() && packed::dot_simd_available(f.sparse);
+  return f.any() && packed::dot_simd_available(t, f.sparse);
 }
 
 bool PackedMatrix::dot_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float* a, float* c) const {
