@@ -164,7 +164,7 @@ struct RowRuns {
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c);
 // Whether dot_simd runs for `t` (`sparse`: read through its mask) on this CPU and build: with
 // AVX-512, every form above (sparse values with AVX-512 BITALG or VBMI2); with AVX2, 4-bit codes
-// of fp16 values (packed_dot_avx2.cc).
+// of fp16 values and the byte codes (packed_dot_avx2.cc).
 bool dot_simd_available(const ir::PackedTensor& t, bool sparse);
 // Whether dot_simd computes the tables of every group of `t` (4-bit codes; `shape` what its
 // groups share) in registers, so that RowRuns::groups_checked may be set: read once per

@@ -92,11 +92,6 @@ COREMLRT_AVX2_INLINE inline void nibbles256(const Group& g, bool is_signed, cons
   nibble_tail(values, bytes, i, n, out);
 }
 
-COREMLRT_AVX2 inline __m256 byte_codes8(const uint8_t* p, bool is_signed) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-}
-
 COREMLRT_AVX2_INLINE inline void bytes256(const Group& g, const uint8_t* codes, bool is_signed, int64_t k, int64_t n, half* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -99,6 +99,12 @@ COREMLRT_AVX2 inline void nibble_values8(const Group& g, bool is_signed, __m256&
                    : map8<kRound>(g, _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
 }
 
+// Eight byte codes from p, as floats.
+COREMLRT_AVX2 inline __m256 byte_codes8(const uint8_t* p, bool is_signed) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
 // A group's sixteen fp16 values (codes 0-7 in `low_halves`, 8-15 in `high_halves`) as two byte
 // tables, the values' low bytes and their high bytes, each in both 128-bit lanes: one vpshufb
 // per table looks up 32 codes (vpshufb looks up within each lane).
@@ -110,6 +116,34 @@ COREMLRT_AVX2 inline NibbleBytes nibble_bytes(__m128i low_halves, __m128i high_h
   const __m128i a = _mm_shuffle_epi8(low_halves, even_odd);
   const __m128i b = _mm_shuffle_epi8(high_halves, even_odd);
   return {_mm256_broadcastsi128_si256(_mm_unpacklo_epi64(a, b)), _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(a, b))};
+}
+
+// The number of groups a run's columns touch.
+inline int64_t group_count(const Run& run) { return run.n <= run.first ? 1 : 1 + (run.n - run.first + run.block - 1) / run.block; }
+
+// Asks for the scales and offsets of the window after rows [w0, w0 + wn) while this one's
+// products run: they are a stream of their own beside the codes, which the hardware's prefetch
+// left waiting on memory when a window began (docs/reports/performance.md, design choices).
+// Prefetches are SSE instructions: every x86-64 CPU has them.
+inline void prefetch_next_groups(const RowRuns& rows, int64_t w0, int64_t wn, int64_t window) {
+  const int64_t next = w0 + wn;
+  if (next >= rows.nr) return;
+  const Run first = rows.run(rows.r0 + next), last = rows.run(rows.r0 + std::min(rows.nr, next + window) - 1);
+  const int64_t g0 = first.g, g1 = last.g + group_count(last);
+  auto ask = [](const void* base, int64_t begin, int64_t end) {
+    // A prefetch never faults, so the lines need not lie inside the array.
+    const char* p = static_cast<const char*>(base);
+    for (int64_t at = begin; at < end + 63; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
+  };
+  const ir::PackedTensor& t = *rows.tensor;
+  const int64_t scale_size = static_cast<int64_t>(dtype_size(t.scale.dtype));
+  ask(t.scale.data, g0 * scale_size, g1 * scale_size);
+  if (!t.offset.defined()) return;
+  if (t.offset.bits > 0) ask(t.offset.data.data, g0 * t.offset.bits / 8, g1 * t.offset.bits / 8);
+  else {
+    const int64_t offset_size = static_cast<int64_t>(dtype_size(t.offset.dtype));
+    ask(t.offset.data.data, g0 * offset_size, g1 * offset_size);
+  }
 }
 
 // The loops of packed_codes_avx512.cc, each for fp16 and fp32 values (Out).
@@ -135,10 +169,10 @@ COREMLRT_AVX2 void bytes256(const Run& run, Out* out);
 template <class Out>
 COREMLRT_AVX2 int64_t expand256(const SparseValues& t, int64_t p, int64_t k, int64_t n, Out* out);
 
-// The decode step's loop of packed_dot_avx2.cc: 4-bit codes of fp16 values (which `takes`
-// says), under dot_simd's contract (packed_codes.h).
-bool dot_nibbles_avx2_takes(const ir::PackedTensor& t);
-COREMLRT_AVX2 void dot_nibbles_avx2(const RowRuns& rows, const float* a, const float* a_split, float* c);
+// The decode step's loops of packed_dot_avx2.cc, under dot_simd's contract (packed_codes.h), for
+// the forms `takes` says: 4-bit codes of fp16 values, and int8 or uint8 codes.
+bool dot_avx2_takes(const ir::PackedTensor& t);
+COREMLRT_AVX2 void dot_avx2(const RowRuns& rows, const float* a, const float* a_split, float* c);
 
 }  // namespace coremlrt::ops::packed
 

@@ -61,8 +61,6 @@ struct RowScales {
   }
 };
 
-int64_t group_count(const Run& run) { return run.n <= run.first ? 1 : 1 + (run.n - run.first + run.block - 1) / run.block; }
-
 // The sixteen values of each of a row's groups, as floats, one group after the other. Built
 // before the products (a short loop with no branches for the usual block forms) so that the
 // products' loop only loads a group's table. Rows whose tables are computed in registers (the
@@ -201,30 +199,6 @@ COREMLRT_AVX512_INLINE inline float dot_nibbles_row(const Run& run, const Tables
 // The groups whose scales and offsets one window of dot_nibbles (or dot_bytes) reads at once:
 // 6 KiB of them, still in L1 when the rows read them.
 constexpr int64_t kWindowGroups = 512;
-
-// Asks for the scales and offsets of the window after rows [w0, w0 + wn) while this one's
-// products run: they are a stream of their own beside the codes, which the hardware's prefetch
-// left waiting on memory when a window began (docs/reports/performance.md, design choices).
-COREMLRT_AVX512 void prefetch_next_groups(const RowRuns& rows, int64_t w0, int64_t wn, int64_t window) {
-  const int64_t next = w0 + wn;
-  if (next >= rows.nr) return;
-  const Run first = rows.run(rows.r0 + next), last = rows.run(rows.r0 + std::min(rows.nr, next + window) - 1);
-  const int64_t g0 = first.g, g1 = last.g + group_count(last);
-  auto ask = [](const void* base, int64_t begin, int64_t end) {
-    // A prefetch never faults, so the lines need not lie inside the array.
-    const char* p = static_cast<const char*>(base);
-    for (int64_t at = begin; at < end + 63; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
-  };
-  const ir::PackedTensor& t = *rows.tensor;
-  const int64_t scale_size = static_cast<int64_t>(dtype_size(t.scale.dtype));
-  ask(t.scale.data, g0 * scale_size, g1 * scale_size);
-  if (!t.offset.defined()) return;
-  if (t.offset.bits > 0) ask(t.offset.data.data, g0 * t.offset.bits / 8, g1 * t.offset.bits / 8);
-  else {
-    const int64_t offset_size = static_cast<int64_t>(dtype_size(t.offset.dtype));
-    ask(t.offset.data.data, g0 * offset_size, g1 * offset_size);
-  }
-}
 
 // Rows [w0, w0 + wn) of dot_nibbles with tables computed in registers from `groups`, for one
 // form of codes and blocks (the same for every row of the window).
@@ -516,7 +490,7 @@ COREMLRT_AVX512_SPARSE void dot_sparse_palette(const RowRuns& rows, const float*
 bool dot_simd_available(const ir::PackedTensor& t, bool sparse) {
   switch (simd_level()) {
     case SimdLevel::kAvx512: return !sparse || (has_vbmi2() && has_bitalg());
-    case SimdLevel::kAvx2: return !sparse && dot_nibbles_avx2_takes(t);
+    case SimdLevel::kAvx2: return !sparse && dot_avx2_takes(t);
     default: return false;
   }
 }
@@ -529,7 +503,7 @@ bool rounded_groups_everywhere(const ir::PackedTensor& t, const Group& shape) {
 bool dot_simd(const RowRuns& rows, const float* a, const float* a_split, float* c) {
   if (!dot_simd_available(*rows.tensor, rows.tensor->mask.defined())) return false;
   if (simd_level() == SimdLevel::kAvx2) {
-    dot_nibbles_avx2(rows, a, a_split, c);
+    dot_avx2(rows, a, a_split, c);
     return true;
   }
   if (rows.tensor->mask.defined()) {

@@ -294,9 +294,12 @@ bool taken_on_avx512(const std::string& name) {
   return false;
 }
 
-// The forms whose whole rows the decode step's loops must take on AVX2 alone: the 4-bit forms
-// of taken_on_avx512 whose values are fp16 (packed_dot_avx2.cc).
+// The forms whose whole rows the decode step's loops must take on AVX2 alone: the dense 8-bit
+// forms of taken_on_avx512, and its 4-bit forms whose values are fp16 (packed_dot_avx2.cc).
 bool taken_on_avx2(const std::string& name) {
+  for (const char* form : {"int8_per_channel", "uint8_offset", "int8_float_offset", "affine_int8", "affine_uint8_axis1",
+                           "uint8_block64_offset"})
+    if (name.rfind(form, 0) == 0) return true;
   const bool fp16 = name.size() > 5 && name.compare(name.size() - 5, 5, "_fp16") == 0;
   for (const char* form : {"lut4_grouped_rows", "lut4_blocks_cols", "int4_block32_offset", "uint4_block32",
                            "int4_block64_half_offset_wide", "uint4_per_channel_uint8_offset", "int4_block32_no_offset",
