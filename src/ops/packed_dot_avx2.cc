@@ -21,6 +21,9 @@
 #include "ops/packed_codes.h"
 #include "ops/packed_codes_x86.h"
 
+// The rounding by splitting (bytes_rounded_once) needs its products and differences apart.
+#pragma GCC optimize("fp-contract=off")
+
 namespace coremlrt::ops::packed {
 
 #ifdef COREMLRT_PACKED_X86
@@ -167,8 +170,59 @@ COREMLRT_AVX2_INLINE inline float dot_nibbles_row(const Run& run, const Tables& 
   return sum8(_mm256_add_ps(_mm256_add_ps(even0, odd0), _mm256_add_ps(even1, odd1))) + tail;
 }
 
-// One row of byte codes (int8 or uint8, kShiftScale or kAffine): each group's values as the AVX2
-// decoders compute them (map8, rounded to fp16 for fp16 values), eight at a time.
+// Byte codes whose values are round((code - offset) * scale) (rounded_once; kHalf: rounded to
+// fp16), eight at a time with no branch on the form inside the loop: rounded by the conversions,
+// or, where split_rounding_exact holds (kSplit), by splitting as packed_codes_avx512.h's
+// split_round_half16 does, in three plain float operations (the file's fp-contract=off keeps
+// the compiler from fusing them).
+template <bool kSigned, bool kHalf, bool kSplit>
+COREMLRT_AVX2_INLINE inline void bytes_rounded_once(const uint8_t* p, const float* x, int64_t n, float scale,
+                                                    float offset, __m256& sum0, __m256& sum1) {
+  const __m256 s = _mm256_set1_ps(scale), s_8193 = _mm256_set1_ps(scale * 8193.0f), o = _mm256_set1_ps(offset);
+  auto value = [&](int64_t i) COREMLRT_AVX2_INLINE {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i));
+    const __m256 d = _mm256_sub_ps(_mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b)), o);
+    if constexpr (kSplit) {
+      const __m256 c = _mm256_mul_ps(d, s_8193);
+      return _mm256_sub_ps(c, _mm256_fnmadd_ps(d, s, c));
+    }
+    const __m256 v = _mm256_mul_ps(d, s);
+    return kHalf ? round_half8(v) : v;
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchBytes), _MM_HINT_T0);
+    sum0 = _mm256_fmadd_ps(value(i), _mm256_loadu_ps(x + i), sum0);
+    sum1 = _mm256_fmadd_ps(value(i + 8), _mm256_loadu_ps(x + i + 8), sum1);
+  }
+  if (i + 8 <= n) sum0 = _mm256_fmadd_ps(value(i), _mm256_loadu_ps(x + i), sum0);
+}
+
+// The other byte forms (kShiftScale in fp16 without an exact difference): map8's values.
+COREMLRT_AVX2_INLINE inline void bytes_mapped(const Group& group, bool is_signed, const uint8_t* p, const float* x,
+                                              int64_t n, __m256& sum0) {
+  for (int64_t i = 0; i + 8 <= n; i += 8)
+    sum0 = _mm256_fmadd_ps(round_half8(map8<false>(group, byte_codes8(p + i, is_signed))), _mm256_loadu_ps(x + i), sum0);
+}
+
+// One group's whole blocks of eight byte codes, for its form.
+COREMLRT_AVX2_INLINE inline void bytes_group(const Group& group, bool is_signed, const uint8_t* p, const float* x,
+                                             int64_t n, __m256& sum0, __m256& sum1) {
+  const bool half = group.half_values;
+  if (!rounded_once(group)) return bytes_mapped(group, is_signed, p, x, n, sum0);
+  const float scale = group.scale, offset = group.offset;
+  const int form = (is_signed ? 4 : 0) | (half ? 2 : 0) | (half && split_rounding_exact(scale, offset, is_signed) ? 1 : 0);
+  switch (form) {
+    case 0: return bytes_rounded_once<false, false, false>(p, x, n, scale, offset, sum0, sum1);
+    case 2: return bytes_rounded_once<false, true, false>(p, x, n, scale, offset, sum0, sum1);
+    case 3: return bytes_rounded_once<false, true, true>(p, x, n, scale, offset, sum0, sum1);
+    case 4: return bytes_rounded_once<true, false, false>(p, x, n, scale, offset, sum0, sum1);
+    case 6: return bytes_rounded_once<true, true, false>(p, x, n, scale, offset, sum0, sum1);
+    default: return bytes_rounded_once<true, true, true>(p, x, n, scale, offset, sum0, sum1);
+  }
+}
+
+// One row of byte codes (int8 or uint8, kShiftScale or kAffine), group by group.
 COREMLRT_AVX2_INLINE inline float dot_bytes_row(const Run& run, const float* a) {
   const bool is_signed = run.tensor->codes.dtype == DType::Int8;
   const bool half_values = run.shape.half_values;
@@ -178,21 +232,8 @@ COREMLRT_AVX2_INLINE inline float dot_bytes_row(const Run& run, const float* a) 
   COREMLRT_FOR_EACH_GROUP(run, {
     const uint8_t* p = codes + done;
     const float* x = a + done;
-    auto value = [&](int64_t i) COREMLRT_AVX2_INLINE {
-      const __m256 v = map8<false>(group, byte_codes8(p + i, is_signed));
-      return half_values ? round_half8(v) : v;
-    };
-    int64_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchBytes), _MM_HINT_T0);
-      sum0 = _mm256_fmadd_ps(value(i), _mm256_loadu_ps(x + i), sum0);
-      sum1 = _mm256_fmadd_ps(value(i + 8), _mm256_loadu_ps(x + i + 8), sum1);
-    }
-    if (i + 8 <= len) {
-      sum0 = _mm256_fmadd_ps(value(i), _mm256_loadu_ps(x + i), sum0);
-      i += 8;
-    }
-    for (; i < len; ++i) {
+    bytes_group(group, is_signed, p, x, len, sum0, sum1);
+    for (int64_t i = len / 8 * 8; i < len; ++i) {
       const float v = value_of(group, is_signed ? static_cast<int8_t>(p[i]) : p[i], p[i]);
       tail += (half_values ? round_to_half(v) : v) * x[i];
     }
