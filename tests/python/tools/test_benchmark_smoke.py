@@ -2,7 +2,7 @@
 models through every code path of it (build, fresh-process load and memory, packed against
 folded, interleaved latency, the report), so the benchmark keeps working; the numbers are not
 checked, only that every contender ran and every table was written. And of
-benchmarks/bench_flexible_shapes.py at a small size."""
+benchmarks/bench_flexible_shapes.py, bench_llm.py and bench_decode_forms.py at small sizes."""
 
 import os
 import subprocess
@@ -56,3 +56,15 @@ def test_bench_llm_tiny(tmp_path):
         assert f"| {form} | coremlrt (" in proc.stdout, proc.stdout
         assert f"| {form} decode: weights streamed / measured bandwidth |" in proc.stdout
         assert f"| {form} generate() time around predict / decode step |" in proc.stdout
+
+
+def test_bench_decode_forms_tiny(tmp_path):
+    """benchmarks/bench_decode_forms.py on a 64 x 64 layer: the three forms made and timed."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_decode_forms.py"), "--tiny",
+                           "--dir", str(tmp_path / "models")], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TQDM_DISABLE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for form in ("fp16", "int4", "int8"):
+        assert f"| {form} | " in proc.stdout, proc.stdout
+    assert "| fp16 | " in proc.stdout and "| 1.00 |" in proc.stdout
