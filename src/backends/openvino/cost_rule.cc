@@ -27,9 +27,9 @@ constexpr double kMinRegionElements = 1 << 22;
 //   over its repacked copy, without that copy's memory; and where the copies limit gave OpenVINO
 //   only some of a decoder's layers, the step ran slower than either backend alone;
 // - or compressed (a packed constant, any program), for one row: our kernels decode its codes in
-//   registers (src/ops/packed_dot_x86.cc, where the CPU and the form allow) about as fast as
-//   OpenVINO's compressed kernels, and OpenVINO would hold a repacked copy of the weight and its
-//   runtime beside the mapped file: about twice the memory (docs/design/compressed-weights.md).
+//   registers (src/ops/packed_dot_x86.cc and packed_dot_avx2.cc, where the CPU and the form
+//   allow), and OpenVINO would hold a repacked copy of the weight and its runtime beside the
+//   mapped file: about twice the memory (docs/design/compressed-weights.md).
 // Recurrent layers and convolutions are not matrix-vector work of this kind (they declare no
 // matrix rows: src/ops/op_cost.h).
 constexpr int64_t kMaxVectorRows = 4;
