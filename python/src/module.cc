@@ -219,23 +219,7 @@ class PyState {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& function_name, double linger_seconds,
-          size_t memory_limit_bytes, int64_t max_loop_iterations, const std::string& backend, bool low_precision,
-          int threads, const std::string& cache_dir, int concurrent_predictions, bool packed_weights,
-          uint64_t weight_copies_limit_bytes) {
-    LoadOptions options;
-    options.function_name = function_name;
-    options.memory_limit_bytes = memory_limit_bytes;  // 0: the defaults (coremlrt/limits.h)
-    options.max_loop_iterations = max_loop_iterations;
-    options.context_linger = std::chrono::milliseconds(
-        linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
-    options.backend = backend;
-    options.low_precision = low_precision;
-    options.threads = threads;
-    options.concurrent_predictions = concurrent_predictions;
-    options.cache_dir = cache_dir;
-    options.packed_weights = packed_weights;
-    options.weight_copies_limit_bytes = weight_copies_limit_bytes;
+  PyModel(const std::string& path, const LoadOptions& options) {
     model_ = without_gil([&] { return Model::load(path, options); });
   }
 
@@ -343,21 +327,17 @@ void bind_errors(nb::module_& m) {
 
 }  // namespace
 
-void bind_structure(nb::module_& m);  // structure_bindings.cc
+void bind_load_options(nb::module_& m);  // load_options_bindings.cc
+void bind_structure(nb::module_& m);     // structure_bindings.cc
 void bind_program(nb::module_& m);    // program_bindings.cc
 
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   bind_errors(m);
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
+  bind_load_options(m);  // before Model, whose constructor takes one
   nb::class_<PyModel>(m, "Model")
-      .def(nb::init<const std::string&, const std::string&, double, size_t, int64_t, const std::string&, bool, int,
-                    const std::string&, int, bool, uint64_t>(),
-           nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0,
-           nb::arg("memory_limit_bytes") = 0, nb::arg("max_loop_iterations") = 0, nb::arg("backend") = "auto",
-           nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-           nb::arg("concurrent_predictions") = 1, nb::arg("packed_weights") = true,
-           nb::arg("weight_copies_limit_bytes") = 0)
+      .def(nb::init<const std::string&, const LoadOptions&>(), nb::arg("path"), nb::arg("options") = LoadOptions())
       .def("placements", &PyModel::placements)
       .def_prop_ro("backend", &PyModel::backend)
       .def("stats", &PyModel::stats)
