@@ -21,55 +21,76 @@
 
 namespace coremlrt {
 
+// How Model::load reads, plans and runs a model. Each option is a member here and one line of
+// for_each_load_option below, which says what it means: that list is what the Python binding
+// builds coremlrt._core.LoadOptions from (its fields, their docs, its pickling:
+// python/src/load_options_bindings.cc), so a new option needs nothing else there.
 struct LoadOptions {
-  // Function of a multifunction package to load; empty = the model's default function.
   std::string function_name;
-  // How long an execution context (per-prediction buffers) may stay idle before a
-  // background thread frees it. Negative: keep idle contexts until the model is destroyed.
   std::chrono::milliseconds context_linger{1000};
-  // Which execution backends may run the model (docs/design/architecture.md, "Backends"):
-  //   "auto"      every backend this build has, each region only where its cost rule says
-  //               it pays (a tiny model stays on our kernels);
-  //   "reference" our own kernels alone;
-  //   a name      that backend wherever it can run an op ("openvino"), our kernels elsewhere.
-  // available_backends() lists the names this build accepts.
   std::string backend = "auto";
-  // Opt-in low-precision mode (docs/design/architecture.md, law 6): matrix ops of fp16 programs may compute in
-  // bf16 on a CPU's matrix unit. Python maps ComputeUnit.CPU_AND_NE to it. Off by default.
   bool low_precision = false;
-  // Threads one prediction may use; 0 = the machine's cores.
   int threads = 0;
-  // Predictions the caller will run at once (a batch run's worker threads). A backend that
-  // splits its threads between predictions running side by side (OpenVINO's streams) gives
-  // each of them threads / concurrent_predictions; 1 (the default) lets one prediction use
-  // every thread, the lowest latency, and predictions arriving together wait for each other
-  // on such a backend's regions.
   int concurrent_predictions = 1;
-  // Compressed weights (quantized, palettized or sparse: constexpr_* ops) stay in the form the
-  // weight file stores them, and the kernels that read them decode them as they run
-  // (docs/design/compressed-weights.md). false decodes each one into a dense constant at load.
   bool packed_weights = true;
-  // With backend "auto": bytes the copies of the weights a backend holds may add to the process
-  // (OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32), net of the
-  // weight file's pages they replace. Regions that would pass it keep their work on our kernels,
-  // which read the weights as the file stores them.
-  // 0 = the model's weight bytes, and at least 64 MiB; and then a function that reads weights
-  // another function of the same package reads too runs on our kernels alone, with backend
-  // "openvino" too (a backend would copy them once per loaded function, where our kernels share
-  // the one mapping). A limit given lifts that rule (docs/design/compressed-weights.md, "Weights
-  // live once").
   uint64_t weight_copies_limit_bytes = 0;
-  // Where backends cache compiled models across processes; empty = no cache.
   std::string cache_dir;
-  // Bytes the cache's entries may take: a load that adds entries removes the least recently
-  // used ones beyond it (src/runtime/compiled_cache.h). 0 = $COREMLRT_CACHE_LIMIT_BYTES, or 2 GiB.
   uint64_t cache_limit_bytes = 0;
-  // Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet
-  // freed); 0 = the machine's physical memory. Memory-mapped weights are not counted.
   size_t memory_limit_bytes = 0;
-  // Iterations one while_loop may run before the prediction fails; 0 = kDefaultMaxLoopIterations.
   int64_t max_loop_iterations = 0;
+
+  // Throws Error (BadInput) naming the first option whose value is out of range; Model::load
+  // calls it, and the Python binding after setting a field (src/runtime/model_load.cc).
+  void validate() const;
 };
+
+// Calls field(name, &LoadOptions::member, doc) for each option, in declaration order.
+template <class Field>
+void for_each_load_option(Field&& field) {
+  field("function_name", &LoadOptions::function_name,
+        "Function of a multifunction package to load; empty = the model's default function.");
+  field("context_linger", &LoadOptions::context_linger,
+        "How long an execution context (per-prediction buffers) may stay idle before a background thread "
+        "frees it (seconds in Python). Negative: keep idle contexts until the model is destroyed.");
+  field("backend", &LoadOptions::backend,
+        "Which execution backends may run the model (docs/design/architecture.md, \"Backends\"): "
+        "\"auto\", every backend this build has, each region only where its cost rule says it pays (a tiny "
+        "model stays on our kernels); \"reference\", our own kernels alone; a backend's name (\"openvino\"), "
+        "that backend wherever it can run an op, our kernels elsewhere. available_backends() lists the names "
+        "this build accepts.");
+  field("low_precision", &LoadOptions::low_precision,
+        "Opt-in low-precision mode (docs/design/architecture.md, law 6): matrix ops of fp16 programs may compute "
+        "in bf16 on a CPU's matrix unit. Python maps ComputeUnit.CPU_AND_NE to it. Off by default.");
+  field("threads", &LoadOptions::threads, "Threads one prediction may use; 0 = the machine's cores.");
+  field("concurrent_predictions", &LoadOptions::concurrent_predictions,
+        "Predictions the caller will run at once (a batch run's worker threads), at least 1. A backend that "
+        "splits its threads between predictions running side by side (OpenVINO's streams) gives each of them "
+        "threads / concurrent_predictions; 1 (the default) lets one prediction use every thread, the lowest "
+        "latency, and predictions arriving together wait for each other on such a backend's regions.");
+  field("packed_weights", &LoadOptions::packed_weights,
+        "Compressed weights (quantized, palettized or sparse: constexpr_* ops) stay in the form the weight file "
+        "stores them, and the kernels that read them decode them as they run "
+        "(docs/design/compressed-weights.md). false decodes each one into a dense constant at load.");
+  field("weight_copies_limit_bytes", &LoadOptions::weight_copies_limit_bytes,
+        "With backend \"auto\": bytes the copies of the weights a backend holds may add to the process "
+        "(OpenVINO repacks every weight its kernels read, and keeps fp16 ones as fp32), net of the weight file's "
+        "pages they replace. Regions that would pass it keep their work on our kernels, which read the weights "
+        "as the file stores them. 0 = the model's weight bytes, and at least 64 MiB; and then a function that "
+        "reads weights another function of the same package reads too runs on our kernels alone, with backend "
+        "\"openvino\" too (a backend would copy them once per loaded function, where our kernels share the one "
+        "mapping). A limit given lifts that rule (docs/design/compressed-weights.md, \"Weights live once\").");
+  field("cache_dir", &LoadOptions::cache_dir,
+        "Where backends cache compiled models across processes; empty = no cache.");
+  field("cache_limit_bytes", &LoadOptions::cache_limit_bytes,
+        "Bytes the cache's entries may take: a load that adds entries removes the least recently used ones "
+        "beyond it (src/runtime/compiled_cache.h). 0 = $COREMLRT_CACHE_LIMIT_BYTES, or 2 GiB.");
+  field("memory_limit_bytes", &LoadOptions::memory_limit_bytes,
+        "Engine memory the model may hold at once (buffers, unpacked weights, outputs not yet freed); 0 = the "
+        "machine's physical memory. Memory-mapped weights are not counted.");
+  field("max_loop_iterations", &LoadOptions::max_loop_iterations,
+        "Iterations one while_loop may run before the prediction fails; 0 = kDefaultMaxLoopIterations "
+        "(include/coremlrt/limits.h).");
+}
 
 // Counters about a model's execution contexts, for monitoring and tests.
 struct ModelStats {

@@ -1,5 +1,5 @@
 # Type stubs for the native module coremlrt._core (python/src/module.cc,
-# python/src/structure_bindings.cc). Use the coremlrt package rather than this module.
+# python/src/load_options_bindings.cc, python/src/structure_bindings.cc). Use the coremlrt package rather than this module.
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy.typing as npt
@@ -27,11 +27,26 @@ class State:
     @property
     def names(self) -> List[str]: ...
 
+# include/coremlrt/model.h's LoadOptions; what each option means: its docstring (_core.LoadOptions.threads.__doc__).
+class LoadOptions:
+    function_name: str
+    context_linger: float  # seconds
+    backend: str
+    low_precision: bool
+    threads: int
+    concurrent_predictions: int
+    packed_weights: bool
+    weight_copies_limit_bytes: int
+    cache_dir: str
+    cache_limit_bytes: int
+    memory_limit_bytes: int
+    max_loop_iterations: int
+    def __init__(self, **options: Any) -> None: ...
+    def __getstate__(self) -> Dict[str, Any]: ...
+    def __setstate__(self, state: Dict[str, Any]) -> None: ...
+
 class Model:
-    def __init__(self, path: str, function_name: str = "", linger_seconds: float = 1.0, memory_limit_bytes: int = 0,
-                 max_loop_iterations: int = 0, backend: str = "auto", low_precision: bool = False, threads: int = 0,
-                 cache_dir: str = "", concurrent_predictions: int = 1, packed_weights: bool = True,
-                 weight_copies_limit_bytes: int = 0) -> None: ...
+    def __init__(self, path: str, options: LoadOptions = ...) -> None: ...
     # Per op of the function's block: op_type, op_name, output, backend, reason (str), region (int).
     def placements(self) -> List[Dict[str, Any]]: ...
     @property

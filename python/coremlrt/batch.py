@@ -11,6 +11,7 @@ its index and error and the run goes on, unless ``fail_fast``.
 """
 
 import concurrent.futures
+import copy
 import os
 import sys
 import time
@@ -80,17 +81,16 @@ def for_parallel_predictions(model, predictions_at_once, threads=None):
     wait for each other. The same model is loaded again (once per process: model_cache.py)
     with the concurrency the caller will use. A model given as bytes, or already loaded so,
     is returned as it is."""
-    options = dict(model._load_options)
-    wanted = dict(options, concurrent_predictions=predictions_at_once if predictions_at_once > 1 else None)
-    if threads is not None and options.get("threads") is None:
-        wanted["threads"] = threads
-    if wanted == options or model.package_path.startswith("coremlrt-memory:") or options["backend"] == "reference":
+    options = model._options
+    wanted = copy.copy(options)
+    wanted.concurrent_predictions = max(predictions_at_once, 1)
+    if threads is not None and options.threads == 0:  # 0: every core, as no threads were asked for
+        wanted.threads = threads
+    if wanted == options or model.package_path.startswith("coremlrt-memory:") or options.backend == "reference":
         return model
-    from .model import cached_model
+    from .model import cached_model_for
 
-    compute_units = wanted.pop("compute_units")
-    function_name = wanted.pop("function_name")
-    return cached_model(model.package_path, compute_units, function_name, **wanted)
+    return cached_model_for(model.package_path, model.compute_unit, wanted)
 
 
 def _error_message(exc):

@@ -15,6 +15,8 @@ glibc's mmap threshold at 128 KiB, so each larger per-prediction temporary is a 
 """
 
 # This module is coremlrt.dask; `import dask` below is absolute and finds the real package.
+import copy
+
 import numpy as np
 
 from .batch import as_model, reject_states
@@ -31,14 +33,13 @@ class _WorkerModel:
     side on N threads (batch.for_parallel_predictions); without that, every worker process
     would give each prediction every core of the machine and the processes would contend."""
 
-    def __init__(self, model=None, path=None, options=None):
-        self._model, self._path, self._options = model, path, options
+    def __init__(self, model=None, path=None, compute_units=None, options=None):
+        self._model, self._path, self._compute_units, self._options = model, path, compute_units, options
         if model is not None:
-            self._path = model.package_path
-            self._options = dict(model._load_options, compute_units=model._load_options["compute_units"].name)
+            self._path, self._compute_units, self._options = model.package_path, model.compute_unit.name, model._options
 
     def __reduce__(self):
-        return (_WorkerModel, (None, self._path, self._options))
+        return (_WorkerModel, (None, self._path, self._compute_units, self._options))
 
     def resolve(self):
         try:
@@ -47,18 +48,16 @@ class _WorkerModel:
             slots = get_worker().state.nthreads
         except (ImportError, ValueError, AttributeError):
             slots = None  # not on a distributed worker (a local scheduler): as loaded
-        options = dict(self._options)
-        if slots is not None:
-            options["concurrent_predictions"] = slots if slots > 1 else None
-            if options.get("threads") is None:
-                options["threads"] = slots
-        elif self._model is not None:
+        if slots is None and self._model is not None:
             return self._model
-        from .model import cached_model
+        options = copy.copy(self._options)
+        if slots is not None:
+            options.concurrent_predictions = max(slots, 1)
+            if options.threads == 0:  # every core, as no threads were asked for
+                options.threads = slots
+        from .model import cached_model_for
 
-        compute_units = ComputeUnit[options.pop("compute_units")]
-        function_name = options.pop("function_name")
-        return cached_model(self._path, compute_units, function_name, **options)
+        return cached_model_for(self._path, ComputeUnit[self._compute_units], options)
 
 
 def _predict_rows(model, rows, on_error, where):

@@ -24,6 +24,7 @@ A classifier's outputs are returned as coremltools returns them: the predicted l
 """
 
 import asyncio
+import copy
 import enum
 import os
 import threading
@@ -331,6 +332,11 @@ class MLModel:
     pass it, or whose element count overflows, raises :class:`Error` naming the op. A
     ``while_loop`` running more than ``max_loop_iterations`` iterations (default 10,000,000)
     raises as well; the model stays usable after either.
+
+    The arguments become one ``coremlrt._core.LoadOptions`` (include/coremlrt/model.h, where each
+    option is explained), which the model keeps and pickles with its path. ``None`` (or 0) for a
+    count or limit means its default. A value of the wrong type raises ``TypeError``, one out of
+    range (a negative count, ``concurrent_predictions=0``) ``ValueError``.
     """
 
     def __init__(self, model, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0,
@@ -342,40 +348,30 @@ class MLModel:
                             f"got {type(model).__name__}")
         if not (isinstance(compute_units, ComputeUnit) or type(compute_units).__name__ == "ComputeUnit"):
             raise TypeError('"compute_units" parameter must be of type: coremlrt.ComputeUnit')
-        if function_name is not None and not isinstance(function_name, str):
-            raise TypeError('"function_name" must be a string or None')
-        path = os.fspath(model)
+        options = _options_from_arguments(
+            compute_units, function_name, context_linger=context_linger, backend=backend, threads=threads,
+            cache_dir=cache_dir, memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations,
+            concurrent_predictions=concurrent_predictions, packed_weights=packed_weights,
+            weight_copies_limit_bytes=weight_copies_limit_bytes)
+        self._load(os.fspath(model), compute_units, options)
+
+    @classmethod
+    def _from_options(cls, path, compute_units, options):
+        """The model at ``path`` loaded with ``options`` (a LoadOptions), as unpickling needs."""
+        model = cls.__new__(cls)
+        model._load(path, compute_units, options)
+        return model
+
+    def _load(self, path, compute_units, options):
         if path.rstrip("/" + os.sep).endswith(".aimodel"):  # Core AI: translated to MIL (coremlrt.coreai)
             from .coreai.compiler import compile_aimodel
-            path = compile_aimodel(path, None if cache_dir is _DEFAULT_CACHE_DIR else cache_dir)
+            path = compile_aimodel(path, options.cache_dir or None)
         # "coremlrt-memory:N" names a model given as bytes (coremlrt._core.MemoryModel), not a file.
         self.package_path = path if path.startswith("coremlrt-memory:") else os.path.abspath(os.path.expanduser(path))
         self.compute_unit = compute_units
-        for name, value in (("memory_limit_bytes", memory_limit_bytes), ("max_loop_iterations", max_loop_iterations),
-                            ("weight_copies_limit_bytes", weight_copies_limit_bytes)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f'"{name}" must be a positive int or None, got {value!r}')
-        if backend is None:
-            backend = os.environ.get("COREMLRT_BACKEND") or "auto"
-        if not isinstance(backend, str):
-            raise TypeError('"backend" must be a string: "auto", "reference" or a backend name')
-        for name, value in (("threads", threads), ("concurrent_predictions", concurrent_predictions)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f'"{name}" must be a positive integer or None')
-        if cache_dir is _DEFAULT_CACHE_DIR:
-            cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
-        self.backend = backend
-        self._model = _core.Model(self.package_path, function_name or "", float(context_linger),
-                                  memory_limit_bytes or 0, max_loop_iterations or 0, backend,
-                                  compute_units.name == "CPU_AND_NE", threads or 0,
-                                  os.fspath(cache_dir) if cache_dir else "", concurrent_predictions or 1,
-                                  bool(packed_weights), weight_copies_limit_bytes or 0)
-        self._load_options = dict(compute_units=compute_units, function_name=function_name,
-                                  context_linger=float(context_linger), backend=backend, threads=threads,
-                                  cache_dir=os.fspath(cache_dir) if cache_dir else None,
-                                  memory_limit_bytes=memory_limit_bytes, max_loop_iterations=max_loop_iterations,
-                                  concurrent_predictions=concurrent_predictions, packed_weights=packed_weights,
-                                  weight_copies_limit_bytes=weight_copies_limit_bytes)
+        self._options = copy.copy(options)  # the caller may change theirs afterwards
+        self.backend = options.backend
+        self._model = _core.Model(self.package_path, self._options)
         self._counter_lock = threading.Lock()
         self._inputs_zero_copy = 0
         self._inputs_converted = 0
@@ -450,10 +446,9 @@ class MLModel:
         return stats
 
     def __reduce__(self):
-        # Pickles as its path and load options, never as native state: unpickling loads the
-        # model again (once per process, through model_cache), as Dask and Ray workers need.
-        options = dict(self._load_options, compute_units=self._load_options["compute_units"].name)
-        return (_unpickle_model, (self.package_path, options))
+        # Pickles as its path, compute units and LoadOptions, never as native state: unpickling
+        # loads the model again (once per process, through model_cache), as Dask and Ray workers need.
+        return (_unpickle_model, (self.package_path, self.compute_unit.name, self._options))
 
     def __repr__(self):
         return (f"coremlrt.MLModel({self.package_path!r}, function={self.function_name!r}, "
@@ -563,23 +558,50 @@ class MLModel:
         return outputs
 
 
-def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0, **options):
+def _options_from_arguments(compute_units=ComputeUnit.ALL, function_name=None, *, context_linger=1.0, backend=None,
+                            threads=None, cache_dir=_DEFAULT_CACHE_DIR, memory_limit_bytes=None,
+                            max_loop_iterations=None, concurrent_predictions=None, packed_weights=True,
+                            weight_copies_limit_bytes=None):
+    """The LoadOptions (include/coremlrt/model.h) for MLModel's arguments. None stands for the
+    engine's default; the environment names the backend (COREMLRT_BACKEND) and the cache folder
+    (COREMLRT_CACHE_DIR) where the caller does not; ComputeUnit.CPU_AND_NE is the low-precision
+    mode. LoadOptions checks the values (TypeError, ValueError: python/src/load_options_bindings.cc)."""
+    if backend is None:
+        backend = os.environ.get("COREMLRT_BACKEND") or "auto"
+    if cache_dir is _DEFAULT_CACHE_DIR:
+        cache_dir = os.environ.get("COREMLRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "coremlrt")
+
+    def given(value, default=0):
+        return default if value is None else value
+
+    return _core.LoadOptions(function_name=given(function_name, ""), context_linger=context_linger,
+                             backend=backend, low_precision=compute_units.name == "CPU_AND_NE",
+                             threads=given(threads), cache_dir=os.fspath(cache_dir) if cache_dir else "",
+                             memory_limit_bytes=given(memory_limit_bytes),
+                             max_loop_iterations=given(max_loop_iterations),
+                             concurrent_predictions=given(concurrent_predictions, 1),
+                             packed_weights=bool(packed_weights),
+                             weight_copies_limit_bytes=given(weight_copies_limit_bytes))
+
+
+def cached_model(path, compute_units=ComputeUnit.ALL, function_name=None, **options):
     """The process's MLModel for this path, content and options, loaded on first use
-    (model_cache.py). `options` are MLModel's other keyword arguments (backend, threads,
-    cache_dir)."""
+    (model_cache.py). `options` are MLModel's keyword arguments (backend, threads, cache_dir...)."""
+    return cached_model_for(path, compute_units, _options_from_arguments(compute_units, function_name, **options))
+
+
+def cached_model_for(path, compute_units, options):
+    """cached_model for a LoadOptions: equal options share one model."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
 
     def load():
-        return MLModel(path, compute_units, function_name, context_linger=context_linger, **options)
+        return MLModel._from_options(path, compute_units, options)
 
     if not os.path.exists(path):
         return load()  # the same words MLModel uses, without hashing anything first
-    options_key = (compute_units.name, function_name, float(context_linger), tuple(sorted(options.items())))
+    options_key = (compute_units.name, tuple(options.__getstate__().items()))
     return model_cache.cached(path, options_key, load)
 
 
-def _unpickle_model(path, options):
-    options = dict(options)
-    compute_units = ComputeUnit[options.pop("compute_units")]
-    function_name = options.pop("function_name")
-    return cached_model(path, compute_units, function_name, **options)
+def _unpickle_model(path, compute_units, options):
+    return cached_model_for(path, ComputeUnit[compute_units], options)

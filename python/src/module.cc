@@ -17,6 +17,7 @@
 #include "coremlrt/float_formats.h"
 #include "coremlrt/model.h"
 #include "coremlrt/threads.h"
+#include "py_dicts.h"
 #include "py_owner.h"
 
 #include <atomic>
@@ -72,63 +73,67 @@ nb::object to_numpy(Tensor tensor) {
   return nb::cast(Array(owned->data, shape.size(), shape.data(), owner, nullptr, dlpack_from_dtype(owned->dtype)));
 }
 
-nb::dict feature_dict(const FeatureDescription& f) {
-  nb::dict d;
-  d["name"] = f.name;
-  d["short_description"] = f.short_description;
-  d["kind"] = feature_kind_name(f.kind);
-  d["dtype"] = dtype_name(f.dtype);
-  d["shape"] = f.shape;
-  nb::list ranges;
-  for (auto [lo, hi] : f.shape_range) ranges.append(nb::make_tuple(lo, hi));
-  d["shape_range"] = ranges;
-  d["enumerated_shapes"] = f.enumerated_shapes;
-  d["optional"] = f.optional;
-  d["default_value"] = f.default_value ? nb::cast(*f.default_value) : nb::none();
-  d["image_width"] = f.image_width;
-  d["image_height"] = f.image_height;
-  d["color_space"] = f.color_space;
-  d["type"] = f.type_str();
-  return d;
-}
-
-nb::list features(const std::vector<FeatureDescription>& list) {
-  nb::list out;
-  for (const auto& f : list) out.append(feature_dict(f));
-  return out;
-}
-
 }  // namespace
 
+using coremlrt::python::DictField;
+using coremlrt::python::to_dict;
+using coremlrt::python::to_python;
+
+COREMLRT_DICT_FIELDS(FeatureDescription, DictField{"name", &FeatureDescription::name},
+                     DictField{"short_description", &FeatureDescription::short_description},
+                     DictField{"kind", &FeatureDescription::kind}, DictField{"dtype", &FeatureDescription::dtype},
+                     DictField{"shape", &FeatureDescription::shape},
+                     DictField{"shape_range", &FeatureDescription::shape_range},
+                     DictField{"enumerated_shapes", &FeatureDescription::enumerated_shapes},
+                     DictField{"optional", &FeatureDescription::optional},
+                     DictField{"default_value", &FeatureDescription::default_value},
+                     DictField{"image_width", &FeatureDescription::image_width},
+                     DictField{"image_height", &FeatureDescription::image_height},
+                     DictField{"color_space", &FeatureDescription::color_space},
+                     DictField{"type", &FeatureDescription::type_str});
+COREMLRT_DICT_FIELDS(FunctionDescription, DictField{"name", &FunctionDescription::name},
+                     DictField{"inputs", &FunctionDescription::inputs},
+                     DictField{"outputs", &FunctionDescription::outputs},
+                     DictField{"states", &FunctionDescription::states},
+                     DictField{"predicted_feature_name", &FunctionDescription::predicted_feature_name},
+                     DictField{"predicted_probabilities_name", &FunctionDescription::predicted_probabilities_name});
+COREMLRT_DICT_FIELDS(ModelMetadata, DictField{"short_description", &ModelMetadata::short_description},
+                     DictField{"version", &ModelMetadata::version}, DictField{"author", &ModelMetadata::author},
+                     DictField{"license", &ModelMetadata::license},
+                     DictField{"user_defined", &ModelMetadata::user_defined});
+COREMLRT_DICT_FIELDS(ModelDescription, DictField{"specification_version", &ModelDescription::specification_version},
+                     DictField{"model_type", &ModelDescription::model_type},
+                     DictField{"model_family", &ModelDescription::model_family},
+                     DictField{"multifunction", &ModelDescription::multifunction},
+                     DictField{"default_function", &ModelDescription::default_function},
+                     DictField{"functions", &ModelDescription::functions},
+                     DictField{"metadata", &ModelDescription::metadata});
+// Where each op runs (Model::placements()), for `coremlrt info --plan`.
+COREMLRT_DICT_FIELDS(Model::OpPlacement, DictField{"op_type", &Model::OpPlacement::op_type},
+                     DictField{"op_name", &Model::OpPlacement::op_name},
+                     DictField{"output", &Model::OpPlacement::output},
+                     DictField{"backend", &Model::OpPlacement::backend},
+                     DictField{"reason", &Model::OpPlacement::reason},
+                     DictField{"region", &Model::OpPlacement::region});
+COREMLRT_DICT_FIELDS(ModelStats, DictField{"contexts_created", &ModelStats::contexts_created},
+                     DictField{"contexts_reset", &ModelStats::contexts_reset},
+                     DictField{"contexts_idle", &ModelStats::contexts_idle},
+                     DictField{"pooled_bytes", &ModelStats::pooled_bytes});
+COREMLRT_DICT_FIELDS(UnsupportedOp, DictField{"op_type", &UnsupportedOp::op_type},
+                     DictField{"op_name", &UnsupportedOp::op_name}, DictField{"output", &UnsupportedOp::output},
+                     DictField{"reason", &UnsupportedOp::reason});
+COREMLRT_DICT_FIELDS(FunctionReport, DictField{"name", &FunctionReport::name},
+                     DictField{"opset", &FunctionReport::opset}, DictField{"op_counts", &FunctionReport::op_counts},
+                     DictField{"unsupported", &FunctionReport::unsupported});
+COREMLRT_DICT_FIELDS(ModelReport, DictField{"description", &ModelReport::description},
+                     DictField{"weight_bytes", &ModelReport::weight_bytes},
+                     DictField{"problem", &ModelReport::problem},
+                     DictField{"functions", &ModelReport::functions});
+COREMLRT_DICT_FIELDS(StateTraffic, DictField{"bytes_copied", &StateTraffic::bytes_copied},
+                     DictField{"bytes_written", &StateTraffic::bytes_written});
+
 // Also used by program_bindings.cc.
-nb::dict description_dict(const ModelDescription& desc) {
-  nb::dict d;
-  d["specification_version"] = desc.specification_version;
-  d["model_type"] = desc.model_type;
-  d["model_family"] = desc.model_family;
-  d["multifunction"] = desc.multifunction;
-  d["default_function"] = desc.default_function;
-  nb::list functions;
-  for (const auto& f : desc.functions) {
-    nb::dict fd;
-    fd["name"] = f.name;
-    fd["inputs"] = features(f.inputs);
-    fd["outputs"] = features(f.outputs);
-    fd["states"] = features(f.states);
-    fd["predicted_feature_name"] = f.predicted_feature_name;
-    fd["predicted_probabilities_name"] = f.predicted_probabilities_name;
-    functions.append(fd);
-  }
-  d["functions"] = functions;
-  nb::dict meta;
-  meta["short_description"] = desc.metadata.short_description;
-  meta["version"] = desc.metadata.version;
-  meta["author"] = desc.metadata.author;
-  meta["license"] = desc.metadata.license;
-  meta["user_defined"] = desc.metadata.user_defined;
-  d["metadata"] = meta;
-  return d;
-}
+nb::dict description_dict(const ModelDescription& desc) { return to_dict(desc); }
 
 namespace {
 
@@ -214,52 +219,14 @@ class PyState {
 
 class PyModel {
  public:
-  PyModel(const std::string& path, const std::string& function_name, double linger_seconds,
-          size_t memory_limit_bytes, int64_t max_loop_iterations, const std::string& backend, bool low_precision,
-          int threads, const std::string& cache_dir, int concurrent_predictions, bool packed_weights,
-          uint64_t weight_copies_limit_bytes) {
-    LoadOptions options;
-    options.function_name = function_name;
-    options.memory_limit_bytes = memory_limit_bytes;  // 0: the defaults (coremlrt/limits.h)
-    options.max_loop_iterations = max_loop_iterations;
-    options.context_linger = std::chrono::milliseconds(
-        linger_seconds < 0 ? -1 : static_cast<int64_t>(linger_seconds * 1000));
-    options.backend = backend;
-    options.low_precision = low_precision;
-    options.threads = threads;
-    options.concurrent_predictions = concurrent_predictions;
-    options.cache_dir = cache_dir;
-    options.packed_weights = packed_weights;
-    options.weight_copies_limit_bytes = weight_copies_limit_bytes;
+  PyModel(const std::string& path, const LoadOptions& options) {
     model_ = without_gil([&] { return Model::load(path, options); });
   }
 
-  // Where each op runs (Model::placements()), as dicts for `coremlrt info --plan`.
-  nb::list placements() const {
-    nb::list out;
-    for (const Model::OpPlacement& p : model_->placements()) {
-      nb::dict d;
-      d["op_type"] = p.op_type;
-      d["op_name"] = p.op_name;
-      d["output"] = p.output;
-      d["backend"] = p.backend;
-      d["reason"] = p.reason;
-      d["region"] = p.region;
-      out.append(d);
-    }
-    return out;
-  }
+  nb::list placements() const { return nb::borrow<nb::list>(to_python(model_->placements())); }
   std::string backend() const { return model_->backend(); }
 
-  nb::dict stats() const {
-    ModelStats s = model_->stats();
-    nb::dict d;
-    d["contexts_created"] = s.contexts_created;
-    d["contexts_reset"] = s.contexts_reset;
-    d["contexts_idle"] = s.contexts_idle;
-    d["pooled_bytes"] = s.pooled_bytes;
-    return d;
-  }
+  nb::dict stats() const { return to_dict(model_->stats()); }
 
   nb::dict description() const { return description_dict(model_->description()); }
   std::string function_name() const { return model_->function().name; }
@@ -310,31 +277,7 @@ class PyModel {
 };
 
 nb::dict inspect(const std::string& path) {
-  ModelReport report = without_gil([&] { return inspect_model(path); });
-  nb::dict d;
-  d["description"] = description_dict(report.description);
-  d["weight_bytes"] = report.weight_bytes;
-  d["problem"] = report.problem;
-  nb::list functions;
-  for (const auto& f : report.functions) {
-    nb::dict fd;
-    fd["name"] = f.name;
-    fd["opset"] = f.opset;
-    fd["op_counts"] = f.op_counts;
-    nb::list unsupported;
-    for (const auto& u : f.unsupported) {
-      nb::dict ud;
-      ud["op_type"] = u.op_type;
-      ud["op_name"] = u.op_name;
-      ud["output"] = u.output;
-      ud["reason"] = u.reason;
-      unsupported.append(ud);
-    }
-    fd["unsupported"] = unsupported;
-    functions.append(fd);
-  }
-  d["functions"] = functions;
-  return d;
+  return to_dict(without_gil([&] { return inspect_model(path); }));
 }
 
 // coremlrt.Error (a RuntimeError, as it always was) and one subclass of it per ErrorKind
@@ -384,21 +327,17 @@ void bind_errors(nb::module_& m) {
 
 }  // namespace
 
-void bind_structure(nb::module_& m);  // structure_bindings.cc
+void bind_load_options(nb::module_& m);  // load_options_bindings.cc
+void bind_structure(nb::module_& m);     // structure_bindings.cc
 void bind_program(nb::module_& m);    // program_bindings.cc
 
 NB_MODULE(_core, m) {
   m.doc() = "coremlrt engine binding (use the coremlrt package, not this module)";
   bind_errors(m);
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&mark_exiting));
+  bind_load_options(m);  // before Model, whose constructor takes one
   nb::class_<PyModel>(m, "Model")
-      .def(nb::init<const std::string&, const std::string&, double, size_t, int64_t, const std::string&, bool, int,
-                    const std::string&, int, bool, uint64_t>(),
-           nb::arg("path"), nb::arg("function_name") = "", nb::arg("linger_seconds") = 1.0,
-           nb::arg("memory_limit_bytes") = 0, nb::arg("max_loop_iterations") = 0, nb::arg("backend") = "auto",
-           nb::arg("low_precision") = false, nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-           nb::arg("concurrent_predictions") = 1, nb::arg("packed_weights") = true,
-           nb::arg("weight_copies_limit_bytes") = 0)
+      .def(nb::init<const std::string&, const LoadOptions&>(), nb::arg("path"), nb::arg("options") = LoadOptions())
       .def("placements", &PyModel::placements)
       .def_prop_ro("backend", &PyModel::backend)
       .def("stats", &PyModel::stats)
@@ -417,23 +356,13 @@ NB_MODULE(_core, m) {
   m.def("inspect", &inspect, nb::arg("path"));
   m.def("available_backends", &available_backends);
   // {op type: "" where the backend runs such ops, else why it runs none}; {} for "reference".
-  m.def("backend_op_support", [](const std::string& backend) {
-    nb::dict out;
-    for (const auto& [op_type, why] : backend_op_support(backend)) out[op_type.c_str()] = why;
-    return out;
-  });
+  m.def("backend_op_support", [](const std::string& backend) { return to_python(backend_op_support(backend)); });
   // The intra-op pool of our own kernels (include/coremlrt/threads.h). Shrinking it joins pool
   // threads, so the GIL is released meanwhile.
   m.def("set_num_threads", &set_num_threads, nb::arg("threads"), nb::call_guard<nb::gil_scoped_release>());
   m.def("num_threads", &num_threads);
   // Bytes of state copied and written by predictions so far (include/coremlrt/state.h).
-  m.def("state_traffic", [] {
-    const StateTraffic t = state_traffic();
-    nb::dict out;
-    out["bytes_copied"] = t.bytes_copied;
-    out["bytes_written"] = t.bytes_written;
-    return out;
-  });
+  m.def("state_traffic", [] { return to_dict(state_traffic()); });
   bind_structure(m);
   bind_program(m);
   // (op_type, min_ios, max_ios, dtypes, family): dtypes is a tuple of numpy-style names, or

@@ -19,7 +19,7 @@
 #include "coremlrt/error.h"
 #include "coremlrt/program.h"
 
-#include "named_values.h"
+#include "py_dicts.h"
 
 namespace nb = nanobind;
 using namespace coremlrt;
@@ -39,19 +39,23 @@ const char* kind_name(ProgramTypeKind kind) {
   return "?";
 }
 
-nb::dict type_dict(const ProgramValueType& t) {
-  nb::dict d;
-  d["kind"] = kind_name(t.kind);
-  d["dtype"] = dtype_name(t.dtype);
-  d["rank"] = t.rank;
-  d["dims"] = t.dims;
-  d["text"] = t.text;
-  d["element"] = t.element ? nb::object(type_dict(*t.element)) : nb::none();
-  nb::list members;
-  for (const auto& m : t.members) members.append(type_dict(m));
-  d["members"] = members;
-  return d;
-}
+}  // namespace
+
+using coremlrt::python::DictField;
+using coremlrt::python::to_dict;
+
+COREMLRT_DICT_FIELDS(ProgramValueType,
+                     DictField{"kind", [](const ProgramValueType& t) { return std::string(kind_name(t.kind)); }},
+                     DictField{"dtype", &ProgramValueType::dtype}, DictField{"rank", &ProgramValueType::rank},
+                     DictField{"dims", &ProgramValueType::dims}, DictField{"text", &ProgramValueType::text},
+                     DictField{"element", &ProgramValueType::element},
+                     DictField{"members", &ProgramValueType::members});
+COREMLRT_DICT_FIELDS(ProgramNamedValue, DictField{"name", &ProgramNamedValue::name},
+                     DictField{"type", &ProgramNamedValue::type});
+
+// Constants, packed weights and values known at load are built by hand: each carries the place it
+// came from into the error its array copy may raise.
+namespace {
 
 // The numpy dtype a tensor of `dtype` is copied into: sub-byte integers take a byte each.
 nb::dlpack::dtype storage_dtype(DType dtype, const std::string& where) {
@@ -92,7 +96,7 @@ nb::object copy_to_numpy(const Tensor& tensor, const std::string& where) {
 
 nb::dict const_dict(const ProgramConstant& value, const std::string& where) {
   nb::dict d;
-  d["type"] = type_dict(value.type);
+  d["type"] = to_dict(value.type);
   if (value.type.kind == ProgramTypeKind::Tensor) {
     if (value.type.dtype == DType::String) d["strings"] = value.strings;
     // A tensor without storage (an item of a folded list that no op wrote, which the list ops
@@ -103,10 +107,6 @@ nb::dict const_dict(const ProgramConstant& value, const std::string& where) {
   for (const auto& item : value.items) items.append(const_dict(item, where));
   d["items"] = items;
   return d;
-}
-
-nb::list named_values(const std::vector<ProgramNamedValue>& values) {
-  return named_value_dicts(values, [](const auto& type) { return type_dict(type); });
 }
 
 nb::dict block_dict(const ProgramBlock& block);
@@ -132,7 +132,7 @@ nb::dict operation_dict(const ProgramOperation& op) {
   for (const auto& [name, value] : op.attributes)
     attributes[name.c_str()] = const_dict(value, where + ", attribute '" + name + "'");
   o["attributes"] = attributes;
-  o["outputs"] = named_values(op.outputs);
+  o["outputs"] = coremlrt::python::to_python(op.outputs);
   nb::list blocks;
   for (const auto& nested : op.blocks) blocks.append(block_dict(nested));
   o["blocks"] = blocks;
@@ -141,7 +141,7 @@ nb::dict operation_dict(const ProgramOperation& op) {
 
 nb::dict block_dict(const ProgramBlock& block) {
   nb::dict d;
-  d["inputs"] = named_values(block.inputs);
+  d["inputs"] = coremlrt::python::to_python(block.inputs);
   d["outputs"] = block.outputs;
   nb::list operations;
   for (const auto& op : block.operations) operations.append(operation_dict(op));
@@ -194,7 +194,7 @@ nb::dict read_program(const std::string& path, bool known) {
     fd["name"] = function.name;
     fd["opset"] = function.opset;
     fd["ios_version"] = function.ios_version;
-    fd["inputs"] = named_values(function.inputs);
+    fd["inputs"] = coremlrt::python::to_python(function.inputs);
     fd["block"] = block_dict(function.block);
     fd["known"] = known ? nb::object(known_dict(function)) : nb::none();
     functions[name.c_str()] = fd;

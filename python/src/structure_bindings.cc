@@ -10,91 +10,52 @@
 #include "coremlrt/memory_model.h"
 #include "coremlrt/structure.h"
 
-#include "named_values.h"
+#include "py_dicts.h"
 
 namespace nb = nanobind;
 using namespace coremlrt;
 
-namespace {
+using coremlrt::python::DictField;
+using coremlrt::python::to_dict;
+using coremlrt::python::to_python;
 
-nb::dict type_dict(const StructureValueType& t) {
-  nb::dict d;
-  d["text"] = t.text;
-  d["is_tensor"] = t.is_tensor;
-  d["dtype"] = dtype_name(t.dtype);
-  d["rank"] = t.rank;
-  d["dims"] = t.dims;
-  return d;
-}
-
-nb::list named_list(const std::vector<StructureNamedValue>& values) {
-  return named_value_dicts(values, [](const auto& type) { return type_dict(type); });
-}
-
-nb::dict block_dict(const StructureBlock& block) {
-  nb::dict d;
-  d["inputs"] = named_list(block.inputs);
-  d["output_names"] = block.output_names;
-  nb::list operations;
-  for (const auto& op : block.operations) {
-    nb::dict o;
-    o["type"] = op.type;
-    o["name"] = op.name;
-    nb::dict inputs;
-    for (const auto& [param, bindings] : op.inputs) {
-      nb::list list;
-      for (const auto& b : bindings) {
-        nb::dict bd;
-        bd["name"] = b.is_constant ? nb::none() : nb::cast(b.name);
-        bd["constant_type"] = b.is_constant ? nb::object(type_dict(b.constant_type)) : nb::none();
-        list.append(bd);
-      }
-      inputs[param.c_str()] = list;
-    }
-    o["inputs"] = inputs;
-    o["outputs"] = named_list(op.outputs);
-    nb::list blocks;
-    for (const auto& nested : op.blocks) blocks.append(block_dict(nested));
-    o["blocks"] = blocks;
-    o["macs"] = op.macs;
-    o["elements"] = op.elements;
-    o["evaluated_at_load"] = op.evaluated_at_load;
-    operations.append(o);
-  }
-  d["operations"] = operations;
-  return d;
-}
-
-nb::dict structure_dict(const ModelStructure& s) {
-  nb::dict d;
-  d["model_type"] = s.model_type;
-  d["model_family"] = s.model_family;
-  nb::list functions;
-  for (const auto& f : s.functions) {
-    nb::dict fd;
-    fd["name"] = f.name;
-    fd["opset"] = f.opset;
-    fd["inputs"] = named_list(f.inputs);
-    fd["block"] = block_dict(f.block);
-    functions.append(fd);
-  }
-  d["functions"] = functions;
-  nb::list layers;
-  for (const auto& l : s.layers) {
-    nb::dict ld;
-    ld["type"] = l.type;
-    ld["name"] = l.name;
-    ld["output_names"] = l.output_names;
-    layers.append(ld);
-  }
-  d["layers"] = layers;
-  nb::list sub_models;
-  for (const auto& sub : s.sub_models) sub_models.append(nb::make_tuple(sub.name, structure_dict(sub.structure)));
-  d["sub_models"] = sub_models;
-  return d;
-}
-
-}  // namespace
+COREMLRT_DICT_FIELDS(StructureValueType, DictField{"text", &StructureValueType::text},
+                     DictField{"is_tensor", &StructureValueType::is_tensor},
+                     DictField{"dtype", &StructureValueType::dtype}, DictField{"rank", &StructureValueType::rank},
+                     DictField{"dims", &StructureValueType::dims});
+COREMLRT_DICT_FIELDS(StructureNamedValue, DictField{"name", &StructureNamedValue::name},
+                     DictField{"type", &StructureNamedValue::type});
+// A binding names a value, or is a constant of a type (None for the other).
+COREMLRT_DICT_FIELDS(StructureBinding,
+                     DictField{"name", [](const StructureBinding& b) { return b.is_constant ? nb::none() : nb::cast(b.name); }},
+                     DictField{"constant_type", [](const StructureBinding& b) {
+                                 return b.is_constant ? nb::object(to_dict(b.constant_type)) : nb::none();
+                               }});
+COREMLRT_DICT_FIELDS(StructureOperation, DictField{"type", &StructureOperation::type},
+                     DictField{"name", &StructureOperation::name}, DictField{"inputs", &StructureOperation::inputs},
+                     DictField{"outputs", &StructureOperation::outputs},
+                     DictField{"blocks", &StructureOperation::blocks}, DictField{"macs", &StructureOperation::macs},
+                     DictField{"elements", &StructureOperation::elements},
+                     DictField{"evaluated_at_load", &StructureOperation::evaluated_at_load});
+COREMLRT_DICT_FIELDS(StructureBlock, DictField{"inputs", &StructureBlock::inputs},
+                     DictField{"output_names", &StructureBlock::output_names},
+                     DictField{"operations", &StructureBlock::operations});
+COREMLRT_DICT_FIELDS(StructureFunction, DictField{"name", &StructureFunction::name},
+                     DictField{"opset", &StructureFunction::opset}, DictField{"inputs", &StructureFunction::inputs},
+                     DictField{"block", &StructureFunction::block});
+COREMLRT_DICT_FIELDS(StructureLayer, DictField{"type", &StructureLayer::type}, DictField{"name", &StructureLayer::name},
+                     DictField{"output_names", &StructureLayer::output_names});
+// A pipeline's sub-models as (name, structure) pairs.
+COREMLRT_DICT_FIELDS(ModelStructure, DictField{"model_type", &ModelStructure::model_type},
+                     DictField{"model_family", &ModelStructure::model_family},
+                     DictField{"functions", &ModelStructure::functions},
+                     DictField{"layers", &ModelStructure::layers},
+                     DictField{"sub_models", [](const ModelStructure& s) {
+                                 nb::list out;
+                                 for (const auto& sub : s.sub_models)
+                                   out.append(nb::make_tuple(sub.name, to_python(sub.structure)));
+                                 return out;
+                               }});
 
 void bind_structure(nb::module_& m) {
   // A model given as bytes (MLModelAsset.from_memory): `path` names it while the object lives.
@@ -118,6 +79,6 @@ void bind_structure(nb::module_& m) {
       nb::arg("source"), nb::arg("destination"));
   m.def(
       "model_structure",
-      [](const std::string& path) { return structure_dict(read_model_structure(path)); },
+      [](const std::string& path) { return to_dict(read_model_structure(path)); },
       nb::arg("path"));
 }

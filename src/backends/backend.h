@@ -102,22 +102,19 @@ struct Region {
   const ValueInfo& values;
 };
 
-// How a backend may compute; from LoadOptions (include/coremlrt/model.h).
+// How a backend may compute. Model::load derives it from LoadOptions (include/coremlrt/model.h,
+// which says what each option means) in one function, backend_options_for in
+// src/runtime/model_load.cc; the fields copied from an option name it.
 struct BackendOptions {
-  // Matrix ops of fp16 programs may use bf16 (docs/design/architecture.md, law 6: an opt-in mode, never a default).
-  bool low_precision = false;
-  // Threads one prediction may use; 0 = the machine's cores.
-  int threads = 0;
-  // Predictions that may run side by side (LoadOptions::concurrent_predictions).
-  int concurrent_predictions = 1;
-  // Where compiled regions are cached across processes; empty = no cache.
-  std::string cache_dir;
+  bool low_precision = false;       // from LoadOptions::low_precision
+  int threads = 0;                  // from LoadOptions::threads
+  int concurrent_predictions = 1;   // from LoadOptions::concurrent_predictions
+  std::string cache_dir;            // from LoadOptions::cache_dir
   // Claim every region the backend can run, however small (backend="openvino"); otherwise the
   // backend's cost rule drops regions too cheap to pay its per-call overhead (backend="auto").
   bool force = false;
-  // Bytes of copies of weights (repacked, widened or decoded: beside the weight file) the
-  // backend may hold over all regions of one load; a region that would pass it stays on our
-  // kernels (not applied with `force`). Model::load sets it (LoadOptions::weight_copies_limit_bytes).
+  // From LoadOptions::weight_copies_limit_bytes, its default resolved: bytes of copies of weights
+  // the backend may hold over all regions of one load (not applied with `force`).
   uint64_t weight_copies_limit = uint64_t{64} << 20;
   // The function reads weights that other functions of the same package read too (a language
   // model's prefill and decode). A backend that copies weights would copy them once per function

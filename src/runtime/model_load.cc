@@ -112,8 +112,6 @@ void check_states(const Model::Impl& m) {
 // limit defaults to the larger of 64 MiB and the model's weight bytes, and, with that default,
 // weights another function of the package reads too are not copied (shares_weights).
 backends::BackendOptions backend_options_for(const Model::Impl& m, const LoadOptions& options) {
-  COREMLRT_CHECK_AS(ErrorKind::BadInput, options.concurrent_predictions >= 1, "model '", m.path,
-                    "': concurrent_predictions must be at least 1, got ", options.concurrent_predictions);
   backends::BackendOptions backend;
   backend.low_precision = options.low_precision;
   backend.threads = options.threads;
@@ -158,7 +156,23 @@ void attach_feature_codes(Model::Impl& m) {
 
 }  // namespace
 
+// The one check of the options' values: the Python binding runs it too, as each field is set
+// (python/src/load_options_bindings.cc). Unsigned options need none: Python's negative ints do
+// not convert to them.
+void LoadOptions::validate() const {
+  const auto at_least = [](const char* name, int64_t value, int64_t minimum) {
+    COREMLRT_CHECK_AS(ErrorKind::BadInput, value >= minimum, "load option \"", name, "\" must be at least ", minimum,
+                      ", got ", value);
+  };
+  at_least("threads", threads, 0);
+  at_least("concurrent_predictions", concurrent_predictions, 1);
+  at_least("max_loop_iterations", max_loop_iterations, 0);
+  COREMLRT_CHECK_AS(ErrorKind::BadInput, !backend.empty(),
+                    "load option \"backend\" must be \"auto\", \"reference\" or a backend's name, not empty");
+}
+
 std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOptions& options) try {
+  options.validate();
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   set_limits(*impl, options);

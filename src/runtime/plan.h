@@ -97,7 +97,7 @@ struct Plan {
 };
 
 struct PlanOptions {
-  // Keep compressed weights packed where every reader can read them so (LoadOptions::packed_weights).
+  // From LoadOptions::packed_weights: kept packed where every reader of a weight can read it so.
   bool packed_weights = true;
 };
 

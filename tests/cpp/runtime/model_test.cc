@@ -216,6 +216,40 @@ TEST(Model, ErrorsSayWhatKindTheyAre) {
   fs::remove_all(dir);
 }
 
+// LoadOptions::validate is the one check of the options' values; Model::load runs it before
+// reading anything, so a bad value is the caller's error even for a model that loads.
+TEST(Model, LoadOptionsOutOfRangeAreBadInput) {
+  GENERATED_MODEL(path, "fixture_add");
+  LoadOptions options;
+  EXPECT_NO_THROW(options.validate());
+  options.concurrent_predictions = 0;
+  EXPECT_EQ(error_kind([&] { options.validate(); }, "\"concurrent_predictions\" must be at least 1, got 0"),
+            ErrorKind::BadInput);
+  EXPECT_EQ(error_kind([&] { Model::load(path, options); }, path), ErrorKind::BadInput);
+  options = LoadOptions();
+  options.threads = -2;
+  EXPECT_EQ(error_kind([&] { Model::load(path, options); }, "\"threads\" must be at least 0, got -2"),
+            ErrorKind::BadInput);
+  options = LoadOptions();
+  options.backend.clear();
+  EXPECT_EQ(error_kind([&] { options.validate(); }, "\"backend\""), ErrorKind::BadInput);
+}
+
+// for_each_load_option names each option once, with a doc, and reaches the member it names.
+TEST(Model, EveryLoadOptionIsListedOnceWithItsMeaning) {
+  std::vector<std::string> names;
+  LoadOptions options;
+  for_each_load_option([&](const char* name, auto member, const char* doc) {
+    EXPECT_GT(std::string(doc).size(), 20u) << name;
+    names.push_back(name);
+    EXPECT_EQ(options.*member, LoadOptions().*member) << name;
+  });
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_FALSE(names.empty());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+}
+
 TEST(Model, MissingPathIsAnError) {
   EXPECT_THROW(Model::load("/nonexistent/model.mlpackage"), Error);
 }

@@ -44,7 +44,9 @@ def test_mypy_accepts_correct_use(tmp_path):
         from coremlrt import _core
 
         def run(path: str, x: npt.NDArray[np.float32]) -> Dict[str, npt.NDArray[Any]]:
-            model = _core.Model(path, "", 1.0)
+            options = _core.LoadOptions(backend="reference", threads=2)
+            options.context_linger = 0.5
+            model = _core.Model(path, options)
             name: str = model.function_name
             size: int = model.weight_bytes
             labels: List[str] = model.class_labels
@@ -67,11 +69,13 @@ def test_mypy_rejects_wrong_use(tmp_path):
         _core.compile_model(1, "b.mlmodelc")
         count: str = _core.Model("p").weight_bytes
         _core.Model("p").predict([1, 2])
+        _core.LoadOptions().threads = "2"
         """)
     assert code == 1, out
     assert 'Argument 1 to "compile_model" has incompatible type "int"; expected "str"' in out
     assert 'Incompatible types in assignment (expression has type "int", variable has type "str")' in out
     assert 'Argument 1 to "predict" of "Model" has incompatible type "list[int]"' in out
+    assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in out
 
 
 def test_mypy_checks_the_package_against_its_stubs(tmp_path):

@@ -238,7 +238,7 @@ def test_parallel_runs_get_a_model_loaded_for_them(model_path):
 
     model = coremlrt.MLModel(model_path, backend="openvino")
     parallel = for_parallel_predictions(model, 2)
-    assert parallel is not model and parallel._load_options["concurrent_predictions"] == 2
+    assert parallel is not model and parallel._options.concurrent_predictions == 2
     assert for_parallel_predictions(parallel, 2) is parallel
     assert any(p["backend"] == "openvino" for p in parallel.placements())
     records = good_records(16)

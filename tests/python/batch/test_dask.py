@@ -48,7 +48,7 @@ def _worker_loads():
 def _worker_model_threads():
     from coremlrt import model_cache
 
-    return sorted({model._load_options["threads"] for model in model_cache._models.values()})
+    return sorted({model._options.threads for model in model_cache._models.values()})
 
 
 def test_array_same_collection_type(client, models):

@@ -194,8 +194,8 @@ def test_weights_are_read_in_place_from_main_mlirb(tmp_path):
     before = open(os.path.join(folder, "weights", "main.mlirb.stamp")).read()
     asset.write_bytes(data)
     with pytest.raises(coremlrt.Error, match="changed after the translation was written"):
-        coremlrt._core.Model(str(tmp_path / "m.aimodel"), "", 1.0, 0, 0, "reference", False, 1,
-                             str(tmp_path / "cache"), 1, True, 0)
+        coremlrt._core.Model(str(tmp_path / "m.aimodel"),
+                             coremlrt._core.LoadOptions(backend="reference", threads=1, cache_dir=str(tmp_path / "cache")))
     model = coremlrt.MLModel(tmp_path / "m.aimodel", cache_dir=tmp_path / "cache")
     assert open(os.path.join(folder, "weights", "main.mlirb.stamp")).read() != before
     np.testing.assert_allclose(model.predict({"x": x.numpy()})["y"], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)

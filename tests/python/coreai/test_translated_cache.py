@@ -20,7 +20,7 @@ from mil_helpers import save_program  # noqa: E402
 
 def _core_model(path, cache_dir):
     # The native loader as model.py calls it, without model.py's own Core AI translation.
-    return _core.Model(path, "", 1.0, 0, 0, "reference", False, 1, cache_dir, 1, True, 0)
+    return _core.Model(path, _core.LoadOptions(backend="reference", threads=1, cache_dir=cache_dir))
 
 
 def _package_and_asset(tmp_path, weight, program):
