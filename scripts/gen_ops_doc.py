@@ -2,8 +2,9 @@
 """Writes docs/reports/ops.md: the ops this build has kernels for (from the kernel registry, through
 coremlrt._core.supported_ops()), whether the OpenVINO backend lowers each or why not (its lowering
 table and declared reasons, src/backends/openvino/, through coremlrt._core.backend_op_support), and
-whether the ONNX export translates it (coremlrt.onnx_export's translator registry); then the MIL
-ops of docs/design/coreml-format.md that have no kernel. Needs a build with OpenVINO.
+whether the ONNX export writes it or why not (coremlrt.onnx_export's translators and
+onnx_export/untranslated.py); then the MIL ops of docs/design/coreml-format.md that have no
+kernel. Needs a build with OpenVINO.
 
     PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py            # rewrite docs/reports/ops.md
     PYTHONPATH=build/dev/python python3 scripts/gen_ops_doc.py --check    # exit 1 when it is stale
@@ -47,7 +48,9 @@ ONNX translator, rebuild and run:
 * **OpenVINO**: "lowered" where the OpenVINO backend runs the op (for the parameters and types
   its checks accept: an op it refuses says why in `coremlrt info --plan`), else why it never
   does (src/backends/openvino/unlowered.cc).
-* **ONNX**: "yes" where `coremlrt.onnx_export` has a translator for the op.
+* **ONNX**: "yes" where `coremlrt.onnx_export` writes the op as ONNX nodes (a translator of
+  `onnx_export/registry.py`, or `exporter.py` for states and control flow), else why it never
+  does (`python/coremlrt/onnx_export/untranslated.py`).
 * **dtypes**: the element types the kernel accepts for the op's main tensor input (for
   `fill`, `fill_like`, `one_hot` and `random_*`, the types it produces; for the
   `constexpr_*` ops, the type of the values it decompresses). `any`: the kernel moves
@@ -92,10 +95,20 @@ def openvino_cell(support, op):
     return "lowered" if support[op] == "" else support[op]
 
 
+def onnx_cell(translated, untranslated, op):
+    if op in translated:
+        return "yes"
+    if op not in untranslated:
+        raise ValueError(f"op '{op}' has neither an ONNX translator nor a reason in "
+                         "python/coremlrt/onnx_export/untranslated.py")
+    return untranslated[op]
+
+
 def render(format_doc=FORMAT_DOC):
     from coremlrt import _core, ops_table
-    from coremlrt.onnx_export import exporter  # noqa: F401  (its modules register the translators)
+    from coremlrt.onnx_export import exporter  # its modules register the translators
     from coremlrt.onnx_export.registry import TRANSLATORS
+    from coremlrt.onnx_export.untranslated import UNTRANSLATED
 
     if "openvino" not in _core.available_backends():
         raise RuntimeError("docs/reports/ops.md is written from a build with OpenVINO")
@@ -103,10 +116,11 @@ def render(format_doc=FORMAT_DOC):
     kernel_rows = ops_table.rows()
     with_kernel = {op for op, _, _ in kernel_rows}
     lowered = sorted(op for op in with_kernel if support.get(op) == "")
+    translated = set(TRANSLATORS) | set(exporter.OWN_TRANSLATIONS)
     out = [HEADER, f"\n{len(with_kernel)} ops have a kernel; the OpenVINO backend lowers {len(lowered)} of them.\n",
            "\n## Ops with a kernel\n\n"]
     out.append(_table(("op", "opsets", "dtypes", "OpenVINO", "ONNX"),
-                      [(f"`{op}`", opsets, dtypes, openvino_cell(support, op), "yes" if op in TRANSLATORS else "—")
+                      [(f"`{op}`", opsets, dtypes, openvino_cell(support, op), onnx_cell(translated, UNTRANSLATED, op))
                        for op, opsets, dtypes in kernel_rows]))
     missing = sorted(format_doc_ops(format_doc) - with_kernel)
     out.append("\n## MIL ops without a kernel\n\n")

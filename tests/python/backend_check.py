@@ -18,8 +18,9 @@ so the op's OpenVINO lowering is checked at the same tolerance as our kernel. (K
 of a backend's results are declared in tests/python/conftest.py, KNOWN_DIFFERENCES.)
 
 check_all_backends runs one model on every backend against the reference backend's results:
-tests/python/ops/test_openvino_lowerings.py uses it for one test of its own per lowering, and checks
-that LOWERED_OP_TYPES is the table the build lowers.
+tests/python/ops/test_openvino_lowerings.py uses it for one test of its own per lowering, and
+tests/python/tools/test_op_completeness.py checks that LOWERED_OP_TYPES is the table the build
+lowers.
 """
 
 import os

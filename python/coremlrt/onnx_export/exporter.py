@@ -21,6 +21,7 @@ from . import ops_classic, ops_detection, ops_elementwise, ops_image, ops_list, 
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS
+from .untranslated import UNTRANSLATED
 
 STATE_OUTPUT_SUFFIX = "_out"
 
@@ -209,20 +210,14 @@ class FunctionExport:
             return
         view = OpView(b, op)
         try:
-            if op["type"] == "read_state":
-                self._read_state(view)
-            elif op["type"] == "write_state":
-                self._write_state(view)
-            elif op["type"] == "while_loop":
-                self._while_loop(view, known)
-            elif op["type"] == "cond":
-                self._cond(view, known)
+            if op["type"] in OWN_TRANSLATIONS:
+                OWN_TRANSLATIONS[op["type"]](self, view, known)
             else:
                 translator = TRANSLATORS.get(op["type"])
                 if op["blocks"]:
                     raise Unsupported("nested blocks of this op type are not exported")
                 if translator is None:
-                    raise Unsupported("no ONNX translation for this op type yet")
+                    raise Unsupported(UNTRANSLATED.get(op["type"], "no ONNX translation for this op type yet"))
                 translator(view)
         except Unsupported as exc:
             self.problems.append(Problem(op["type"], outputs[0]["name"] if outputs else "", str(exc)))
@@ -359,6 +354,17 @@ class FunctionExport:
             element = next(v["type"]["element"] for v in self.function["inputs"] if v["name"] == state)
             outputs.append(_value_info(b, out_name, element, state))
         return helper.make_graph(b.nodes, graph_name, self.graph_inputs, outputs, b.initializers)
+
+
+# Op types FunctionExport writes itself rather than through a translator of registry.py: they
+# read or write a state of the function, or hold nested blocks, which a translator (it sees one
+# op and no blocks) cannot reach.
+OWN_TRANSLATIONS = {
+    "read_state": lambda export, view, known: export._read_state(view),
+    "write_state": lambda export, view, known: export._write_state(view),
+    "while_loop": lambda export, view, known: export._while_loop(view, known),
+    "cond": lambda export, view, known: export._cond(view, known),
+}
 
 
 def _list_tensor_type(builder, name, type_dict):

@@ -234,6 +234,20 @@ def normalizer(v):
     _declared(v, b.node("Where", [positive, b.node("Div", [x, size]), x]))
 
 
+@translates("class_confidence_thresholding")
+def class_confidence_thresholding(v):
+    """Every class taken, as the format defines the model for now (src/ops/feature_engineering.cc):
+    [2, C], row 0 the confidences x [C] in the output's dtype, row 1 ones."""
+    b = v.builder
+    out_dtype = v.output_dtype(0)
+    x = v.input("x")
+    if b.float_dtype(v.dtype("x")) != b.float_dtype(out_dtype):
+        x = b.node("Cast", [x], to=b.onnx_type(out_dtype))
+    row = b.node("Unsqueeze", [x, b.const_int64([0], "axes")])
+    ones = b.node("Expand", [b.const_like(1, out_dtype, "one"), b.node("Shape", [row])])
+    b.node("Concat", [row, ones], [v.output(0)], axis=0)
+
+
 @translates("feature_vectorizer")
 def feature_vectorizer(v):
     """Its inputs joined in order, input j filling dims[j] places; a dense one-hot dictionary

@@ -186,11 +186,6 @@ def _scatter_elements(v, data, indices, updates, axis):
         b.node("ScatterElements", [data, indices, updates], [v.output()], axis=axis, reduction=reduction)
 
 
-@translates("random_bernoulli", "random_categorical", "random_normal", "random_uniform")
-def random(v):
-    raise Unsupported("random values: an ONNX runtime's generator cannot reproduce Core ML's draws")
-
-
 def _spatial_dims(v):
     """(C, H, W) of a rank-4 x, known at export (the batch may vary)."""
     t = v.type_of("x")

@@ -57,6 +57,8 @@ def test_model_types_load_as_programs_of_their_own_ops(tmp_path, data):
     x, y, _, _ = data
     model = _convert_sklearn(tmp_path, LinearRegression().fit(x, y), "lr")
     assert [p["op_type"] for p in model.placements()] == ["glm"]
+    model = _convert_sklearn(tmp_path, DecisionTreeRegressor(max_depth=3, random_state=0).fit(x, y), "tree")
+    assert [p["op_type"] for p in model.placements()] == ["tree_ensemble"]
 
 
 def test_linear_regression_matches_sklearn(tmp_path, data):

@@ -120,6 +120,7 @@ def check(model, ids, data, observed, **kwargs):
 def test_dictionary_input(tmp_path, id_kind):
     ids = ids_of(id_kind)
     model = load(tmp_path, make_spec(id_kind))
+    assert [p["op_type"] for p in model.placements()] == ["item_similarity_recommender"]
     for observed in [{0: 3.0}, {0: 0.0, 2: 4.5}, {1: 2.0, 4: -1.0, 6: 0.5}, {}, {j: 1.0 for j in range(N)}]:
         got = check(model, ids, {"items": {ids[i]: v for i, v in observed.items()}}, observed)
         assert isinstance(got["recommendations"], list)

@@ -289,3 +289,31 @@ def test_nearest_neighbors_through_onnx(weights, k, labels, tmp_path):
         for label, p in want["classProbability"].items():  # fp64 steps, then fp32: the same float
             assert got["classProbability"][label] == p, (row, label, got["classProbability"][label], p)
     assert len(seen) > 1
+
+
+@pytest.mark.parametrize("in_type,out_type", [("FLOAT32", "FLOAT32"), ("DOUBLE", "FLOAT32"), ("FLOAT16", "DOUBLE")])
+def test_class_confidence_thresholding_through_onnx(in_type, out_type, tmp_path):
+    """The format's definition (src/ops/feature_engineering.cc): [0, :] the confidences in the
+    output's dtype, [1, :] ones, every class taken."""
+    from coremltools.proto import FeatureTypes_pb2, Model_pb2
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 8
+    for features, name, shape, data_type in ((spec.description.input, "confidence", [3], in_type),
+                                             (spec.description.output, "filtered", [2, 3], out_type)):
+        feature = features.add()
+        feature.name = name
+        feature.type.multiArrayType.shape.extend(shape)
+        feature.type.multiArrayType.dataType = getattr(FeatureTypes_pb2.ArrayFeatureType, data_type)
+    for _ in range(3):  # one precision-recall curve per class
+        curve = spec.classConfidenceThresholding.precisionRecallCurves.add()
+        curve.precisionValues.vector.extend([0.5, 1.0])
+        curve.precisionConfidenceThresholds.vector.extend([0.1, 0.9])
+        curve.recallValues.vector.extend([1.0, 0.5])
+        curve.recallConfidenceThresholds.vector.extend([0.1, 0.9])
+    model, runner = _export(spec, tmp_path)
+    dtypes = {"FLOAT32": np.float32, "DOUBLE": np.float64, "FLOAT16": np.float16}
+    x = np.array([0.2, 0.7, 0.1], dtypes[in_type])
+    want = np.stack([x.astype(dtypes[out_type]), np.ones(3, dtypes[out_type])])
+    np.testing.assert_array_equal(np.asarray(runner.predict({"confidence": x})["filtered"], np.float64),
+                                  want.astype(np.float64))
+    np.testing.assert_array_equal(model.predict({"confidence": x})["filtered"], want)

@@ -205,6 +205,7 @@ def test_a_model_of_its_own_with_ties_and_degenerate_boxes(dtype, tmp_path):
     """Equal confidences keep the lower index first; a zero-area box overlaps nothing; a box
     exactly at the threshold stays; absent optional thresholds take the message's."""
     model = _nms_alone(tmp_path, dtype=dtype, labels=[7, 8, 9])
+    assert [p["op_type"] for p in model.placements()] == ["non_maximum_suppression_model"]
     np_dtype = np.float32 if dtype == "float32" else np.float64
     confidence = np.array([[0.9, 0.0, 0.0], [0.0, 0.9, 0.0], [0.25, 0.0, 0.0], [0.2, 0.1, 0.0],
                            [0.5, 0.5, 0.0], [0.6, 0.0, 0.0]], np_dtype)

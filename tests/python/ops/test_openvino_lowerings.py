@@ -12,7 +12,8 @@ for ops that sum many products or terms (matrix products, convolution, pooling a
 normalizations, reductions, the LSTM), whose summation order differs.
 
 test_every_lowering_has_a_test checks that CASES covers the table, so a new lowering needs a
-test here.
+test here; tests/python/tools/test_op_completeness.py checks that every op type is lowered or
+declared unlowered with a reason.
 """
 
 import coremltools as ct
@@ -377,21 +378,6 @@ def save_layer(case, tmp_path):
                                    disable_rank5_shape_mapping=True)
     case.add(builder)
     return save_spec(tmp_path, builder.spec)
-
-
-def test_every_op_has_a_lowering_or_a_reason():
-    """Each op type of the kernel registry is lowered or declared unlowered with why
-    (src/backends/openvino/unlowered.cc), and the lowered ones are the table's."""
-    from coremlrt import _core
-
-    if "openvino" not in coremlrt.available_backends():
-        pytest.skip("this build has no OpenVINO backend")
-    support = _core.backend_op_support("openvino")
-    kernel_ops = {op for op, *_ in _core.supported_ops()}
-    assert sorted(kernel_ops - set(support)) == [], "ops with neither a lowering nor a reason"
-    assert all(support[op] for op in set(support) - set(backend_check.LOWERED_OP_TYPES)), "an empty reason"
-    if backend_check.LOWERED_OP_TYPES:
-        assert {op for op, why in support.items() if not why} == set(backend_check.LOWERED_OP_TYPES)
 
 
 @pytest.mark.parametrize("op_type", sorted(CASES))
