@@ -105,7 +105,7 @@ struct OpLowering {
   PackedInputs packed = PackedInputs::kRefused;
   // With kDecoded: why, as `coremlrt info --plan` says it ("its convolutions take no compressed
   // weights").
-  std::string decoded_because;
+  std::string decoded_because{};
 };
 using LoweringTable = std::map<std::string, OpLowering>;
 
