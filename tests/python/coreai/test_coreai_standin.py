@@ -37,6 +37,7 @@ import coreai_oracle  # noqa: E402
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
 HOOK_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_coreai_hook.py"))
 PTH_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_coreai.pth"))
+FINDER_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_import_hook.py"))
 
 # Both sides compute in fp32; the differences are summation order only (coremlrt against
 # coreai's runtime: at most 9e-8 on these models, docs/design/coreai.md).
@@ -433,6 +434,7 @@ def test_pth_file(models, tmp_path):
     site_dir.mkdir()
     shutil.copy(PTH_SOURCE, site_dir)
     shutil.copy(HOOK_SOURCE, site_dir)
+    shutil.copy(FINDER_SOURCE, site_dir)
     script = f"""
         import site, sys
         site.addsitedir({str(site_dir)!r})

@@ -340,8 +340,8 @@ def test_hook_module_without_pth(tmp_path):
         hook.install()
         assert "coremlrt" not in sys.modules
         import coremltools as ct
-        assert ct.__spec__.loader.__class__.__name__ != "_EnableAfterImport"
-        assert not any(isinstance(f, hook._Finder) for f in sys.meta_path)
+        assert ct.__spec__.loader.__class__.__name__ != "_RunAfterLoader"
+        assert hook.FINDER not in sys.meta_path
         import numpy as np
         sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
         import corpus
