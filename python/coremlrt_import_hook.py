@@ -26,21 +26,28 @@ class AfterImportFinder:
         self.watched = frozenset(watched)
         self._after = after
         self._stand_ins = dict(stand_ins or {})
+        self._searching = set()
 
     def find_spec(self, name, path=None, target=None):
         if name in self._stand_ins:
             return ModuleSpec(name, _StandInLoader(self._stand_ins[name]))
-        if name not in self.watched:
+        # Another finder that asks the others (one of another coremlrt version, say) asks us back
+        # while we ask it: we answer that call with nothing, so the two do not recurse forever.
+        if name not in self.watched or name in self._searching:
             return None
-        for finder in sys.meta_path:  # the module itself, found as it would be without us
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _RunAfterLoader(spec.loader, self)
-                return spec
-        return None
+        self._searching.add(name)
+        try:
+            for finder in sys.meta_path:  # the module itself, found as it would be without us
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None:
+                        spec.loader = _RunAfterLoader(spec.loader, self)
+                    return spec
+            return None
+        finally:
+            self._searching.discard(name)
 
     def install(self):
         """Puts this finder at the front of ``sys.meta_path``, unless a finder watching the

@@ -60,3 +60,20 @@ def test_uninstall_before_any_import(folder):
     assert not watching("hooked_first")
     import hooked_first
     assert not hasattr(hooked_first, "PATCHED")
+
+
+def test_two_finders_watching_one_module_both_run(folder):
+    """Two finders that each ask the other finders (as a second one of another version would)
+    find the module once, without recursing, and both run."""
+    seen = []
+    first = AfterImportFinder(("hooked_first",), lambda name, module: seen.append("first"))
+    # Not the same set of modules, so install() puts both on sys.meta_path.
+    second = AfterImportFinder(("hooked_first", "unrelated"), lambda name, module: seen.append("second"))
+    first.install()
+    second.install()
+    try:
+        import hooked_first
+        assert sorted(seen) == ["first", "second"] and hooked_first.VALUE == 1
+    finally:
+        first.uninstall()
+        second.uninstall()

@@ -330,8 +330,11 @@ with open(sys.argv[2], "wb") as out:
 
 # What COREMLRT_COREAI=1 does through coremlrt_coreai.pth, done by hand from the source tree
 # (test_pth_file checks the .pth itself).
+# The hook imports its finder (coremlrt_import_hook.py), which lies beside it as in site-packages;
+# python/ is appended to the path, so coremlrt itself still comes from the build or the install.
 HOOK_PRELUDE = f"""
 import importlib.util, sys
+sys.path.append({os.path.dirname(HOOK_SOURCE)!r})
 spec = importlib.util.spec_from_file_location("coremlrt_coreai_hook", {HOOK_SOURCE!r})
 hook = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hook)

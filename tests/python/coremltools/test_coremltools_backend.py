@@ -334,6 +334,7 @@ def test_hook_module_without_pth(tmp_path):
     """The hook's lazy finder, installed by hand from the source tree (no .pth needed)."""
     script = f"""
         import importlib.util, sys
+        sys.path.append({os.path.dirname(os.path.abspath(HOOK_SOURCE))!r})  # the hook's finder, beside it
         spec = importlib.util.spec_from_file_location("coremlrt_coremltools_hook", {HOOK_SOURCE!r})
         hook = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(hook)
