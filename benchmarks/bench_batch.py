@@ -125,9 +125,9 @@ def _worker_cpu():
 
 def _preload(path):
     # The model as the partition functions will resolve it on this worker (its task slots and
-    # threads: coremlrt/dask.py, _WorkerModel), loaded once as a first task would.
-    from coremlrt.dask import _WorkerModel
-    from coremlrt.model_cache import cached_model
+    # threads: coremlrt/batch/dask.py, _WorkerModel), loaded once as a first task would.
+    from coremlrt.batch.dask import _WorkerModel
+    from coremlrt.model import cached_model
 
     model = _WorkerModel(cached_model(path)).resolve()
     model.predict({"x": np.zeros(model._inputs["x"]["shape"], np.float32)})

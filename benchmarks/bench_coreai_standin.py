@@ -18,6 +18,7 @@ HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", 
 # What COREMLRT_COREAI=1 does through coremlrt_coreai.pth, done from the source tree.
 SWITCH = f"""
 import importlib.util, sys
+sys.path.append({os.path.dirname(HOOK)!r})  # the hook's finder (coremlrt_import_hook.py), beside it
 spec = importlib.util.spec_from_file_location("coremlrt_coreai_hook", {HOOK!r})
 hook = importlib.util.module_from_spec(spec); spec.loader.exec_module(hook)
 sys.modules["coremlrt_coreai_hook"] = hook; hook.install()

@@ -19,67 +19,35 @@ processes of an environment never do). Then the finder acts on exactly two names
   binds our proxies (``_MLModelProxy``, the compute-device, compute-plan and asset proxies)
   at import time, as it binds Apple's on macOS.
 
-The finder removes itself once coremltools is imported. This file uses only the standard
-library so that it stays cheap and works before anything else is importable.
+The finder (coremlrt_import_hook.py, shared with the COREMLRT_COREAI hook) removes itself once
+coremltools is imported. This file uses only the standard library so that it stays cheap and
+works before anything else is importable.
 """
 
 import sys
 
+from coremlrt_import_hook import AfterImportFinder
+
 ENV_VAR = "COREMLRT_COREMLTOOLS"
 
 
-class _Finder:
-    def find_spec(self, name, path=None, target=None):
-        if name == "coremltools.libcoremlpython":
-            from importlib.machinery import ModuleSpec
-            return ModuleSpec(name, _StandInLoader())
-        if name != "coremltools":
-            return None
-        for finder in sys.meta_path:  # the package itself, found as it would be without us
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _EnableAfterImport(spec.loader, self)
-                return spec
-        return None
+def _libcoremlpython():
+    from coremlrt.coremltools_backend import libcoremlpython_module
+    return libcoremlpython_module()
 
 
-class _StandInLoader:
-    def create_module(self, spec):
-        from coremlrt.coremltools_backend import libcoremlpython_module
-        return libcoremlpython_module()
+def _after_import(name, module):
+    try:
+        from coremlrt.coremltools_backend import _finish_hook_install
+    except ImportError as exc:  # a broken coremlrt must not break `import coremltools`
+        import warnings
+        warnings.warn(f"{ENV_VAR} is set but coremlrt cannot be imported: {exc}", RuntimeWarning)
+        return
+    _finish_hook_install()
 
-    def exec_module(self, module):
-        pass
 
-
-class _EnableAfterImport:
-    """Wraps the real loader of the coremltools package; runs the backend after it."""
-
-    def __init__(self, loader, finder):
-        self._loader = loader
-        self._finder = finder
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        # coremltools sees its real loader while it runs, and keeps it afterwards.
-        module.__loader__ = module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        uninstall(self._finder)
-        try:
-            from coremlrt.coremltools_backend import _finish_hook_install
-        except ImportError as exc:  # a broken coremlrt must not break `import coremltools`
-            import warnings
-            warnings.warn(f"{ENV_VAR} is set but coremlrt cannot be imported: {exc}", RuntimeWarning)
-            return
-        _finish_hook_install()
-
-    def __getattr__(self, name):  # anything else a loader is asked (get_code, is_package, ...)
-        return getattr(self._loader, name)
+FINDER = AfterImportFinder(("coremltools",), _after_import,
+                           stand_ins={"coremltools.libcoremlpython": _libcoremlpython})
 
 
 def install():
@@ -87,9 +55,9 @@ def install():
     if "coremltools" in sys.modules:  # too late for the finder: patch the loaded package now
         from coremlrt.coremltools_backend import _finish_hook_install
         _finish_hook_install()
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    else:
+        FINDER.install()
 
 
-def uninstall(finder=None):
-    sys.meta_path[:] = [f for f in sys.meta_path if not (f is finder or finder is None and isinstance(f, _Finder))]
+def uninstall():
+    FINDER.uninstall()

@@ -67,11 +67,11 @@ class Var:
         # The output of a constexpr_* op: a weight the engine can keep packed.
         self.compressed = compressed
         # Names the untransposed [N, K] weight of a [K, N] value, read by matmul's transpose_x or
-        # transpose_y (_ops_tensor.py _transpose).
+        # transpose_y (_ops_shape.py _transpose).
         self.transposed = False
         # A zero (-inf) pad folded into the convolutions (max pools) that read it: ``name``
         # is the unpadded input and this the MIL ``pad`` (before, after per spatial dim) they
-        # take as pad_type = custom (_ops_tensor.py _pad).
+        # take as pad_type = custom (_ops_shape.py _pad).
         self.spatial_pad = None
         # A maximum(name, 0) not yet written, whose one reader is a minimum: with a minimum
         # of 6 the two are relu6, one clip (_ops_elementwise.py _binary).

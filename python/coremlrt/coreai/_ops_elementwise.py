@@ -10,8 +10,9 @@ semantics of the dialect's docstrings.
 import numpy as np
 
 from ._common import BOOL, COMPUTED, ELEMENT_TYPES, FLOAT, FLOAT_INT, Complex, Var
-from ._ops_control import write_through
-from ._ops_tensor import window_scatter
+from ._ops_control_flow import write_through
+from ._ops_shape import window_scatter
+from ._registry import translates
 
 # coreai unary op -> (MIL op, element types it takes). log and rsqrt get epsilon 0 below.
 _UNARY = {
@@ -84,6 +85,7 @@ def _check_kinds(t, op, kinds, values):
                    f"{'/'.join(kinds)} op)")
 
 
+@translates(*(f"coreai.{name}" for name in _UNARY))
 def _unary(t, op):
     name = _short(op)
     mil_op, kinds = _UNARY[name]
@@ -104,6 +106,7 @@ def _unary(t, op):
     t.emit(op, mil_op, arguments)
 
 
+@translates("coreai.gelu")
 def _gelu(t, op):
     _check_kinds(t, op, FLOAT, [op.operands[0]])
     mode = "none"
@@ -116,6 +119,8 @@ def _gelu(t, op):
     t.emit(op, "gelu", {"x": t.operand(op.operands[0]), "mode": t.param(mil_mode, "string")})
 
 
+@translates(*(f"coreai.{name}" for name in _BINARY),
+            *(f"coreai.decomposable.broadcasting_{name}" for name in _BINARY))
 def _binary(t, op):
     name = _short(op)
     table, fold = _BINARY[name]
@@ -169,6 +174,7 @@ def _use_name(use):
     return _short(use.owner) if use.owner.name.startswith("coreai.") else None
 
 
+@translates("coreai.modulo", "coreai.decomposable.broadcasting_modulo")
 def _modulo(t, op):
     """The remainder of truncated division (C's fmod, %), with the sign of x. MIL's mod takes
     the sign of y (Python's %); on non-negative operands the two agree exactly, so the
@@ -192,6 +198,7 @@ def _modulo(t, op):
     t.emit(op, "select", {"cond": negative.name, "a": flipped.name, "b": r.name})
 
 
+@translates("coreai.where", "coreai.decomposable.broadcasting_where")
 def _where(t, op):
     condition, a, b = op.operands
     if t.all_constant(op.operands):
@@ -249,6 +256,7 @@ def _selected_box(t, op, tiled):
     return begin, end
 
 
+@translates("coreai.cast")
 def _cast(t, op):
     source = op.operands[0]
     result = op.results[0]
@@ -278,29 +286,14 @@ def _cast(t, op):
     t.emit(op, "cast", {"x": var.name, "dtype": t.param(dtype, "string")}, dims=[var.dims])
 
 
+@translates("coreai.create_complex")
 def _create_complex(t, op):
     t.values[op.results[0]] = Complex(t.values[op.operands[0]], t.values[op.operands[1]])
 
 
+@translates("coreai.real_part", "coreai.imaginary_part")
 def _part(t, op):
     held = t.values[op.operands[0]]
     if not isinstance(held, Complex):
         t.fail(f"{op.name} of a complex value not made by create_complex")
     t.values[op.results[0]] = held.real if op.name == "coreai.real_part" else held.imaginary
-
-
-OPS = {}
-for _name in _UNARY:
-    OPS[f"coreai.{_name}"] = _unary
-for _name in _BINARY:
-    OPS[f"coreai.{_name}"] = _binary
-    OPS[f"coreai.decomposable.broadcasting_{_name}"] = _binary
-OPS.update({
-    "coreai.gelu": _gelu,
-    "coreai.modulo": _modulo, "coreai.decomposable.broadcasting_modulo": _modulo,
-    "coreai.where": _where, "coreai.decomposable.broadcasting_where": _where,
-    "coreai.cast": _cast,
-    "coreai.create_complex": _create_complex,
-    "coreai.real_part": _part,
-    "coreai.imaginary_part": _part,
-})

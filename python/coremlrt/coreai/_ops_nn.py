@@ -2,7 +2,7 @@
 
 Core AI convolutions and pools take no padding (a separate ``pad`` does it), so the MIL ops get
 ``pad_type = valid``, or ``custom`` with the amounts of a pad folded into them
-(``Var.spatial_pad``, _ops_tensor.py ``_pad``); transposed convolutions crop symmetrically and
+(``Var.spatial_pad``, _ops_shape.py ``_pad``); transposed convolutions crop symmetrically and
 take their output size from the result type.
 """
 
@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 
 from ._common import FLOAT, FLOAT_INT
+from ._registry import translates
 
 
 def _check(t, op, value, kinds):
@@ -18,6 +19,7 @@ def _check(t, op, value, kinds):
         t.fail(f"{op.name}: element type {t.kind(value)} is not supported (MIL's op takes {'/'.join(kinds)})")
 
 
+@translates("coreai.batch_matmul", "coreai.decomposable.broadcasting_batch_matmul")
 def _matmul(t, op):
     x, y = op.operands
     _check(t, op, x, FLOAT_INT)
@@ -25,7 +27,7 @@ def _matmul(t, op):
     if a is not None and b is not None:
         t.fold(op, np.matmul(a, b))
         return
-    # A transposed Var names the untransposed weight (_ops_tensor.py _transpose).
+    # A transposed Var names the untransposed weight (_ops_shape.py _transpose).
     transpose_x, transpose_y = (bool(getattr(t.values[v], "transposed", False)) for v in (x, y))
     t.emit(op, "matmul", {"x": t.operand(x), "y": t.operand(y), "transpose_x": t.param(transpose_x, "bool"),
                           "transpose_y": t.param(transpose_y, "bool")})
@@ -41,6 +43,7 @@ def _padding(t, value, spatial):
     return {"pad_type": t.param("valid", "string"), "pad": t.param([0] * 2 * spatial, "int32")}
 
 
+@translates("coreai.conv2d", "coreai.conv3d")
 def _conv(t, op):
     _check(t, op, op.operands[0], FLOAT)
     strides = t.ints(op, 2, "stride")
@@ -50,6 +53,7 @@ def _conv(t, op):
                         **_padding(t, op.operands[0], len(strides))})
 
 
+@translates("coreai.conv_transpose2d", "coreai.conv_transpose3d")
 def _conv_transpose(t, op):
     """The transposed convolution's full extent cropped by ``padding`` on both sides of each
     dim; the output size (with output_pad) is the result type's, given as output_shape."""
@@ -76,12 +80,14 @@ def _pool_arguments(t, op, kernel, strides, dilations, ceil_mode):
             "ceil_mode": t.param(ceil_mode, "bool")}
 
 
+@translates("coreai.max_pool_2d", "coreai.max_pool_3d")
 def _max_pool(t, op):
     ceil_mode = bool(t.const_of(op.operands[4], "ceil_mode", op).reshape(()))
     t.emit(op, "max_pool", _pool_arguments(t, op, t.ints(op, 1, "kernel_size"), t.ints(op, 2, "stride"),
                                            t.ints(op, 3, "dilation"), ceil_mode))
 
 
+@translates("coreai.sum_pool_2d", "coreai.sum_pool_3d")
 def _sum_pool(t, op):
     kernel, strides = t.ints(op, 1, "kernel_size"), t.ints(op, 2, "stride")
     arguments = _pool_arguments(t, op, kernel, strides, t.ints(op, 3, "dilation"), False)
@@ -95,6 +101,7 @@ def _sum_pool(t, op):
     t.emit(op, "mul", {"x": average.name, "y": t.param(float(np.prod(kernel)), var.dtype)})
 
 
+@translates("coreai.softmax")
 def _softmax(t, op):
     _check(t, op, op.operands[0], FLOAT)
     axis = t.axis(op, 1, len(t.dims(op.operands[0])))
@@ -109,6 +116,7 @@ def _mode(t, op):
     return mode
 
 
+@translates("coreai.interpolate")
 def _interpolate(t, op):
     """Interpolation one dim at a time, which is what N-linear interpolation is: along each dim
     whose coordinates are not the identity, the output gathers its two neighbours (one for
@@ -162,6 +170,7 @@ def _interpolate(t, op):
     t.emit(op, "identity", {"x": var.name})
 
 
+@translates("coreai.interpolate_coordinates")
 def _interpolate_coordinates(t, op):
     """Samples at N points of K coordinates each: the coordinates are clamped to the input;
     nearest_neighbor gathers the rounded point (halves to even), linear the 2^K corners around
@@ -204,20 +213,3 @@ def _interpolate_coordinates(t, op):
         term = t.aux("mul", {"x": value.name, "y": product.name}, table.dtype, [count])
         total = term if total is None else t.aux("add", {"x": total.name, "y": term.name}, table.dtype, [count])
     t.emit(op, "identity", {"x": total.name})
-
-
-OPS = {
-    "coreai.batch_matmul": _matmul,
-    "coreai.decomposable.broadcasting_batch_matmul": _matmul,
-    "coreai.conv2d": _conv,
-    "coreai.conv3d": _conv,
-    "coreai.conv_transpose2d": _conv_transpose,
-    "coreai.conv_transpose3d": _conv_transpose,
-    "coreai.max_pool_2d": _max_pool,
-    "coreai.max_pool_3d": _max_pool,
-    "coreai.sum_pool_2d": _sum_pool,
-    "coreai.sum_pool_3d": _sum_pool,
-    "coreai.softmax": _softmax,
-    "coreai.interpolate": _interpolate,
-    "coreai.interpolate_coordinates": _interpolate_coordinates,
-}

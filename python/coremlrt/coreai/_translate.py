@@ -2,9 +2,10 @@
 ``model.mil`` text, ``metadata.json`` and ``weights/weight.bin`` (docs/design/mil-text.md).
 
 This module holds the translator itself: values, constants, MIL text, nested blocks, inputs,
-outputs and states. Each ``_ops_*.py`` module translates one family of ops into it (its
-``OPS`` table); ``REFUSED`` names the ops refused by name, and why; an op form MIL lacks is
-refused by the op's translation. docs/design/coreai.md lists the mapping.
+outputs and states. Each ``_ops_*.py`` module translates one family of ops into it, registering
+its translators with ``@translates`` (``_registry.py``); ``REFUSED`` names the ops refused by
+name, and why; an op form MIL lacks is refused by the op's translation. docs/design/coreai.md
+lists the mapping.
 """
 
 import contextlib
@@ -19,11 +20,11 @@ import numpy as np
 from ._common import (BLOB_CODES, COMPUTED, ELEMENT_TYPES, FEATURE_TYPES, NUMPY_OF_MIL, SUB_BYTE_BITS, TOKEN,
                       Complex, Sparse, UnsupportedError, Var, computed_dtype, dims_of, element_kind, element_type,
                       mil_type, pack_bits, scalar_text, static_shape, unpack_bits)
-from . import _ops_compression, _ops_control, _ops_elementwise, _ops_nn, _ops_recurrent, _ops_reduce, _ops_tensor
-
-OPS = {}
-for _family in (_ops_elementwise, _ops_tensor, _ops_reduce, _ops_nn, _ops_control, _ops_compression):
-    OPS.update(_family.OPS)
+# Each _ops_FAMILY module registers its translators as it is imported (_ops_recurrent's reads
+# whole LSTM layers, through find_layers and translate_layer).
+from . import _ops_constexpr, _ops_control_flow, _ops_elementwise, _ops_nn, _ops_reduction, _ops_shape  # noqa: F401
+from . import _ops_recurrent
+from ._registry import TRANSLATORS
 
 # Ops of the dialect refused by name, with the reason given when refusing them.
 REFUSED = {
@@ -101,7 +102,7 @@ def untranslatable(operations, callees):
     walk(operations)
     for graph in callees.values():
         walk([o.operation for o in graph.regions[0].blocks[0].operations])
-    unknown = sorted(n for n in names if n not in OPS and n not in _TERMINATORS and n not in REFUSED)
+    unknown = sorted(n for n in names if n not in TRANSLATORS and n not in _TERMINATORS and n not in REFUSED)
     return unknown, {n: REFUSED[n] for n in sorted(names) if n in REFUSED}
 
 
@@ -226,9 +227,9 @@ class Translator:
         self._kept = []       # the arrays named in the scopes' consts: their ids must stay theirs
         self.output_names = {}
         self._written = {}    # MIL name -> (block lines, line, MIL op) of the op computing it (retract)
-        # State name -> the MLIR value the translated state holds (_ops_control.py write_through).
+        # State name -> the MLIR value the translated state holds (_ops_control_flow.py write_through).
         self.state_contents = {}
-        self.handle_positions = {}  # state name -> [(position, handle op)] (_ops_control.py)
+        self.handle_positions = {}  # state name -> [(position, handle op)] (_ops_control_flow.py)
         self.position = None        # of the op being translated in the function's own block
 
     # -- errors and operands -----------------------------------------------------------
@@ -399,7 +400,7 @@ class Translator:
     def retract(self, name):
         """Takes back the op that computes ``name`` (its line in the current block, which must be
         retractable), when a later op computes the same more directly and nothing else reads
-        it (_ops_tensor.py window_scatter)."""
+        it (_ops_shape.py window_scatter)."""
         lines, text, mil_op = self._written[name]
         lines.remove(text)
         self._scopes[-1].defined.discard(name)
@@ -517,7 +518,7 @@ class Translator:
         return None
 
     def _translate_op(self, op):
-        handler = OPS.get(op.name)
+        handler = TRANSLATORS.get(op.name)
         if handler is None:
             self.fail(f"coremlrt cannot translate {op.name}: {REFUSED.get(op.name, 'not a known op')}")
         for value in op.operands:
@@ -571,7 +572,7 @@ class Translator:
             self.values[argument] = Var(name, dtype, dims)
             self.inputs.append((name, FEATURE_TYPES[dtype], dims))
             self._arguments.append((mil_type(dtype, dims), name))
-        self.handle_positions = _ops_control.handle_positions(block, operations, self.values)
+        self.handle_positions = _ops_control_flow.handle_positions(block, operations, self.values)
         self.run(operations, top=True)
         self._finish(list(terminator.operands), output_names)
 

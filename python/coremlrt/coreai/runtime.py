@@ -24,7 +24,6 @@ describes the mapping; it can also be used directly, without the switch::
 import asyncio
 import concurrent.futures
 import enum
-import importlib.abc
 import os
 import sys
 import threading
@@ -33,6 +32,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
+from coremlrt_import_hook import AfterImportFinder, watching
 
 from .._core import Error
 
@@ -639,43 +639,14 @@ def _patch_asset(module):
     asset.executable = _executable(asset.executable)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Patches ``coreai.authoring.asset`` once it has been imported, for enable() called before it."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "coreai.authoring.asset":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
+def _asset_imported(name, module):
+    if enabled():
+        _after_import(name, module)
 
 
-class _PatchingLoader:
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__loader__ = module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        _remove_finder()
-        if enabled():
-            _after_import(module.__name__, module)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-def _remove_finder():
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterImport)]
+# Patches ``coreai.authoring.asset`` once it has been imported, for enable() called before it
+# (the finder is python/coremlrt_import_hook.py's, as the COREMLRT_COREAI hook's is).
+_ASSET_FINDER = AfterImportFinder(("coreai.authoring.asset",), _asset_imported)
 
 
 def _after_import(name, module):
@@ -708,9 +679,8 @@ def enable():
     asset = sys.modules.get("coreai.authoring.asset")
     if asset is None:
         # The COREMLRT_COREAI hook's finder (python/coremlrt_coreai_hook.py) patches it already.
-        if not any(isinstance(f, _AfterImport) or type(f).__module__ == "coremlrt_coreai_hook"
-                   for f in sys.meta_path):
-            sys.meta_path.insert(0, _AfterImport())
+        if not watching("coreai.authoring.asset"):
+            _ASSET_FINDER.install()
     else:
         _patch_asset(asset)  # nothing yet while asset.py is still importing coreai.runtime
 
@@ -718,7 +688,7 @@ def enable():
 def disable():
     """Undoes enable(): coreai.runtime is coreai-core's again. Objects made while enabled keep
     running on coremlrt."""
-    _remove_finder()
+    _ASSET_FINDER.uninstall()
     runtime = sys.modules.get("coreai.runtime")
     originals = _saved.pop("runtime", None)
     if runtime is not None and originals is not None:

@@ -17,7 +17,9 @@ import onnx
 from onnx import helper
 from onnx.external_data_helper import set_external_data
 
-from . import ops_classic, ops_detection, ops_elementwise, ops_image, ops_list, ops_misc, ops_nn, ops_recurrent, ops_shape  # noqa: F401  (they register their translators)
+# Each ops_FAMILY module registers its translators as it is imported.
+from . import (ops_classic, ops_control_flow, ops_detection, ops_elementwise, ops_misc, ops_nn,  # noqa: F401
+               ops_recurrent, ops_reduction, ops_resize, ops_sampling, ops_shape)
 from .graph import Constant, GraphBuilder, OpView, Unsupported
 from .quantized import Deferred
 from .registry import TRANSLATORS
@@ -91,7 +93,7 @@ class FunctionExport:
         self.builder.ios_version = function["ios_version"]
         self.builder.deferred = {}
         self.builder.reserved = _all_program_names(function["block"], set(v["name"] for v in function["inputs"]))
-        self.builder.list_families = ops_list.ListFamilies(function["block"], function["inputs"])
+        self.builder.list_families = ops_control_flow.ListFamilies(function["block"], function["inputs"])
         self.problems = []
         self.states = {}  # state name -> ONNX name of its current value
         self.graph_inputs = []
@@ -272,7 +274,7 @@ class FunctionExport:
         types = [view.type_of("loop_vars", i) for i in range(count)]
         if any(t["kind"] not in ("tensor", "list") for t in types):
             raise Unsupported("loop variables that are neither tensors nor lists")
-        # A list variable is its dense tensor [length, *element] (ops_list.py), whose length
+        # A list variable is its dense tensor [length, *element] (ops_control_flow.py), whose length
         # may change between iterations.
         types = [t if t["kind"] == "tensor" else _list_tensor_type(b, binding["name"], t)
                  for t, binding in zip(types, view.bindings("loop_vars"))]
@@ -368,7 +370,7 @@ OWN_TRANSLATIONS = {
 
 
 def _list_tensor_type(builder, name, type_dict):
-    dims = ops_list.element_dims(builder, name)
+    dims = ops_control_flow.element_dims(builder, name)
     if dims is None:
         return dict(type_dict, kind="tensor", rank=-1, dims=[])
     return dict(type_dict, kind="tensor", rank=len(dims) + 1, dims=[-1] + list(dims))

@@ -1,4 +1,4 @@
-"""Shape, indexing and reduction ops.
+"""Shape and indexing ops.
 
 MIL index parameters are int32 where ONNX wants int64, so run-time indices and shapes pass a
 Cast; constant ones are written as int64 initializers. Slices follow src/ops/slice.cc: Python
@@ -374,45 +374,6 @@ def topk(v):
         b.node("Cast", [indices], [v.output(1)], to=b.onnx_type(v.output_dtype(1)))
 
 
-_REDUCE = {
-    "reduce_sum": "ReduceSum", "reduce_mean": "ReduceMean", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin",
-    "reduce_prod": "ReduceProd", "reduce_l1_norm": "ReduceL1", "reduce_l2_norm": "ReduceL2",
-    "reduce_log_sum": "ReduceLogSum", "reduce_log_sum_exp": "ReduceLogSumExp", "reduce_sum_square": "ReduceSumSquare",
-}
-
-
-@translates(*_REDUCE)
-def reduce(v):
-    b = v.builder
-    axes = v.ints("axes")
-    rank = v.rank("x")
-    keep = bool(v.scalar("keep_dims", False))
-    if v.type in ("reduce_mean", "reduce_max") and rank == 4 and axes is not None and \
-            sorted(a % rank for a in axes) == [2, 3]:
-        # A spatial mean or max of an image as the global pooling op: ONNX Runtime keeps it in its
-        # blocked layout after the convolutions, where ReduceMean first converts the whole tensor
-        # back (measured on mobilenet_v2: 1.68x torch's own export with ReduceMean).
-        pool = "GlobalAveragePool" if v.type == "reduce_mean" else "GlobalMaxPool"
-        if keep:
-            b.node(pool, [v.input("x")], [v.output()])
-        else:
-            b.node("Squeeze", [b.node(pool, [v.input("x")]), b.const_int64([2, 3], "axes")], [v.output()])
-        return
-    inputs = [v.input("x")]
-    if axes is not None:
-        inputs.append(b.const_int64(axes, "axes"))
-    b.node(_REDUCE[v.type], inputs, [v.output()], keepdims=int(keep))
-
-
-@translates("reduce_argmax", "reduce_argmin")
-def reduce_arg(v):
-    b = v.builder
-    op = "ArgMax" if v.type == "reduce_argmax" else "ArgMin"
-    index = b.node(op, [v.input("x")], axis=int(v.scalar("axis", -1)),
-                   keepdims=int(bool(v.scalar("keep_dims", False))))
-    b.node("Cast", [index], [v.output()], to=b.onnx_type(v.output_dtype()))
-
-
 @translates("band_part")
 def band_part(v):
     b = v.builder
@@ -428,7 +389,6 @@ def band_part(v):
         upper_part = b.node("Trilu", [x, b.const_int64(-lower, "k")], upper=1) if lower >= 0 else x
         b.node("Trilu", [upper_part, b.const_int64(upper, "k")], [v.output()], upper=0) if upper >= 0 else \
             b.node("Identity", [upper_part], [v.output()])
-
 
 
 @translates("argsort")
@@ -463,30 +423,6 @@ def one_hot(v):
                                       dtype={"float16": np.float16, "float32": np.float32, "int32": np.int32,
                                              "bool": np.bool_}[b.float_dtype(dtype)]), "on_off")
     b.node("OneHot", [indices, depth, values], [v.output()], axis=int(v.scalar("axis", -1)))
-
-
-@translates("crop")
-def crop(v):
-    b = v.builder
-    top, bottom = v.ints("crop_height")
-    left, right = v.ints("crop_width")
-    ends = [-bottom if bottom else INT64_MAX, -right if right else INT64_MAX]
-    b.node("Slice", [v.input("x"), b.const_int64([top, left], "starts"), b.const_int64(ends, "ends"),
-                     b.const_int64([-2, -1], "axes")], [v.output()])
-
-
-@translates("pixel_unshuffle")
-def pixel_unshuffle(v):
-    """[N, C, H*f, W*f] -> [N, C*f*f, H, W] in PyTorch's order (src/ops/space.cc)."""
-    b = v.builder
-    dims = _static_dims(v.type_of("x"))
-    if dims is None or len(dims) != 4:
-        raise Unsupported("pixel_unshuffle of a shape known only at run time")
-    f = int(v.scalar("downscale_factor"))
-    n, c, h, w = dims
-    split = b.node("Reshape", [v.input("x"), b.const_int64([n, c, h // f, f, w // f, f], "split")])
-    moved = b.node("Transpose", [split], perm=[0, 1, 3, 5, 2, 4])
-    b.node("Reshape", [moved, b.const_int64([n, c * f * f, h // f, w // f], "merged")], [v.output()])
 
 
 @translates("reverse_sequence")

@@ -63,7 +63,7 @@ def test_array_same_collection_type(client, models):
     loads = client.run(_worker_loads)
     assert len(loads) == 2 and all(n <= 1 for n in loads.values()) and sum(loads.values()) >= 1
     # Each worker process has one task slot: its model predicts on one thread, not on every core
-    # of the machine beside the other worker (coremlrt/dask.py, _WorkerModel).
+    # of the machine beside the other worker (coremlrt/batch/dask.py, _WorkerModel).
     per_worker = list(client.run(_worker_model_threads).values())
     assert any(per_worker) and all(threads == [1] for threads in per_worker if threads)
 

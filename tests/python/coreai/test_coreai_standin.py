@@ -37,6 +37,7 @@ import coreai_oracle  # noqa: E402
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
 HOOK_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_coreai_hook.py"))
 PTH_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_coreai.pth"))
+FINDER_SOURCE = os.path.abspath(os.path.join(PYTHON_DIR, "coremlrt_import_hook.py"))
 
 # Both sides compute in fp32; the differences are summation order only (coremlrt against
 # coreai's runtime: at most 9e-8 on these models, docs/design/coreai.md).
@@ -329,8 +330,11 @@ with open(sys.argv[2], "wb") as out:
 
 # What COREMLRT_COREAI=1 does through coremlrt_coreai.pth, done by hand from the source tree
 # (test_pth_file checks the .pth itself).
+# The hook imports its finder (coremlrt_import_hook.py), which lies beside it as in site-packages;
+# python/ is appended to the path, so coremlrt itself still comes from the build or the install.
 HOOK_PRELUDE = f"""
 import importlib.util, sys
+sys.path.append({os.path.dirname(HOOK_SOURCE)!r})
 spec = importlib.util.spec_from_file_location("coremlrt_coreai_hook", {HOOK_SOURCE!r})
 hook = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hook)
@@ -433,6 +437,7 @@ def test_pth_file(models, tmp_path):
     site_dir.mkdir()
     shutil.copy(PTH_SOURCE, site_dir)
     shutil.copy(HOOK_SOURCE, site_dir)
+    shutil.copy(FINDER_SOURCE, site_dir)
     script = f"""
         import site, sys
         site.addsitedir({str(site_dir)!r})

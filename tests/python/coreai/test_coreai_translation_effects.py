@@ -222,7 +222,7 @@ class _LayerCaches(torch.nn.Module):
 def test_a_row_written_into_a_stacked_cache_state_is_one_scatter_in_place(tmp_path):
     """Each layer's index_copy_ (copy the layer out, scatter the row into it, select it back) is
     one scatter_nd into the whole cache, written through to the state and read back
-    (_ops_tensor.py window_scatter, _ops_control.py write_through): the engine writes each row
+    (_ops_shape.py window_scatter, _ops_control_flow.py write_through): the engine writes each row
     in place, and the attention-like reads of every layer see the rows written before them."""
     path = convert(_LayerCaches().eval(), (torch.randn(2, 1, 4), torch.tensor([3], dtype=torch.int32)),
                    ["x", "start"], ["y"], tmp_path / "m.aimodel", states=["k_cache"])

@@ -334,14 +334,15 @@ def test_hook_module_without_pth(tmp_path):
     """The hook's lazy finder, installed by hand from the source tree (no .pth needed)."""
     script = f"""
         import importlib.util, sys
+        sys.path.append({os.path.dirname(os.path.abspath(HOOK_SOURCE))!r})  # the hook's finder, beside it
         spec = importlib.util.spec_from_file_location("coremlrt_coremltools_hook", {HOOK_SOURCE!r})
         hook = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(hook)
         hook.install()
         assert "coremlrt" not in sys.modules
         import coremltools as ct
-        assert ct.__spec__.loader.__class__.__name__ != "_EnableAfterImport"
-        assert not any(isinstance(f, hook._Finder) for f in sys.meta_path)
+        assert ct.__spec__.loader.__class__.__name__ != "_RunAfterLoader"
+        assert hook.FINDER not in sys.meta_path
         import numpy as np
         sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
         import corpus

@@ -312,7 +312,7 @@ def test_flexible_inputs_become_symbolic_dims_that_say_the_allowed_sizes(tmp_pat
 def test_a_list_folded_at_load_is_read_and_exported(tmp_path):
     """make_list and list_write of constants fold at load into a list value, which is no array:
     the program view leaves it out of the known values (it once crashed the process there), so
-    the export writes the list ops themselves (ops_list.py)."""
+    the export writes the list ops themselves (ops_control_flow.py)."""
     import warnings
 
     ct = pytest.importorskip("coremltools")

@@ -35,7 +35,7 @@ def _package(directory, name, form):
     the state's buffer: src/ops/slice.cc), "reused" (fp16, the value read is also used after the
     update), or
     "scatter_fp16" / "scatter_fp32": a scatter_nd (mode update) in the slice_update's place, as
-    Core AI programs write a cache row (python/coremlrt/coreai/_ops_tensor.py window_scatter);
+    Core AI programs write a cache row (python/coremlrt/coreai/_ops_shape.py window_scatter);
     it writes the row twice, kv / 2 then kv, so the last write must win."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb

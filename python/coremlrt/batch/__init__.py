@@ -3,10 +3,10 @@
     result = coremlrt.predict_dataset("model.mlpackage", "inputs/", output="predictions/")
     print(result.written, result.failed, result.throughput)
 
-Records (see batch_records.py for the dataset forms) are predicted on a pool of threads:
+Records (see batch/records.py for the dataset forms) are predicted on a pool of threads:
 ``predict`` releases the GIL while the engine computes and each call takes its own execution
 context from the model's pool, so N threads keep N cores busy on one loaded model. Outputs
-are written as they come, in shards (batch_output.py); a record that fails is reported with
+are written as they come, in shards (batch/output.py); a record that fails is reported with
 its index and error and the run goes on, unless ``fail_fast``.
 """
 
@@ -16,9 +16,9 @@ import os
 import sys
 import time
 
-from .batch_output import ShardWriter, read_errors, read_outputs  # noqa: F401 - part of this module's API
-from .batch_records import open_records
-from .model import ComputeUnit, Error, MLModel
+from .output import ShardWriter, read_errors, read_outputs  # noqa: F401 - part of this module's API
+from .records import open_records
+from ..model import ComputeUnit, Error, MLModel
 
 
 class BatchResult:
@@ -66,7 +66,7 @@ def as_model(model, function_name=None, compute_units=None):
             raise Error(f"function_name {function_name!r} given with a model loaded for "
                         f"function {model.function_name!r}")
         return model
-    from .model import cached_model
+    from ..model import cached_model
 
     return cached_model(model, compute_units or ComputeUnit.ALL, function_name)
 
@@ -78,7 +78,7 @@ def for_parallel_predictions(model, predictions_at_once, threads=None):
     A model loaded for one prediction at a time gives each prediction every thread, and the
     OpenVINO backend queues predictions that arrive together (include/coremlrt/model.h,
     LoadOptions::concurrent_predictions); a batch run's threads or a worker's task slots then
-    wait for each other. The same model is loaded again (once per process: model_cache.py)
+    wait for each other. The same model is loaded again (once per process: coremlrt.model_cache)
     with the concurrency the caller will use. A model given as bytes, or already loaded so,
     is returned as it is."""
     options = model._options
@@ -88,7 +88,7 @@ def for_parallel_predictions(model, predictions_at_once, threads=None):
         wanted.threads = threads
     if wanted == options or model.package_path.startswith("coremlrt-memory:") or options.backend == "reference":
         return model
-    from .model import cached_model_for
+    from ..model import cached_model_for
 
     return cached_model_for(model.package_path, model.compute_unit, wanted)
 

@@ -1,5 +1,6 @@
 """Compressed weights and quantization: lut_to_dense, blockwise_shift_scale, dequantize,
-the bitmask-sparse ops and quantize.
+the bitmask-sparse ops and quantize (the constexpr family, src/ops/constexpr.cc; a computed
+value's dequantize / quantize is src/ops/quantization.cc's).
 
 Constant operands become MIL's iOS18 ``constexpr_*`` ops (docs/design/compressed-weights.md),
 whose packed inputs the engine keeps packed: sub-byte indices and codes are written to
@@ -10,6 +11,7 @@ iOS17 ``dequantize`` / ``quantize``.
 import numpy as np
 
 from ._common import FLOAT, NUMPY_OF_MIL, Sparse, Var, element_type
+from ._registry import translates
 
 
 def _stored(t, value, what, op):
@@ -23,6 +25,7 @@ def _stored(t, value, what, op):
     return t.const_name(held, element_type(value.type, t.where)[0])
 
 
+@translates("coreai.lut_to_dense")
 def _lut_to_dense(t, op):
     indices, lut = op.operands[0], op.operands[1]
     table = t.const_of(lut, "lut", op)
@@ -53,6 +56,7 @@ def _shift_scale(t, op, data, scale, offset1, offset2, block_shape):
     t.emit(op, "constexpr_blockwise_shift_scale", arguments, compressed=True)
 
 
+@translates("coreai.blockwise_shift_scale")
 def _blockwise_shift_scale(t, op):
     data, scale, offset1, offset2 = op.operands
     _shift_scale(t, op, data, scale, offset1, offset2, t.dims(scale))
@@ -72,6 +76,7 @@ def _per_axis_shape(t, op, rank, parameter):
     return shape, axis
 
 
+@translates("coreai.dequantize")
 def _dequantize(t, op):
     data, scale, offset1, offset2 = op.operands[:4]
     rank = len(t.dims(data))
@@ -101,6 +106,7 @@ def _dequantize(t, op):
     t.emit(op, "add", {"x": scaled.name, "y": t.const(bias.reshape(block_shape), out_dtype)})
 
 
+@translates("coreai.quantize")
 def _quantize(t, op):
     """q = clip(round((x - offset2) / scale) + offset1): MIL's quantize rounds x / scale half
     to even (src/ops/quantization.cc) and clips to int8 or uint8."""
@@ -128,6 +134,7 @@ def _quantize(t, op):
     t.emit(op, "quantize", arguments)
 
 
+@translates("coreai.build_sparse_with_bitmask")
 def _build_sparse(t, op):
     values, mask = op.operands
     bits, count = t.constant(mask), t.dims(values)[0]
@@ -144,11 +151,13 @@ def _sparse_of(t, op, value):
     return held
 
 
+@translates("coreai.sparse_with_bitmask_to_dense")
 def _sparse_to_dense(t, op):
     sparse = _sparse_of(t, op, op.operands[0])
     t.emit(op, "constexpr_sparse_to_dense", {"nonzero_data": sparse.values, "mask": sparse.mask}, compressed=True)
 
 
+@translates("coreai.lut_to_sparse_with_bitmask")
 def _lut_to_sparse(t, op):
     sparse = _sparse_of(t, op, op.operands[0])
     lut = op.operands[1]
@@ -165,14 +174,3 @@ def _lut_to_sparse(t, op):
     count = sparse.count * vector
     mask, values = t.aux_many("constexpr_lut_to_sparse", arguments, [("uint1", dims), (dtype, [count])])
     t.values[op.results[0]] = Sparse(values.name, mask.name, dims, count)
-
-
-OPS = {
-    "coreai.lut_to_dense": _lut_to_dense,
-    "coreai.blockwise_shift_scale": _blockwise_shift_scale,
-    "coreai.dequantize": _dequantize,
-    "coreai.quantize": _quantize,
-    "coreai.build_sparse_with_bitmask": _build_sparse,
-    "coreai.sparse_with_bitmask_to_dense": _sparse_to_dense,
-    "coreai.lut_to_sparse_with_bitmask": _lut_to_sparse,
-}

@@ -1,4 +1,4 @@
-"""MIL's list ops through the ONNX export (ops_list.py): each program built with coremltools'
+"""MIL's list ops through the ONNX export (ops_control_flow.py): each program built with coremltools'
 MIL builder, exported, checked, run with ONNX Runtime and compared with coremlrt's prediction
 of the same model, exactly (lists only move values).
 

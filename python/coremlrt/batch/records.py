@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from .model import Error
+from ..model import Error
 
 _PARQUET_ROWS_PER_READ = 1024
 

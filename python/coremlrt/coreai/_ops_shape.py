@@ -1,4 +1,7 @@
-"""Tensor ops: constants, shapes, slices, concatenation, padding, tiling, gathers and scatters.
+"""Shape ops: constants, shapes, slices, concatenation, padding, tiling, gathers and scatters
+(the shape family, src/ops/shape.cc, as onnx_export/ops_shape.py holds it: slices are
+src/ops/slice.cc's, gathers and scatters src/ops/gather.cc's, range and non_zero
+src/ops/tensor_ops.cc's).
 
 Integer operands that configure an op (permutations, shapes, axes, slice bounds, padding,
 repetitions) must be constants and become the MIL op's parameters; ops whose data operands
@@ -8,9 +11,11 @@ are constants too are folded in numpy (a weight's transpose, a composite's shape
 import numpy as np
 
 from ._common import Var
-from ._ops_control import write_through
+from ._ops_control_flow import write_through
+from ._registry import translates
 
 
+@translates("coreai.constant")
 def _constant(t, op):
     if t.constant(op.results[0]) is not None:  # a graph inlined again: the same array
         return
@@ -26,6 +31,7 @@ def _matmul_users_only(value, operands=(1,)):
                               for use in uses)
 
 
+@translates("coreai.transpose")
 def _transpose(t, op):
     perm = t.ints(op, 1, "permutation")
     source = t.values[op.operands[0]]
@@ -54,6 +60,7 @@ def _transpose(t, op):
     t.emit(op, "transpose", {"x": source.name, "perm": t.param(perm, "int32")})
 
 
+@translates("coreai.reshape")
 def _reshape(t, op):
     dims = t.dims(op.results[0])
     source = t.values[op.operands[0]]
@@ -71,6 +78,7 @@ def _reshape(t, op):
     t.emit(op, "reshape", {"x": t.operand(op.operands[0]), "shape": target})
 
 
+@translates("coreai.expand_dims", "coreai.shrink_dims")
 def _expand_or_shrink(t, op):
     """expand_dims / shrink_dims: a reshape to the result's dims (expand_dims / squeeze where
     they are dynamic)."""
@@ -92,6 +100,7 @@ def _expand_or_shrink(t, op):
 _WHERE = ("coreai.where", "coreai.decomposable.broadcasting_where")
 
 
+@translates("coreai.broadcast_in_dims")
 def _broadcast_in_dims(t, op):
     """tile: the sizes at the (size-1) axes, 1 elsewhere; computed sizes are put in place with
     slices and a concat."""
@@ -134,6 +143,7 @@ def _broadcast_in_dims(t, op):
     t.emit(op, "tile", {"x": t.operand(op.operands[0]), "reps": reps.name})
 
 
+@translates("coreai.broadcast_to")
 def _broadcast_to(t, op):
     """tile after prepending unit dims: a dim of size 1 repeats to the target's size, any other
     is the target's already. With a computed target or dims unknown until prediction, the
@@ -164,6 +174,7 @@ def _broadcast_to(t, op):
     t.emit(op, "tile", {"x": name, "reps": reps})
 
 
+@translates("coreai.broadcast_shapes")
 def _broadcast_shapes(t, op):
     a, b = (t.constant(v) for v in op.operands)
     if a is not None and b is not None:
@@ -185,6 +196,7 @@ def _broadcast_shapes(t, op):
     t.emit(op, "select", {"cond": is_one.name, "a": padded[1].name, "b": padded[0].name})
 
 
+@translates("coreai.get_shape")
 def _get_shape(t, op):
     dims = t.dims(op.operands[0])
     if None not in dims:
@@ -193,6 +205,7 @@ def _get_shape(t, op):
     t.emit(op, "shape", {"x": t.operand(op.operands[0])})
 
 
+@translates("coreai.range")
 def _range(t, op):
     if t.all_constant(op.operands):
         start, stop, step = (t.constant(v).reshape(()) for v in op.operands)
@@ -241,6 +254,7 @@ def _numpy_index(begin, end, end_mask, strides):
     return tuple(slice(b, None if m else e, st) for b, e, m, st in zip(begin, end, end_mask, strides))
 
 
+@translates("coreai.slice")
 def _slice(t, op):
     dims = t.dims(op.operands[0])
     strides = t.ints(op, 3, "strides")
@@ -271,6 +285,7 @@ def _box(dims, begin, end, end_mask, strides):
     return lo, hi
 
 
+@translates("coreai.slice_update")
 def _slice_update(t, op):
     dims = t.dims(op.operands[0])
     strides = t.ints(op, 3, "strides")
@@ -291,6 +306,7 @@ def _slice_update(t, op):
     write_through(t, op, op.operands[0])
 
 
+@translates("coreai.concat")
 def _concat(t, op):
     rank = len(t.dims(op.operands[1]))
     axis = t.axis(op, 0, rank, "dimension")
@@ -304,6 +320,7 @@ def _concat(t, op):
                           "interleave": t.param(False, "bool")})
 
 
+@translates("coreai.split")
 def _split(t, op):
     dims = t.dims(op.operands[0])
     axis = t.axis(op, 2, len(dims), "dim")
@@ -361,6 +378,7 @@ def _foldable_pad(t, op, mode, padding, value, rank):
     return [p for pair in pairs[rank - spatial:] for p in pair]
 
 
+@translates("coreai.pad")
 def _pad(t, op):
     mode = str(op.attributes["padding_mode"])
     mode = mode[mode.find("<") + 1:mode.rfind(">")]
@@ -441,6 +459,7 @@ def _pad_by_slices(t, op, mode, padding, first, padded):
     t.emit(op, "identity", {"x": var.name}, dims=[var.dims])
 
 
+@translates("coreai.tile")
 def _tile(t, op):
     reps = t.ints(op, 1, "dims")
     rank = len(t.dims(op.operands[0]))
@@ -452,6 +471,7 @@ def _tile(t, op):
     t.emit(op, "tile", {"x": source.name, "reps": t.param(reps, "int32")})
 
 
+@translates("coreai.reverse")
 def _reverse(t, op):
     rank = len(t.dims(op.operands[0]))
     axes = sorted(a % rank for a in t.ints(op, 1, "dims"))
@@ -465,6 +485,7 @@ def _reverse(t, op):
     t.emit(op, "reverse", {"x": source.name, "axes": t.param(axes, "int32")})
 
 
+@translates("coreai.gather_nd")
 def _gather_nd(t, op):
     # Negative indices wrap once; MIL's gather ops without validate_indices wrap them too,
     # and coremlrt fails a prediction on an index outside [-size, size).
@@ -484,6 +505,7 @@ def _gather_nd(t, op):
                              "batch_dims": t.param(0, "int32")})
 
 
+@translates("coreai.gather_along_axis")
 def _gather_along_axis(t, op):
     x, indices = op.operands[0], op.operands[1]
     rank = len(t.dims(x))
@@ -508,6 +530,7 @@ def wrapped_indices(t, indices_value, sizes):
     return t.aux("select", {"cond": negative.name, "a": shifted.name, "b": var.name}, "int32", var.dims).name
 
 
+@translates("coreai.scatter_nd")
 def _scatter_nd(t, op):
     # Only the replace update function (the region yields its second argument) is MIL's
     # scatter_nd mode "update"; other update functions are refused.
@@ -596,6 +619,7 @@ def window_scatter(t, op, box):
 _SCATTER_MODES = ("update", "add", "sub", "mul", "div", "max", "min")
 
 
+@translates("coreai.scatter_along_axis")
 def _scatter_along_axis(t, op):
     mode = "update"
     if "scatter_mode" in op.attributes:
@@ -613,35 +637,10 @@ def _scatter_along_axis(t, op):
                                       "axis": t.param(axis, "int32"), "mode": t.param(mode, "string")})
 
 
+@translates("coreai.non_zero")
 def _non_zero(t, op):
     source = t.values[op.operands[0]]
     if isinstance(source, np.ndarray):
         t.fold(op, np.argwhere(source))
         return
     t.emit(op, "non_zero", {"x": source.name})
-
-
-OPS = {
-    "coreai.constant": _constant,
-    "coreai.transpose": _transpose,
-    "coreai.reshape": _reshape,
-    "coreai.expand_dims": _expand_or_shrink,
-    "coreai.shrink_dims": _expand_or_shrink,
-    "coreai.broadcast_in_dims": _broadcast_in_dims,
-    "coreai.broadcast_to": _broadcast_to,
-    "coreai.broadcast_shapes": _broadcast_shapes,
-    "coreai.get_shape": _get_shape,
-    "coreai.range": _range,
-    "coreai.slice": _slice,
-    "coreai.slice_update": _slice_update,
-    "coreai.concat": _concat,
-    "coreai.split": _split,
-    "coreai.pad": _pad,
-    "coreai.tile": _tile,
-    "coreai.reverse": _reverse,
-    "coreai.gather_nd": _gather_nd,
-    "coreai.gather_along_axis": _gather_along_axis,
-    "coreai.scatter_nd": _scatter_nd,
-    "coreai.scatter_along_axis": _scatter_along_axis,
-    "coreai.non_zero": _non_zero,
-}

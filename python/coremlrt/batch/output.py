@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from .model import Error
+from ..model import Error
 
 ERRORS_FILE = "_errors.jsonl"
 _SHARD = re.compile(r"^part-(\d+)\.(npz|parquet)$")

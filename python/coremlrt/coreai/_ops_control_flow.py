@@ -1,5 +1,6 @@
 """Graphs, control flow and states: invoke (inlined), if -> cond, while -> while_loop,
-isolated_group (inlined), and the handle ops (read_state / write_state).
+isolated_group (inlined), and the handle ops (read_state / write_state): the control_flow family
+(src/ops/control_flow.cc; the state kernels are src/ops/state.cc).
 
 MIL's blocks (docs/design/coreml-format.md, "Control flow blocks") read values of the blocks
 around them, as Core AI regions do; a block's outputs are values it computes, so an input or
@@ -9,6 +10,7 @@ outer value it passes through is copied with identity.
 import re
 
 from ._common import TOKEN, Var, dims_of
+from ._registry import translates
 
 
 def _bind(t, block, values):
@@ -21,6 +23,7 @@ def _run_block(t, block):
     return t.run([o.operation for o in block.operations])
 
 
+@translates("coreai.invoke")
 def _invoke(t, op):
     """A call of another graph of the module (a composite such as layer_norm): inlined."""
     # Printed as `#param.constant<@name> : !param.symbol` (or a plain `@name`).
@@ -40,6 +43,7 @@ def _invoke(t, op):
         t.values[result] = t.values[value]
 
 
+@translates("coreai.isolated_group")
 def _isolated_group(t, op):
     """Ops grouped for one delegate: the grouping has no meaning for the result, so inlined."""
     block = op.regions[0].blocks[0]
@@ -49,6 +53,7 @@ def _isolated_group(t, op):
         t.values[result] = t.values[value]
 
 
+@translates("coreai.if")
 def _if(t, op):
     if len(op.regions[1].blocks) == 0:
         t.fail("coreai.if without an else region is not supported")
@@ -66,6 +71,7 @@ def _forwards_arguments(before, condition):
     return list(condition.operands)[1:] == list(before.arguments)
 
 
+@translates("coreai.while")
 def _while(t, op):
     """MIL's while_loop carries the values of the before region's arguments (the inits, then
     what the after region yields); its condition block is the before region. When the
@@ -105,6 +111,7 @@ def _while(t, op):
 # bytecode's order already follows each token chain, so tokens translate to nothing. A
 # write_handle is written even when its token is unused (Core AI may drop such tokens), unless
 # the state holds its value already (write_through below).
+@translates("coreai.create_token", "coreai.join_token")
 def _token(t, op):
     t.values[op.results[0]] = TOKEN
 
@@ -116,6 +123,7 @@ def _state_of(t, op):
     return held
 
 
+@translates("coreai.read_handle")
 def _read_handle(t, op):
     state = _state_of(t, op)
     dtype = state.dtype[len("state<"):-1]
@@ -139,6 +147,7 @@ def _write_state(t, state_name, data_name):
     t.count("write_state")
 
 
+@translates("coreai.write_handle")
 def _write_handle(t, op):
     state = _state_of(t, op)
     # A value the state holds already (written through, or read and written back unchanged)
@@ -199,15 +208,3 @@ def write_through(t, op, source):
         t.values[op.results[0]] = t.aux("read_state", {"input": state_name}, updated.dtype, updated.dims)
         t.state_contents[state_name] = op.results[0]
         return
-
-
-OPS = {
-    "coreai.invoke": _invoke,
-    "coreai.isolated_group": _isolated_group,
-    "coreai.if": _if,
-    "coreai.while": _while,
-    "coreai.create_token": _token,
-    "coreai.join_token": _token,
-    "coreai.read_handle": _read_handle,
-    "coreai.write_handle": _write_handle,
-}

@@ -1,4 +1,5 @@
-"""Reductions, arg-reductions, scans, sorts and the quantization statistics.
+"""Reductions, arg-reductions, scans, sorts and the quantization statistics (the reduction
+family, src/ops/reduction.cc; MIL's cumsum and argsort kernels are in src/ops/tensor_ops.cc).
 
 Core AI keeps reduced dims (size 1), as MIL's reductions do with ``keep_dims = true``. The
 region-defined ``reduce`` and ``reduce_index`` are refused before loading (``__init__.py``):
@@ -8,6 +9,7 @@ coreai-core cannot read them back from bytecode.
 import numpy as np
 
 from ._common import BOOL, COMPUTED, FLOAT, FLOAT_INT
+from ._registry import translates
 
 _REDUCE = {"reduce_sum": ("reduce_sum", np.sum), "reduce_mean": ("reduce_mean", np.mean),
            "reduce_max": ("reduce_max", np.max), "reduce_min": ("reduce_min", np.min),
@@ -27,6 +29,7 @@ def _check(t, op, value, kinds):
                f"{'/'.join(kinds)})")
 
 
+@translates(*(f"coreai.{name}" for name in _REDUCE))
 def _reduce(t, op):
     mil_op, fold = _REDUCE[op.name.rsplit(".", 1)[-1]]
     x = op.operands[0]
@@ -49,6 +52,7 @@ def _bool_reduce(t, op, x, axes, mil_op):
     return reduced
 
 
+@translates("coreai.all", "coreai.any")
 def _all_any(t, op):
     x = op.operands[0]
     _check(t, op, x, BOOL)
@@ -62,6 +66,7 @@ def _all_any(t, op):
     t.emit(op, "cast", {"x": reduced.name, "dtype": t.param("bool", "string")})
 
 
+@translates("coreai.argmax")
 def _argmax(t, op):
     x = op.operands[0]
     _check(t, op, x, FLOAT_INT)
@@ -75,6 +80,7 @@ def _argmax(t, op):
 _SCAN_COMBINERS = {0: "sum", 1: "product", 2: "min", 3: "max"}
 
 
+@translates("coreai.scan")
 def _scan(t, op):
     code = int(str(op.attributes["scan_op"]).split(":")[0]) if "scan_op" in op.attributes else 0
     combiner = _SCAN_COMBINERS.get(code, str(code))
@@ -106,17 +112,20 @@ def _sort_indices(t, op):
     return var, axis, {"x": key, "axis": t.param(axis, "int32"), "ascending": t.param(ascending, "bool")}
 
 
+@translates("coreai.argsort")
 def _argsort(t, op):
     _, _, arguments = _sort_indices(t, op)
     t.emit(op, "argsort", arguments)
 
 
+@translates("coreai.sort")
 def _sort(t, op):
     var, axis, arguments = _sort_indices(t, op)
     indices = t.aux("argsort", arguments, "int32", var.dims)
     t.emit(op, "gather_along_axis", {"x": var.name, "indices": indices.name, "axis": t.param(axis, "int32")})
 
 
+@translates("coreai.symmetric_quantization_statistics", "coreai.asymmetric_quantization_statistics")
 def _statistics(t, op):
     """Per-channel quantization statistics along an axis, computed as the docstrings write them."""
     x, value_range = op.operands[0], op.operands[1]
@@ -160,15 +169,3 @@ def _statistics(t, op):
         return
     cast = t.aux("cast", {"x": clipped.name, "dtype": t.param(dtype, "string")}, dtype, channel)
     t.values[zero_point] = cast
-
-
-OPS = {f"coreai.{name}": _reduce for name in _REDUCE}
-OPS.update({
-    "coreai.all": _all_any, "coreai.any": _all_any,
-    "coreai.argmax": _argmax,
-    "coreai.scan": _scan,
-    "coreai.argsort": _argsort,
-    "coreai.sort": _sort,
-    "coreai.symmetric_quantization_statistics": _statistics,
-    "coreai.asymmetric_quantization_statistics": _statistics,
-})
