@@ -163,14 +163,20 @@ void run_layer(KernelContext& ctx, int x, const std::vector<int>& state_inputs, 
   if (tx.rank() != 3 || tx.shape[2] != input_size)
     ctx.fail("x must be [s, b, ", input_size, "], got ", shape_str(tx.shape));
   const int64_t seq = tx.shape[0], batch = tx.shape[1];
+  // A state is [b, D*H]. One of more rows is read for its first b: coremltools' torch frontend
+  // sizes the zero initial state of an lstm over a packed sequence by the longest sequence length
+  // rather than the batch (its _pack_padded_sequence passes the lengths on as batch_sizes), and
+  // its test of that conversion expects Core ML to give torch's result.
+  const int64_t row = dirs * hidden;
   std::vector<std::vector<float>> states;
   for (int index : state_inputs) {
     const Tensor& t = ctx.input(index);
-    if (t.numel() != batch * dirs * hidden)
-      ctx.fail("initial state ", shape_str(t.shape), " must be [", batch, ", ", dirs * hidden, "]");
+    const bool more_rows = t.rank() == 2 && t.shape[1] == row && t.shape[0] > batch;
+    if (t.numel() != batch * row && !more_rows)
+      ctx.fail("initial state ", shape_str(t.shape), " must be [", batch, ", ", row, "]");
     std::vector<float> scratch;
     const float* p = read_floats(t, scratch);
-    states.emplace_back(p, p + t.numel());
+    states.emplace_back(p, p + batch * row);
   }
   Tensor& out = ctx.allocate_output(0, tx.dtype, {output_sequence ? seq : 1, batch, dirs * hidden});
   std::vector<float> xs, os;

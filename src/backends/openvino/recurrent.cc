@@ -37,6 +37,12 @@ Verdict check_lstm(const OpReader& op) {
   for (const char* p : {"weight_ih", "weight_hh", "bias"})
     if (op.count(p) && !op.constant(p)) return Verdict::refuse(std::string(p) + " is not known at load");
   if (op.type("x").rank != 3) return Verdict::refuse("x is not [seq, batch, input]");
+  // The lowering reshapes each state to [batch, 1, H]; our kernel also reads a state of more rows
+  // than the batch (for its first rows), which such a reshape would refuse.
+  const int64_t batch = op.type("x").dims[1];
+  for (const char* p : {"initial_h", "initial_c"})
+    if (op.type(p).rank != 2 || op.type(p).dims[0] != batch)
+      return Verdict::refuse(std::string(p) + " is not known to have x's batch of rows");
   return Verdict::claim();
 }
 

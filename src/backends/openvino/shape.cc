@@ -40,8 +40,12 @@ void add_shape_lowerings(LoweringTable& t) {
                    return Verdict::claim();
                  },
                  [](Lowerer& op) -> std::vector<Value> {
+                   // MIL joins scalars as one-element vectors (coremltools writes concat((1, n, H)) for
+                   // a shape); OpenVINO's Concat needs each input of rank 1 or more.
                    ov::OutputVector values;
-                   for (size_t i = 0; i < op.count("values"); ++i) values.push_back(op.input("values", i));
+                   for (size_t i = 0; i < op.count("values"); ++i)
+                     values.push_back(op.type("values", i).rank == 0 ? reshape_to(op.input("values", i), {1})
+                                                                     : op.input("values", i));
                    return {std::make_shared<ov::op::v0::Concat>(
                        values, normalized_axis(op.const_int("axis"), op.output_type(0).rank))};
                  }};

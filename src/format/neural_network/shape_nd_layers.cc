@@ -315,12 +315,7 @@ void emit_slice(LayerContext& layer, const Params& params, const Value& x, const
   const int64_t rank = x.type.rank;
   const std::vector<bool> begin_mask = flags(params.beginmasks(), rank, "beginMasks");
   const std::vector<bool> end_mask = flags(params.endmasks(), rank, "endMasks");
-  std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
-  // The layer graph has no rank-0 blobs: a slice that squeezes every axis (as coremltools writes
-  // for x[i, j] of torch's einsum, meshgrid or indexing) gives [1], as a reduction of every axis
-  // does (reduction_layers.cc): the last axis, of size 1, stays.
-  if (rank > 0 && std::all_of(squeeze_mask.begin(), squeeze_mask.end(), [](bool b) { return b; }))
-    squeeze_mask[rank - 1] = false;
+  const std::vector<bool> squeeze_mask = flags(params.squeezemasks(), rank, "squeezeMasks");
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < rank; ++i) {
     if (strides) require((*strides)[i] != 0, "stride ", i, " is 0");
@@ -329,12 +324,16 @@ void emit_slice(LayerContext& layer, const Params& params, const Value& x, const
                                                                  (*strides)[i], begin_mask[i], end_mask[i])
                                                    : -1);
   }
-  require(!dims.empty(), "has a rank-0 input");
-  layer.set_output(0, layer.emit1("slice_by_index",
-                                  {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {stride}},
-                                   {"begin_mask", {bool_vector(begin_mask)}}, {"end_mask", {bool_vector(end_mask)}},
-                                   {"squeeze_mask", {bool_vector(squeeze_mask)}}},
-                                  tensor_type(x.type.dtype, dims)));
+  const Value sliced = layer.emit1("slice_by_index",
+                                   {{"x", {x}}, {"begin", {begin}}, {"end", {end}}, {"stride", {stride}},
+                                    {"begin_mask", {bool_vector(begin_mask)}}, {"end_mask", {bool_vector(end_mask)}},
+                                    {"squeeze_mask", {bool_vector(squeeze_mask)}}},
+                                   tensor_type(x.type.dtype, dims));
+  // A squeezed axis takes the one element at its begin, whatever its end says: coremltools writes
+  // endIds 0 there (x[i] of a shape in torch's einsum, meshgrid or indexing). The layer graph has
+  // no rank-0 blobs, so a slice that squeezes every axis gives that element as [1], as a
+  // reduction of every axis does (reduction_layers.cc).
+  layer.set_output(0, dims.empty() ? reshape_to(layer, sliced, {1}) : sliced);
 }
 
 void slice_static(LayerContext& layer) {

@@ -302,6 +302,93 @@ def test_slice_squeezing_every_axis_gives_one_element(tmp_path):
     check(got["twice"], (2 * x[1, 2, 3]).reshape(1))
 
 
+def test_slice_squeezing_every_axis_reads_the_begin_element_whatever_the_end(tmp_path):
+    """coremltools writes x[i] of a shape (torch's einsum and meshgrid with dynamic shapes) as a
+    slice that squeezes every axis with endIds 0: a squeezed axis takes the element at its begin
+    and ignores its end, so the [1] blob holds that element, for begins from the parameters and
+    from an input alike."""
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    begin = np.array([2, -1, 3], np.float32)
+
+    def layers(b):
+        b.add_get_shape("shape", "x", "shape")
+        b.add_slice_static("size_of_1", "shape", "size_of_1", begin_ids=[1], end_ids=[0], strides=[1],
+                           begin_masks=[False], end_masks=[False], squeeze_masks=[True])
+        b.add_slice_static("s", "x", "element", begin_ids=[1, 2, 3], end_ids=[0, 0, 0], strides=[1, 1, 1],
+                           begin_masks=[False] * 3, end_masks=[False] * 3, squeeze_masks=[True] * 3)
+        b.add_slice_dynamic("d", ["x", "begin"], "dynamic", end_ids=[0, 0, 0], strides=[1, 1, 1],
+                            begin_masks=[False] * 3, end_masks=[False] * 3, squeeze_masks=[True] * 3)
+
+    got = run_nd(tmp_path, {"x": x, "begin": begin}, ("size_of_1", "element", "dynamic"), layers)
+    check(got["size_of_1"], np.array([4], np.float32))
+    check(got["element"], x[1, 2, 3].reshape(1))
+    check(got["dynamic"], x[2, -1, 3].reshape(1))
+
+
+def _convert_torch_to_neural_network(tmp_path, net, examples, shapes):
+    """ct.convert of torch.jit.trace(net) to a neuralNetwork with the given input shapes (ct
+    RangeDims for sizes known only at prediction); returns the saved model's path and its
+    input and output names."""
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(net.eval(), tuple(examples))
+        mlmodel = ct.convert(traced, inputs=[ct.TensorType(shape=shape) for shape in shapes],
+                             convert_to="neuralnetwork", skip_model_load=True)
+    path = os.path.join(str(tmp_path), "torch.mlmodel")
+    mlmodel.save(path)
+    description = mlmodel.get_spec().description
+    return path, [i.name for i in description.input], [o.name for o in description.output]
+
+
+@pytest.mark.parametrize("equation", ["aa->a", "abc,cde->abde", "ab,bc,cd->ba", "iijj,j->j"])
+def test_converted_torch_einsum_with_dynamic_shapes(tmp_path, equation):
+    """torch.einsum with every size known only at prediction, converted to a neuralNetwork:
+    coremltools reads the sizes off getShape with slices that squeeze every axis, and builds
+    reshape targets and rangeDynamic ends from them; compared with torch."""
+    torch = pytest.importorskip("torch")
+
+    class Einsum(torch.nn.Module):
+        def forward(self, *operands):
+            return torch.einsum(equation, *operands)
+
+    sizes = {}
+    for letter in equation.split("->")[0].replace(",", ""):
+        sizes.setdefault(letter, 2 + len(sizes))
+    operands = [rng.standard_normal([sizes[c] for c in term]).astype(np.float32)
+                for term in equation.split("->")[0].split(",")]
+    shapes = [tuple(ct.RangeDim(lower_bound=1, upper_bound=-1, default=n) for n in x.shape) for x in operands]
+    path, inputs, outputs = _convert_torch_to_neural_network(
+        tmp_path, Einsum(), [torch.from_numpy(x) for x in operands], shapes)
+    got = coremlrt.MLModel(path).predict(dict(zip(inputs, operands)))[outputs[0]]
+    with torch.no_grad():
+        expected = Einsum()(*[torch.from_numpy(x) for x in operands]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_converted_torch_meshgrid_with_dynamic_shapes(tmp_path, indexing):
+    """torch.meshgrid of three vectors of sizes known only at prediction, converted to a
+    neuralNetwork: each grid tiles a vector by the others' sizes, read off getShape with slices
+    that squeeze every axis; compared with torch."""
+    torch = pytest.importorskip("torch")
+
+    class Meshgrid(torch.nn.Module):
+        def forward(self, a, b, c):
+            return torch.meshgrid(a, b, c, indexing=indexing)
+
+    vectors = [np.arange(n, dtype=np.float32) + 10 * i for i, n in enumerate((2, 3, 4))]
+    shapes = [(ct.RangeDim(lower_bound=1, upper_bound=128),) for _ in vectors]  # one RangeDim is one size
+    path, inputs, outputs = _convert_torch_to_neural_network(
+        tmp_path, Meshgrid(), [torch.from_numpy(v) for v in vectors], shapes)
+    got = coremlrt.MLModel(path).predict(dict(zip(inputs, vectors)))
+    with torch.no_grad():
+        expected = Meshgrid()(*[torch.from_numpy(v) for v in vectors])
+    assert len(outputs) == len(expected)
+    for name, grid in zip(outputs, expected):
+        check(got[name], grid.numpy())
+
+
 def test_sliding_windows_and_tile(tmp_path):
     x = rng.standard_normal((2, 7, 3)).astype(np.float32)
     reps = np.array([2, 1, 3], np.float32)

@@ -683,6 +683,34 @@ def test_wide_lstm_steps_split_over_threads(tmp_path, direction, batch, hidden):
     check(outs[0]["c"], np.concatenate(cs, axis=1))
 
 
+def test_lstm_initial_state_of_more_rows_than_the_batch(tmp_path):
+    """The lstm coremltools writes for torch's LSTM over pack_padded_sequence (mlprogram): its
+    _pack_padded_sequence passes the sequence lengths on as the PackedSequence's batch_sizes, so
+    the zero initial state is filled with lengths[0] rows (the longest sequence) where the batch
+    has 3. Core ML gives torch's result; the state's first batch rows are the initial state."""
+    seq, batch, inp, hid = 10, 3, 4, 6
+    lstm = torch.nn.LSTM(inp, hid).double()
+    sd = {k: v.detach().numpy() for k, v in lstm.state_dict().items()}
+    params = dict(weight_ih=torch_to_ifoz(sd["weight_ih_l0"]), weight_hh=torch_to_ifoz(sd["weight_hh_l0"]),
+                  bias=torch_to_ifoz(sd["bias_ih_l0"] + sd["bias_hh_l0"]))
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    x, lengths = rand(seq, batch, inp), np.array([10, 5, 1], np.int32)
+
+    @mb.program(input_specs=[spec(x.shape), spec(lengths.shape, types.int32)], opset_version=ct.target.iOS15)
+    def prog(x, lengths):
+        longest = mb.slice_by_index(x=lengths, begin=[0], end=[1], end_mask=[False], squeeze_mask=[True])
+        shape = mb.concat(values=(np.int32(1), longest, np.int32(hid)), axis=0)
+        zeros = mb.squeeze(x=mb.fill(shape=shape, value=0.0), axes=[0])
+        y, h, c = mb.lstm(x=x, initial_h=zeros, initial_c=zeros, output_sequence=True, **params)
+        return mb.identity(x=y, name="y"), mb.identity(x=h, name="h"), mb.identity(x=c, name="c")
+
+    out = run(prog, tmp_path, {"x": x, "lengths": lengths})
+    ref, (hn, cn) = lstm(t(x))
+    check(out["y"], ref.detach().numpy())
+    check(out["h"], hn.detach().numpy()[0])
+    check(out["c"], cn.detach().numpy()[0])
+
+
 def test_lstm_step_kernels_sum_as_gemm_does(tmp_path):
     # One sequence alone takes the step kernel of its own (gate_dots, src/ops/recurrent_dots.cc);
     # the same sequence twice in a batch takes gemm per block. Both sum every element in gemm's
