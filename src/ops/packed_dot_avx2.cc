@@ -21,14 +21,19 @@
 #include "ops/packed_codes.h"
 #include "ops/packed_codes_x86.h"
 
-// The rounding by splitting (bytes_rounded_once) needs its products and differences apart.
+// The rounding by splitting (bytes_rounded_once) needs its products and differences apart; popped
+// at the end, so that a build compiling several files as one unit keeps the others' options.
+#pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
 namespace coremlrt::ops::packed {
 
 #ifdef COREMLRT_PACKED_X86
 
+// The loops' pieces, in a namespace of their own: builds that compile src/ops as one unit
+// (CMake's unity build, as the wheel's) would otherwise join them with packed_dot_x86.cc's.
 namespace {
+namespace avx2 {
 
 // How far ahead of the codes being read the loop asks for more (as packed_dot_x86.cc's
 // kPrefetchBytes: the hardware's prefetch alone leaves the loads waiting on memory).
@@ -241,6 +246,7 @@ COREMLRT_AVX2_INLINE inline float dot_bytes_row(const Run& run, const float* a) 
   return sum8(_mm256_add_ps(sum0, sum1)) + tail;
 }
 
+}  // namespace avx2
 }  // namespace
 
 bool dot_avx2_takes(const ir::PackedTensor& t) {
@@ -255,10 +261,10 @@ COREMLRT_AVX2 void dot_avx2(const RowRuns& rows, const float* a, const float* a_
   const ir::PackedTensor& t = *rows.tensor;
   const bool is_signed = t.codes.dtype == DType::Int4;
   if (t.codes.bits == 4 && !(rows.shape.map != ir::CodeMap::kLut && rounded_once(rows.shape))) {
-    const GroupTables tables{&t, rows.shape, is_signed};
+    const avx2::GroupTables tables{&t, rows.shape, is_signed};
     for (int64_t r = 0; r < rows.nr; ++r) {
       const Run run = rows.run(rows.r0 + r);
-      c[r] += dot_nibbles_row(run, tables, run.g, a, a_split);
+      c[r] += avx2::dot_nibbles_row(run, tables, run.g, a, a_split);
     }
     return;
   }
@@ -266,7 +272,7 @@ COREMLRT_AVX2 void dot_avx2(const RowRuns& rows, const float* a, const float* a_
     // Windows of rows whose scales and offsets fill a few KiB, read at once and still in L1 when
     // the rows read them.
     thread_local std::vector<float> scales, offsets;
-    const int64_t window = std::max<int64_t>(1, kWindowGroups / group_count(rows.run(rows.r0)));
+    const int64_t window = std::max<int64_t>(1, avx2::kWindowGroups / group_count(rows.run(rows.r0)));
     for (int64_t w0 = 0; w0 < rows.nr; w0 += window) {
       const int64_t wn = std::min(window, rows.nr - w0);
       prefetch_next_groups(rows, w0, wn, window);
@@ -275,18 +281,20 @@ COREMLRT_AVX2 void dot_avx2(const RowRuns& rows, const float* a, const float* a_
       const int64_t count = last.g + group_count(last) - g_first;
       scales.resize(static_cast<size_t>(count));
       offsets.resize(static_cast<size_t>(count));
-      read_scales(t, g_first, count, scales.data(), offsets.data());
-      const ComputedTables tables{scales.data(), offsets.data(), is_signed};
+      avx2::read_scales(t, g_first, count, scales.data(), offsets.data());
+      const avx2::ComputedTables tables{scales.data(), offsets.data(), is_signed};
       for (int64_t r = w0; r < w0 + wn; ++r) {
         const Run run = rows.run(rows.r0 + r);
-        c[r] += dot_nibbles_row(run, tables, run.g - g_first, a, a_split);
+        c[r] += avx2::dot_nibbles_row(run, tables, run.g - g_first, a, a_split);
       }
     }
     return;
   }
-  for (int64_t r = 0; r < rows.nr; ++r) c[r] += dot_bytes_row(rows.run(rows.r0 + r), a);
+  for (int64_t r = 0; r < rows.nr; ++r) c[r] += avx2::dot_bytes_row(rows.run(rows.r0 + r), a);
 }
 
 #endif
 
 }  // namespace coremlrt::ops::packed
+
+#pragma GCC pop_options
