@@ -6,15 +6,16 @@
 // AVX2 has no sixteen-lane permute of floats, so a group's sixteen values are looked up as fp16
 // bytes: the low bytes and the high bytes of its values are two tables (nibble_bytes), one
 // vpshufb per table looks up 32 codes, and interleaving the two results gives the codes' fp16
-// values, widened by vcvtph2ps (4-bit codes of fp32 values are left to the panel path). The 32 codes
-// of sixteen bytes are taken as their low nibbles (even columns) and high nibbles (odd columns),
-// against `a_split`, `a` reordered the same way (packed_codes.h). Byte codes are widened and
-// mapped eight at a time.
+// values, widened by vcvtph2ps (4-bit codes of fp32 values are left to the panel path). The 32
+// codes of sixteen bytes are taken as their low nibbles (even columns) and high nibbles (odd
+// columns), against `a_split`, `a` reordered the same way (packed_codes.h). Byte codes are
+// widened and mapped eight at a time.
 //
 // A group's values are the AVX2 decoders' (packed_codes_avx2.cc): value_of's own float
 // operations, rounded to fp16 by the conversion (to nearest, ties to even, as round_to_half), or
-// the palette's fp16 values. The products are summed in another order than the panel path's, so results differ from
-// the folded weight's by float rounding only (packed_weight_test.cc, DecodeStepDotProducts...).
+// the palette's fp16 values. The products are summed in another order than the panel path's, so
+// results differ from the folded weight's by float rounding only (packed_weight_test.cc,
+// DecodeStepDotProductsMatchTheValues).
 #include <algorithm>
 #include <vector>
 
