@@ -245,23 +245,24 @@ def test_auto_keeps_lstm_ops_over_fp32_weights_on_our_kernels(tmp_path):
         ["openvino"]
 
 
-def _has_avx512():
-    """Whether this CPU has the AVX-512 subsets the decode step's loops use (F, BW, DQ, VL)."""
+def _decodes_in_registers():
+    """Whether this CPU runs the decode step's register loops for int8 codes: AVX-512, or AVX2 with
+    FMA and F16C (src/ops/packed_dot_x86.cc, packed_dot_avx2.cc)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
         return False
-    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl"))
+    return {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags or {"avx2", "fma", "f16c"} <= flags
 
 
 @needs_openvino
 @pytest.mark.parametrize("rows, expected", [(1, "reference"), (2, "openvino")])
 def test_auto_keeps_matrix_vector_work_over_compressed_weights_on_our_kernels(tmp_path, rows, expected):
     """A decode step over int8 weights (linear layers on one row): our kernels decode the codes in
-    registers (AVX-512) about as fast as OpenVINO's, which would hold a repacked copy beside the
-    mapped file, so auto keeps it; more rows go to OpenVINO, and forced OpenVINO takes them all.
-    On a CPU without AVX-512 our kernels decode panels, slower: OpenVINO takes one row too."""
+    registers (AVX-512 or AVX2), where OpenVINO would hold a repacked copy beside the mapped file,
+    so auto keeps it; more rows go to OpenVINO, and forced OpenVINO takes them all. On a CPU with
+    neither our kernels decode panels, slower: OpenVINO takes one row too."""
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
@@ -279,7 +280,7 @@ def test_auto_keeps_matrix_vector_work_over_compressed_weights_on_our_kernels(tm
         return mb.linear(x=mb.relu(x=mb.linear(x=x, weight=w1)), weight=w2, name="y")
 
     path = save_program(prog, tmp_path, name="int8")
-    if rows == 1 and not _has_avx512():
+    if rows == 1 and not _decodes_in_registers():
         expected = "openvino"
     placed = coremlrt.MLModel(path, backend="auto", cache_dir=None).placements()
     linear = [p for p in placed if p["op_type"] == "linear"]
