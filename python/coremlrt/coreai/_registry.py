@@ -9,17 +9,7 @@ translators with ``@translates`` as it is imported.
 
 from typing import Any, Callable, Dict
 
+from ..translator_registry import registrar
+
 TRANSLATORS: Dict[str, Callable[[Any, Any], None]] = {}
-
-
-def translates(*op_names):
-    def register(function):
-        for op_name in op_names:
-            # One translator per op: a second one would silently replace the first, whichever
-            # module happened to be imported last.
-            if op_name in TRANSLATORS:
-                raise ValueError(f"{op_name} has two translators: {TRANSLATORS[op_name].__module__} and "
-                                 f"{function.__module__}")
-            TRANSLATORS[op_name] = function
-        return function
-    return register
+translates = registrar(TRANSLATORS)

@@ -7,17 +7,7 @@ through ``view.builder`` and names every output with ``view.output(i)``. It rais
 
 from typing import Any, Callable, Dict
 
+from ..translator_registry import registrar
+
 TRANSLATORS: Dict[str, Callable[[Any], None]] = {}
-
-
-def translates(*op_types):
-    def register(function):
-        for op_type in op_types:
-            # One translator per op: a second one would silently replace the first, whichever
-            # module happened to be imported last.
-            if op_type in TRANSLATORS:
-                raise ValueError(f"{op_type} has two translators: {TRANSLATORS[op_type].__module__} and "
-                                 f"{function.__module__}")
-            TRANSLATORS[op_type] = function
-        return function
-    return register
+translates = registrar(TRANSLATORS)
